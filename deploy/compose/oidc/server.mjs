@@ -1,0 +1,67 @@
+// Development OpenID provider for the compose stack. NOT FOR PRODUCTION.
+//
+// One static confidential client (Gatehouse), authorization code flow, and
+// oidc-provider's built-in development login page: any login name signs in
+// as that subject, with an email of `<name>@example.test`. Signing keys are
+// generated at start, so sessions and tokens do not survive a restart.
+import Provider from 'oidc-provider';
+
+const env = (name, fallback) => process.env[name] || fallback;
+
+const issuer = env('OIDC_ISSUER', 'http://oidc:3000');
+const port = Number(env('PORT', '3000'));
+const publicUrl = env('GATEHOUSE_PUBLIC_URL', 'http://localhost:8080').replace(/\/+$/, '');
+
+const configuration = {
+  clients: [
+    {
+      client_id: env('OIDC_CLIENT_ID', 'gatehouse'),
+      client_secret: env('OIDC_CLIENT_SECRET', 'dev-only-oidc-client-secret-NOT-FOR-PRODUCTION'),
+      redirect_uris: [`${publicUrl}/auth/callback`],
+      post_logout_redirect_uris: [`${publicUrl}/`],
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'client_secret_basic',
+    },
+  ],
+  // PKCE is accepted (S256) and, for a confidential client, not demanded:
+  // oidc-provider's default. Gatehouse sends it anyway.
+  // Put the scope's claims in the ID token too, not only behind userinfo.
+  conformIdTokenClaims: false,
+  claims: {
+    openid: ['sub'],
+    email: ['email', 'email_verified'],
+    profile: ['name', 'preferred_username'],
+  },
+  async findAccount(_ctx, id) {
+    return {
+      accountId: id,
+      async claims() {
+        return {
+          sub: id,
+          name: id,
+          preferred_username: id,
+          email: `${id}@example.test`,
+          email_verified: true,
+        };
+      },
+    };
+  },
+  cookies: {
+    keys: env('OIDC_COOKIE_KEYS', 'dev-only-cookie-key-NOT-FOR-PRODUCTION').split(','),
+  },
+  features: {
+    devInteractions: { enabled: true },
+  },
+};
+
+const provider = new Provider(issuer, configuration);
+
+const server = provider.listen(port, () => {
+  console.log(`development OpenID provider: issuer ${issuer}, listening on :${port}`);
+  console.log(`client redirect URI: ${publicUrl}/auth/callback`);
+});
+
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.on(signal, () => server.close(() => process.exit(0)));
+}

@@ -1,0 +1,217 @@
+//! One typed configuration, read once from the environment and validated at boot.
+//!
+//! Every bad value is reported with the variable's name; all problems are collected so an
+//! operator fixes them in one pass instead of one restart per mistake.
+
+use std::{fmt, net::SocketAddr, path::PathBuf};
+
+/// A secret string that never prints itself (Debug and Display are redacted).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    /// The plaintext; call only where the value is handed to the thing that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// Deployment mode. Production refuses the development conveniences.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Environment {
+    Development,
+    Production,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `DATABASE_URL`; `None` means the embedded private cluster in `data_dir`.
+    pub database_url: Option<Secret>,
+    pub listen: SocketAddr,
+    /// `GATEHOUSE_PUBLIC_URL`, without a trailing slash.
+    pub public_url: String,
+    pub data_dir: PathBuf,
+    pub env: Environment,
+    pub oidc_issuer: Option<String>,
+    pub oidc_client_id: Option<String>,
+    pub oidc_client_secret: Option<Secret>,
+    pub vault_keys: Option<Secret>,
+    pub otlp_endpoint: Option<String>,
+    /// How long in-flight requests may drain after SIGTERM/SIGINT.
+    pub shutdown_grace_ms: u64,
+    pub request_timeout_ms: u64,
+    pub body_limit_bytes: usize,
+    pub db_max_connections: u32,
+}
+
+/// One problem with one variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    pub var: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n{}", .0.iter().map(|p| format!("  {}: {}", p.var, p.message)).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigError(pub Vec<ConfigProblem>);
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads configuration through `lookup`, so tests can pass a map instead of mutating the
+    /// process environment. Empty values count as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |k: &str| lookup(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let mut problems = Vec::new();
+        let mut bad = |var: &'static str, message: String| problems.push(ConfigProblem { var, message });
+
+        let env = match get("GATEHOUSE_ENV").as_deref() {
+            None | Some("development") => Environment::Development,
+            Some("production") => Environment::Production,
+            Some(other) => {
+                bad("GATEHOUSE_ENV", format!("must be `development` or `production`, not `{other}`"));
+                Environment::Development
+            }
+        };
+
+        let listen = match get("GATEHOUSE_LISTEN") {
+            None => SocketAddr::from(([127, 0, 0, 1], 8080)),
+            Some(v) => v.parse().unwrap_or_else(|_| {
+                bad("GATEHOUSE_LISTEN", format!("must be an address and port such as 127.0.0.1:8080, not `{v}`"));
+                SocketAddr::from(([127, 0, 0, 1], 8080))
+            }),
+        };
+
+        let public_url = match get("GATEHOUSE_PUBLIC_URL") {
+            None => format!("http://{listen}"),
+            Some(v) => {
+                let trimmed = v.trim_end_matches('/').to_owned();
+                if !(trimmed.starts_with("http://") || trimmed.starts_with("https://")) || trimmed.contains(char::is_whitespace) {
+                    bad("GATEHOUSE_PUBLIC_URL", "must be an absolute http:// or https:// URL".into());
+                } else if trimmed["https://".len().min(trimmed.len())..].contains('@') {
+                    bad("GATEHOUSE_PUBLIC_URL", "must not contain user information".into());
+                }
+                trimmed
+            }
+        };
+
+        let database_url = get("DATABASE_URL").map(Secret::new);
+        if let Some(url) = &database_url {
+            if !(url.expose().starts_with("postgres://") || url.expose().starts_with("postgresql://")) {
+                bad("DATABASE_URL", "must be a postgres:// or postgresql:// URL".into());
+            }
+        }
+
+        let oidc_issuer = get("GATEHOUSE_OIDC_ISSUER");
+        if let Some(issuer) = &oidc_issuer {
+            if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
+                bad("GATEHOUSE_OIDC_ISSUER", "must be an http(s) URL of an OpenID provider".into());
+            }
+        } else if env == Environment::Production {
+            bad(
+                "GATEHOUSE_OIDC_ISSUER",
+                "is required when GATEHOUSE_ENV=production (the built-in development sign-in is refused in production)".into(),
+            );
+        }
+
+        let mut number = |var: &'static str, default: u64, min: u64, max: u64| -> u64 {
+            match get(var) {
+                None => default,
+                Some(v) => match v.parse::<u64>() {
+                    Ok(n) if (min..=max).contains(&n) => n,
+                    _ => {
+                        bad(var, format!("must be a whole number from {min} to {max}, not `{v}`"));
+                        default
+                    }
+                },
+            }
+        };
+        let shutdown_grace_ms = number("GATEHOUSE_SHUTDOWN_GRACE_MS", 10_000, 0, 600_000);
+        let request_timeout_ms = number("GATEHOUSE_REQUEST_TIMEOUT_MS", 60_000, 100, 3_600_000);
+        let body_limit_bytes = number("GATEHOUSE_BODY_LIMIT_BYTES", 1 << 20, 1024, 64 << 20) as usize;
+        let db_max_connections = number("GATEHOUSE_DB_MAX_CONNECTIONS", 16, 1, 1000) as u32;
+
+        let config = Config {
+            database_url,
+            listen,
+            public_url,
+            data_dir: get("GATEHOUSE_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".gatehouse")),
+            env,
+            oidc_issuer,
+            oidc_client_id: get("GATEHOUSE_OIDC_CLIENT_ID"),
+            oidc_client_secret: get("GATEHOUSE_OIDC_CLIENT_SECRET").map(Secret::new),
+            vault_keys: get("GATEHOUSE_VAULT_KEYS").map(Secret::new),
+            otlp_endpoint: get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            shutdown_grace_ms,
+            request_timeout_ms,
+            body_limit_bytes,
+            db_max_connections,
+        };
+        if problems.is_empty() { Ok(config) } else { Err(ConfigError(problems)) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_are_the_embedded_development_run() {
+        let c = load(&[]).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert!(c.database_url.is_none());
+        assert_eq!(c.env, Environment::Development);
+        assert_eq!(c.body_limit_bytes, 1 << 20);
+        assert_eq!(c.shutdown_grace_ms, 10_000);
+        assert_eq!(c.public_url, "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn every_bad_value_is_named() {
+        let err = load(&[
+            ("GATEHOUSE_LISTEN", "nope"),
+            ("GATEHOUSE_ENV", "staging"),
+            ("DATABASE_URL", "mysql://x"),
+            ("GATEHOUSE_BODY_LIMIT_BYTES", "12"),
+            ("GATEHOUSE_PUBLIC_URL", "ftp://x"),
+        ])
+        .unwrap_err();
+        let vars: Vec<_> = err.0.iter().map(|p| p.var).collect();
+        assert_eq!(
+            vars,
+            ["GATEHOUSE_ENV", "GATEHOUSE_LISTEN", "GATEHOUSE_PUBLIC_URL", "DATABASE_URL", "GATEHOUSE_BODY_LIMIT_BYTES"]
+        );
+        assert!(err.to_string().contains("GATEHOUSE_LISTEN: must be an address"));
+    }
+
+    #[test]
+    fn production_requires_a_real_issuer() {
+        let err = load(&[("GATEHOUSE_ENV", "production")]).unwrap_err();
+        assert_eq!(err.0[0].var, "GATEHOUSE_OIDC_ISSUER");
+        assert!(load(&[("GATEHOUSE_ENV", "production"), ("GATEHOUSE_OIDC_ISSUER", "https://id.example")]).is_ok());
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let c = load(&[("DATABASE_URL", "postgres://u:hunter2@h/db")]).unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,154 @@
+//! The database: the application pool, the tenant context, and the one serializable helper
+//! every multi-statement decision runs through.
+
+pub mod embedded;
+pub mod migrate;
+
+use std::{marker::PhantomData, time::Duration};
+
+use futures::future::BoxFuture;
+use rand::Rng;
+use sqlx::{
+    Executor, PgConnection, PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+
+use crate::{
+    config::Secret,
+    error::{Error, Result},
+    tenants::TenantId,
+};
+
+/// The role every request runs as. It owns no table and cannot bypass row-level security;
+/// migrations create it (see `migrations/`), and each pooled connection switches to it.
+pub const APP_ROLE: &str = "gatehouse_app";
+
+/// Most attempts a serializable transaction gets before the caller sees `contention`.
+const MAX_ATTEMPTS: u32 = 12;
+
+/// Whose rows a transaction may see.
+#[derive(Clone, Copy, Debug)]
+pub enum Scope {
+    /// One tenant's rows, enforced by row-level security on `gatehouse.tenant_id`.
+    Tenant(TenantId),
+    /// Platform-wide work (provisioning, sweeps, reports). Every use names why, and the
+    /// reason is logged, so nothing reaches across tenants by accident.
+    Platform { reason: &'static str },
+}
+
+/// The application's connection pool. Every connection runs as [`APP_ROLE`].
+#[derive(Clone, Debug)]
+pub struct Db {
+    pool: PgPool,
+}
+
+/// Marks, in a closure's signature, that the closure's future may borrow data of lifetime
+/// `'a` for as long as the connection borrow `'c` lasts (`&'c &'a ()` implies `'a: 'c`).
+pub type Borrow<'c, 'a> = PhantomData<&'c &'a ()>;
+
+impl Db {
+    /// Connects the application pool. Whatever role `url` names (owner, superuser), each
+    /// connection switches to [`APP_ROLE`] before it is used, so row-level security holds.
+    pub async fn connect(url: &Secret, max_connections: u32) -> Result<Self> {
+        let options: PgConnectOptions = url
+            .expose()
+            .parse()
+            .map_err(|_| Error::invalid("invalid_database_url", None, "DATABASE_URL is not a valid PostgreSQL URL"))?;
+        let options = options.application_name("gatehouse");
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .min_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // Spelled out: SQL must be a static string. Keep in step with APP_ROLE.
+                    conn.execute("SET ROLE gatehouse_app").await?;
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await?;
+        Ok(Db { pool })
+    }
+
+    /// The raw pool, for health checks and tests.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Runs `work` in one `SERIALIZABLE` transaction with `scope` applied, retrying on
+    /// serialization failures (40001) and deadlocks (40P01) with jittered exponential
+    /// backoff. Anything `work` returns as `Err` rolls the transaction back.
+    pub async fn serializable<'a, T, F>(&self, scope: Scope, work: F) -> Result<T>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        self.serializable_counted(scope, work).await.map(|(value, _)| value)
+    }
+
+    /// [`Db::serializable`], also returning how many attempts it took.
+    #[tracing::instrument(skip_all, fields(attempts))]
+    pub async fn serializable_counted<'a, T, F>(&self, scope: Scope, mut work: F) -> Result<(T, u32)>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        let mut attempt = 1;
+        loop {
+            match self.attempt(scope, &mut work).await {
+                Ok(value) => {
+                    tracing::Span::current().record("attempts", attempt);
+                    if attempt > 1 {
+                        tracing::debug!(retries = attempt - 1, "serializable transaction retried");
+                    }
+                    return Ok((value, attempt));
+                }
+                Err(e) if e.is_retryable_conflict() && attempt < MAX_ATTEMPTS => {
+                    let cap_ms = (2u64 << attempt.min(7)).min(250);
+                    let sleep_ms = rand::rng().random_range(1..=cap_ms);
+                    tracing::debug!(attempt, sleep_ms, sqlstate = e.sqlstate().unwrap_or_default(), "serialization conflict, retrying");
+                    tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
+                    attempt += 1;
+                }
+                Err(e) if e.is_retryable_conflict() => {
+                    tracing::warn!(attempts = attempt, "serializable transaction gave up after repeated conflicts");
+                    return Err(Error::Unavailable {
+                        code: "contention",
+                        message: "too much contention on this object; retry shortly".into(),
+                        retry_after_ms: Some(100),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn attempt<'a, T, F>(&self, scope: Scope, work: &mut F) -> Result<T>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
+    {
+        let mut tx = self.pool.begin_with("BEGIN ISOLATION LEVEL SERIALIZABLE").await?;
+        apply_scope(&mut tx, scope).await?;
+        let value = work(&mut tx, PhantomData).await?;
+        tx.commit().await?;
+        Ok(value)
+    }
+}
+
+/// Sets the transaction-local tenant (or platform) context, always as a bound parameter.
+async fn apply_scope(conn: &mut PgConnection, scope: Scope) -> Result<()> {
+    match scope {
+        Scope::Tenant(tenant) => {
+            sqlx::query("SELECT set_config('gatehouse.tenant_id', $1, true)")
+                .bind(tenant.0.to_string())
+                .execute(&mut *conn)
+                .await?;
+        }
+        Scope::Platform { reason } => {
+            tracing::info!(reason, "platform context");
+            sqlx::query("SELECT set_config('gatehouse.platform', 'on', true)").execute(&mut *conn).await?;
+        }
+    }
+    Ok(())
+}

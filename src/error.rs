@@ -1,0 +1,154 @@
+//! The one error type. Client errors carry a stable `code`; internal errors are logged once
+//! with their context and answered as a bare 500 that leaks nothing.
+
+use axum::{
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::{Value, json};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The media type of every API error body (RFC 9457).
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A missing object, or another tenant's: the two are indistinguishable on purpose.
+    #[error("{what} not found")]
+    NotFound { what: &'static str },
+    /// Bad input; `field` names the offending field when there is one.
+    #[error("{message}")]
+    Invalid { code: &'static str, message: String, field: Option<&'static str> },
+    /// The request is well formed but collides with existing state (409).
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    /// A compare-and-set whose expectation no longer holds (412).
+    #[error("{message}")]
+    Precondition { code: &'static str, message: String },
+    #[error("{message}")]
+    Forbidden { code: &'static str, message: String },
+    #[error("authentication required")]
+    Unauthorized,
+    #[error("request body too large")]
+    PayloadTooLarge,
+    /// Retryable: contention, a dependency down, a queue full (503).
+    #[error("{message}")]
+    Unavailable { code: &'static str, message: String, retry_after_ms: Option<u64> },
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl Error {
+    pub fn invalid(code: &'static str, field: Option<&'static str>, message: impl Into<String>) -> Self {
+        Error::Invalid { code, message: message.into(), field }
+    }
+
+    /// The stable machine-readable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } => "not_found",
+            Error::Invalid { code, .. }
+            | Error::Conflict { code, .. }
+            | Error::Precondition { code, .. }
+            | Error::Forbidden { code, .. }
+            | Error::Unavailable { code, .. } => code,
+            Error::Unauthorized => "unauthorized",
+            Error::PayloadTooLarge => "payload_too_large",
+            Error::Database(_) | Error::Internal(_) => "internal",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::NotFound { .. } => StatusCode::NOT_FOUND,
+            Error::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::Conflict { .. } => StatusCode::CONFLICT,
+            Error::Precondition { .. } => StatusCode::PRECONDITION_FAILED,
+            Error::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Database(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The SQLSTATE of a database error, if this is one.
+    pub fn sqlstate(&self) -> Option<String> {
+        match self {
+            Error::Database(sqlx::Error::Database(db)) => db.code().map(|c| c.into_owned()),
+            _ => None,
+        }
+    }
+
+    /// The violated constraint's name, if this is a constraint violation.
+    pub fn constraint(&self) -> Option<&str> {
+        match self {
+            Error::Database(sqlx::Error::Database(db)) => db.constraint(),
+            _ => None,
+        }
+    }
+
+    /// Replaces a violation of the named constraint with a client error. Constraint
+    /// violations are mapped by name rather than by a racy pre-check `SELECT`.
+    pub fn on_constraint(self, name: &str, to: impl FnOnce() -> Error) -> Error {
+        if self.constraint() == Some(name) { to() } else { self }
+    }
+
+    /// True for the SQLSTATEs a serializable transaction is retried on.
+    pub fn is_retryable_conflict(&self) -> bool {
+        matches!(self.sqlstate().as_deref(), Some("40001" | "40P01"))
+    }
+}
+
+/// Builds a problem+json response. `extra` fields are merged into the body.
+pub fn problem(status: StatusCode, code: &str, detail: &str, extra: Option<Value>) -> Response {
+    let mut body = json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "code": code,
+        "detail": detail,
+    });
+    if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut body) {
+        map.extend(extra);
+    }
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        match &self {
+            Error::Database(e) => {
+                tracing::error!(error = %e, "database error");
+                problem(status, "internal", "internal error", None)
+            }
+            Error::Internal(e) => {
+                tracing::error!(error = format!("{e:#}"), "internal error");
+                problem(status, "internal", "internal error", None)
+            }
+            Error::Invalid { field: Some(field), .. } => {
+                problem(status, self.code(), &self.to_string(), Some(json!({ "field": field })))
+            }
+            Error::Unavailable { retry_after_ms: Some(ms), .. } => {
+                let mut r = problem(status, self.code(), &self.to_string(), Some(json!({ "retryAfterMs": ms })));
+                let secs = ms.div_ceil(1000).max(1);
+                if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                    r.headers_mut().insert(header::RETRY_AFTER, v);
+                }
+                r
+            }
+            Error::Unauthorized => {
+                let mut r = problem(status, "unauthorized", "authentication required", None);
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                r
+            }
+            _ => problem(status, self.code(), &self.to_string(), None),
+        }
+    }
+}

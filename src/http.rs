@@ -1,0 +1,157 @@
+//! The root router: merges the nouns' routers and orders the middleware.
+
+use std::time::Duration;
+
+use axum::{
+    Json, Router,
+    extract::{FromRequest, MatchedPath, Request, State, rejection::JsonRejection},
+    http::{HeaderValue, StatusCode, header},
+    middleware,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde_json::json;
+use tower::ServiceBuilder;
+use tower_http::{
+    catch_panic::CatchPanicLayer,
+    compression::CompressionLayer,
+    limit::RequestBodyLimitLayer,
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    timeout::TimeoutLayer,
+    trace::TraceLayer,
+};
+
+use crate::{
+    AppState,
+    db::migrate,
+    error::{Error, PROBLEM_JSON, problem},
+};
+
+pub const REQUEST_ID: &str = "x-request-id";
+
+pub fn router(state: AppState) -> Router {
+    let config = state.config.clone();
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .with_state(state)
+        // Outermost first:
+        .layer(
+            ServiceBuilder::new()
+                // 1. A request id before anything else, so every log line and response has it.
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                // 2. The request span: matched route template, request id; tenant id filled later.
+                .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                // 3. Echo the id on every response, errors included.
+                .layer(PropagateRequestIdLayer::x_request_id())
+                // 4. Errors produced by the layers below (413, 408, 405 …) become problem+json.
+                .layer(middleware::map_response(problem_for_bare_errors))
+                // 5. A panic answers a bare 500 instead of dropping the connection.
+                .layer(CatchPanicLayer::custom(|_| problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error", None)))
+                // 6. Whole-request deadline.
+                .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_millis(config.request_timeout_ms)))
+                // 7. Bounded request bodies (checked against Content-Length and while streaming).
+                .layer(RequestBodyLimitLayer::new(config.body_limit_bytes))
+                // 8. Compressed responses for clients that ask.
+                .layer(CompressionLayer::new()),
+        )
+        .layer(axum::extract::DefaultBodyLimit::disable())
+}
+
+fn request_span(req: &Request) -> tracing::Span {
+    let route = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or("");
+    let request_id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+    tracing::info_span!(
+        "request",
+        http.route = route,
+        http.method = %req.method(),
+        request_id = request_id,
+        tenant_id = tracing::field::Empty,
+    )
+}
+
+/// The request id of a request, for admin-log rows.
+pub fn request_id(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+async fn problem_for_bare_errors<B>(response: axum::http::Response<B>) -> Response
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    let status = response.status();
+    let is_problem = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return response.map(axum::body::Body::new);
+    }
+    let code = match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_TIMEOUT => "timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_request",
+        s if s.is_server_error() => "internal",
+        _ => "error",
+    };
+    let detail = status.canonical_reason().unwrap_or("error").to_lowercase();
+    let mut replaced = problem(status, code, &detail, None);
+    for name in [header::ALLOW, header::RETRY_AFTER, header::WWW_AUTHENTICATE] {
+        if let Some(v) = response.headers().get(&name) {
+            replaced.headers_mut().insert(name, v.clone());
+        }
+    }
+    replaced
+}
+
+async fn not_found() -> Error {
+    Error::NotFound { what: "route" }
+}
+
+async fn healthz() -> impl IntoResponse {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Ready when the database answers as the application role and every migration this
+/// binary knows is applied.
+async fn readyz(State(state): State<AppState>) -> Response {
+    match migrate::is_current(state.db.pool()).await {
+        Ok(true) => Json(json!({ "status": "ready" })).into_response(),
+        Ok(false) => problem(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "migrations pending", None),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            problem(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "database unreachable", None)
+        }
+    }
+}
+
+/// A JSON body whose rejections are problem+json with the stable code `invalid_json`.
+pub struct ApiJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(JsonRejection::MissingJsonContentType(_)) => {
+                Err(Error::invalid("unsupported_media_type", None, "send Content-Type: application/json"))
+            }
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Error::PayloadTooLarge),
+            Err(e) => Err(Error::invalid("invalid_json", None, e.body_text())),
+        }
+    }
+}
+
+/// `Cache-Control: no-store`, for responses that carry something only this caller may see.
+pub fn no_store(mut response: Response) -> Response {
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}

@@ -1,0 +1,257 @@
+//! The `gatehouse` command line: parse, build the configuration, call into the library.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use gatehouse::{
+    admin_log::Audit,
+    config::Config,
+    db::Db,
+    error::Error,
+    kv, server,
+    tenants::{self, Status},
+};
+
+#[derive(Parser)]
+#[command(name = "gatehouse", version, about = "Multi-tenant gateway between AI agents and their tools")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP server (embedded PostgreSQL when DATABASE_URL is unset).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Provision tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// Read and write a tenant's key-value store.
+    #[command(subcommand)]
+    Kv(KvCommand),
+}
+
+#[derive(Subcommand)]
+enum TenantCommand {
+    /// Create a tenant.
+    Create {
+        slug: String,
+        #[arg(long)]
+        name: String,
+    },
+    /// List tenants, one per line: slug, status, id, name.
+    List,
+    /// Suspend a tenant.
+    Suspend { slug: String },
+    /// Re-activate a suspended tenant.
+    Activate { slug: String },
+}
+
+#[derive(Args)]
+struct TenantArg {
+    /// The tenant's slug.
+    #[arg(long)]
+    tenant: String,
+}
+
+#[derive(Subcommand)]
+enum KvCommand {
+    /// Print a key's value as JSON (exit 4 when absent).
+    Get {
+        #[command(flatten)]
+        t: TenantArg,
+        key: String,
+    },
+    /// Set a key to a JSON value.
+    Set {
+        #[command(flatten)]
+        t: TenantArg,
+        key: String,
+        value: String,
+        #[arg(long)]
+        ttl_ms: Option<u64>,
+    },
+    /// Delete a key (exit 4 when it was absent).
+    Delete {
+        #[command(flatten)]
+        t: TenantArg,
+        key: String,
+    },
+    /// List keys with a prefix, one `key<TAB>value` per line.
+    List {
+        #[command(flatten)]
+        t: TenantArg,
+        #[arg(long, default_value = "")]
+        prefix: String,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Compare-and-set: prints `swapped` (exit 0) or `refused` (exit 3).
+    Cas {
+        #[command(flatten)]
+        t: TenantArg,
+        key: String,
+        /// Succeed only when the key is absent.
+        #[arg(long, conflicts_with = "expect")]
+        expect_absent: bool,
+        /// Succeed only when the key holds this JSON value.
+        #[arg(long, required_unless_present = "expect_absent")]
+        expect: Option<String>,
+        /// The JSON value to leave behind.
+        #[arg(long, conflicts_with = "delete")]
+        next: Option<String>,
+        /// Delete the key instead.
+        #[arg(long, required_unless_present = "next")]
+        delete: bool,
+        #[arg(long)]
+        ttl_ms: Option<u64>,
+    },
+}
+
+/// A command's outcome that is not an error but still a non-zero exit.
+enum Outcome {
+    Ok,
+    Refused,
+    Absent,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let default_filter = if matches!(cli.command, Command::Serve) { "info" } else { "warn" };
+    let _telemetry = match gatehouse::telemetry::init(default_filter, config.otlp_endpoint.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot start telemetry: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = match cli.command {
+        Command::Serve => server::serve(config).await.map(|_| Outcome::Ok),
+        command => run_command(config, command).await,
+    };
+    match result {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Refused) => ExitCode::from(3),
+        Ok(Outcome::Absent) => ExitCode::from(4),
+        Err(e) => {
+            match e.downcast_ref::<Error>() {
+                Some(api) if !matches!(api, Error::Database(_) | Error::Internal(_)) => eprintln!("error ({}): {api}", api.code()),
+                _ => eprintln!("error: {e:#}"),
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Every CLI command uses the same database as `serve`: `DATABASE_URL`, or the embedded
+/// cluster (attached to if a server runs it, else started for the command and stopped after).
+async fn run_command(config: Config, command: Command) -> anyhow::Result<Outcome> {
+    let database = server::Database::open(&config).await?;
+    let result = async {
+        if matches!(command, Command::Migrate) {
+            println!("migrations applied");
+            return Ok(Outcome::Ok);
+        }
+        let db = Db::connect(&database.owner_url, 2).await?;
+        let outcome = dispatch(&db, command).await;
+        db.pool().close().await;
+        outcome
+    }
+    .await;
+    database.close().await?;
+    result
+}
+
+async fn dispatch(db: &Db, command: Command) -> anyhow::Result<Outcome> {
+    let audit = Audit::cli();
+    match command {
+        Command::Serve | Command::Migrate => unreachable!("handled by the caller"),
+        Command::Tenant(TenantCommand::Create { slug, name }) => {
+            let t = tenants::create(db, &audit, &slug, &name).await?;
+            println!("{}\t{}", t.slug, t.id.0);
+        }
+        Command::Tenant(TenantCommand::List) => {
+            for t in tenants::list(db).await? {
+                println!("{}\t{}\t{}\t{}", t.slug, t.status.as_str(), t.id.0, t.name);
+            }
+        }
+        Command::Tenant(TenantCommand::Suspend { slug }) => {
+            let t = tenants::set_status(db, &audit, &slug, Status::Suspended).await?;
+            println!("{}\t{}", t.slug, t.status.as_str());
+        }
+        Command::Tenant(TenantCommand::Activate { slug }) => {
+            let t = tenants::set_status(db, &audit, &slug, Status::Active).await?;
+            println!("{}\t{}", t.slug, t.status.as_str());
+        }
+        Command::Kv(cmd) => return kv_command(db, &audit, cmd).await,
+    }
+    Ok(Outcome::Ok)
+}
+
+fn json_arg(field: &'static str, raw: &str) -> Result<kv::BoundedValue, Error> {
+    let value = serde_json::from_str(raw).map_err(|e| Error::invalid("invalid_json", Some(field), format!("{field} is not JSON: {e}")))?;
+    kv::BoundedValue::parse(value)
+}
+
+async fn kv_command(db: &Db, audit: &Audit, cmd: KvCommand) -> anyhow::Result<Outcome> {
+    match cmd {
+        KvCommand::Get { t, key } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            match kv::get(db, tenant, &kv::Key::parse(&key)?).await? {
+                Some(entry) => println!("{}", entry.value),
+                None => return Ok(Outcome::Absent),
+            }
+        }
+        KvCommand::Set { t, key, value, ttl_ms } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let (key, value, ttl) = (kv::Key::parse(&key)?, json_arg("value", &value)?, kv::validate_ttl(ttl_ms)?);
+            kv::set(db, tenant, audit, &key, &value, ttl).await?;
+        }
+        KvCommand::Delete { t, key } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            if !kv::delete(db, tenant, audit, &kv::Key::parse(&key)?).await? {
+                return Ok(Outcome::Absent);
+            }
+        }
+        KvCommand::List { t, prefix, after, limit } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let page = kv::list(db, tenant, &prefix, after.as_deref(), limit).await?;
+            for e in page.entries {
+                println!("{}\t{}", e.key, e.value);
+            }
+        }
+        KvCommand::Cas { t, key, expect_absent, expect, next, delete, ttl_ms } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let key = kv::Key::parse(&key)?;
+            let expect = match (expect_absent, expect) {
+                (true, _) => kv::Expect::Absent,
+                (false, Some(raw)) => kv::Expect::Value(json_arg("expect", &raw)?),
+                (false, None) => unreachable!("clap requires one of them"),
+            };
+            let next = match (delete, next) {
+                (true, _) => kv::Next::Delete,
+                (false, Some(raw)) => kv::Next::Value(json_arg("next", &raw)?),
+                (false, None) => unreachable!("clap requires one of them"),
+            };
+            let swapped = kv::compare_and_set(db, tenant, audit, &key, &expect, &next, kv::validate_ttl(ttl_ms)?).await?;
+            println!("{}", if swapped { "swapped" } else { "refused" });
+            if !swapped {
+                return Ok(Outcome::Refused);
+            }
+        }
+    }
+    Ok(Outcome::Ok)
+}

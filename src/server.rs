@@ -1,0 +1,89 @@
+//! `gatehouse serve`: database (given or embedded), migrations, HTTP, graceful shutdown.
+
+use std::{sync::Arc, time::{Duration, Instant}};
+
+use anyhow::Context;
+use tokio::{net::TcpListener, sync::watch};
+
+use crate::{
+    AppState,
+    config::{Config, Secret},
+    db::{Db, embedded, migrate},
+};
+
+/// Where the database is: a URL given by the operator, or the embedded cluster we started.
+pub struct Database {
+    pub owner_url: Secret,
+    pub cluster: Option<embedded::Cluster>,
+}
+
+impl Database {
+    /// `DATABASE_URL`, or the embedded cluster in the data dir (started if needed). Applies
+    /// pending migrations either way.
+    pub async fn open(config: &Config) -> anyhow::Result<Database> {
+        let database = match &config.database_url {
+            Some(url) => Database { owner_url: url.clone(), cluster: None },
+            None => {
+                let cluster = embedded::Cluster::start(&config.data_dir, &[]).await?;
+                Database { owner_url: cluster.owner_url(embedded::DATABASE), cluster: Some(cluster) }
+            }
+        };
+        migrate::run(&database.owner_url).await.context("cannot apply migrations")?;
+        Ok(database)
+    }
+
+    /// Stops the embedded cluster if we were its last user.
+    pub async fn close(self) -> anyhow::Result<()> {
+        if let Some(cluster) = self.cluster {
+            cluster.release().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the server until SIGTERM or SIGINT, then drains in-flight requests for at most
+/// `shutdown_grace_ms` and exits.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let database = Database::open(&config).await?;
+    let db = Db::connect(&database.owner_url, config.db_max_connections).await?;
+    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("cannot listen on {}", config.listen))?;
+    let grace = Duration::from_millis(config.shutdown_grace_ms);
+    let listen = listener.local_addr()?;
+    let state = AppState { db: db.clone(), config: Arc::new(config) };
+    let app = crate::http::router(state);
+
+    // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+    tracing::info!(
+        %listen,
+        embedded = database.cluster.is_some(),
+        ready_ms = started.elapsed().as_millis() as u64,
+        "gatehouse ready"
+    );
+
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down: draining in-flight requests");
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(grace, server).await {
+        Ok(joined) => joined.context("server task failed")?.context("server failed")?,
+        Err(_) => tracing::warn!("drain deadline passed; closing remaining connections"),
+    }
+    db.pool().close().await;
+    database.close().await?;
+    tracing::info!("stopped");
+    Ok(())
+}

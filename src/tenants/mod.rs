@@ -1,0 +1,158 @@
+//! Tenants: the customer organisations everything else belongs to.
+
+pub mod store;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::{
+    admin_log::{self, Audit, Entry},
+    db::{Db, Scope},
+    error::{Error, Result},
+};
+
+/// A tenant's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, sqlx::Type)]
+#[sqlx(transparent)]
+pub struct TenantId(pub Uuid);
+
+/// Lifecycle of a tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Active,
+    Suspended,
+    Deleting,
+    Reaped,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::Suspended => "suspended",
+            Status::Deleting => "deleting",
+            Status::Reaped => "reaped",
+        }
+    }
+    fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "active" => Status::Active,
+            "suspended" => Status::Suspended,
+            "deleting" => Status::Deleting,
+            "reaped" => Status::Reaped,
+            other => return Err(anyhow::anyhow!("unknown tenant status {other:?} in the database").into()),
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Tenant {
+    pub id: TenantId,
+    pub slug: String,
+    pub name: String,
+    pub status: Status,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Checks a slug: 3–63 characters of `[a-z0-9-]`, no leading or trailing dash.
+pub fn validate_slug(slug: &str) -> Result<()> {
+    let ok_chars = slug.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !(3..=63).contains(&slug.len()) || !ok_chars || slug.starts_with('-') || slug.ends_with('-') {
+        return Err(Error::invalid(
+            "invalid_slug",
+            Some("slug"),
+            "a slug is 3 to 63 characters of a-z, 0-9 and '-', and does not start or end with '-'",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_name(name: &str) -> Result<String> {
+    let name = name.split_whitespace().collect::<Vec<_>>().join(" ");
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(Error::invalid("invalid_name", Some("name"), "a name is 1 to 200 characters"));
+    }
+    Ok(name)
+}
+
+/// Creates a tenant (platform action). A taken slug is a `slug_taken` conflict.
+pub async fn create(db: &Db, audit: &Audit, slug: &str, name: &str) -> Result<Tenant> {
+    validate_slug(slug)?;
+    let name = validate_name(name)?;
+    let id = TenantId(Uuid::now_v7());
+    db.serializable(Scope::Platform { reason: "create tenant" }, |conn, _| {
+        let name = name.clone();
+        Box::pin(async move {
+            let tenant = store::insert(conn, id, slug, &name).await.map_err(|e| {
+                e.on_constraint("tenants_slug_key", || Error::Conflict {
+                    code: "slug_taken",
+                    message: format!("a tenant with slug `{slug}` already exists"),
+                })
+            })?;
+            admin_log::record(
+                conn,
+                Entry {
+                    tenant: None,
+                    audit,
+                    action: "tenant.create",
+                    target: format!("tenant:{}", tenant.slug),
+                    before: None,
+                    after: Some(json!({ "id": tenant.id.0, "slug": tenant.slug, "name": tenant.name })),
+                },
+            )
+            .await?;
+            Ok(tenant)
+        })
+    })
+    .await
+}
+
+/// All tenants, by slug.
+pub async fn list(db: &Db) -> Result<Vec<Tenant>> {
+    db.serializable(Scope::Platform { reason: "list tenants" }, |conn, _| Box::pin(store::list(conn))).await
+}
+
+/// Looks a tenant up by slug; a missing one is `not_found`.
+pub async fn by_slug(db: &Db, slug: &str) -> Result<Tenant> {
+    store::by_slug(db.pool(), slug).await?.ok_or(Error::NotFound { what: "tenant" })
+}
+
+/// Moves a tenant to `status` (suspend, activate). Idempotent: setting the current status
+/// changes nothing and logs nothing.
+pub async fn set_status(db: &Db, audit: &Audit, slug: &str, status: Status) -> Result<Tenant> {
+    db.serializable(Scope::Platform { reason: "set tenant status" }, |conn, _| {
+        Box::pin(async move {
+            let before = store::by_slug(&mut *conn, slug).await?.ok_or(Error::NotFound { what: "tenant" })?;
+            if before.status == status {
+                return Ok(before);
+            }
+            if matches!(before.status, Status::Deleting | Status::Reaped) {
+                return Err(Error::Conflict {
+                    code: "illegal_transition",
+                    message: format!("a {} tenant cannot become {}", before.status.as_str(), status.as_str()),
+                });
+            }
+            let after = store::update_status(&mut *conn, before.id, before.status, status)
+                .await?
+                .ok_or(Error::Precondition { code: "status_changed", message: "the tenant's status changed; reload and retry".into() })?;
+            admin_log::record(
+                conn,
+                Entry {
+                    tenant: Some(after.id),
+                    audit,
+                    action: "tenant.set_status",
+                    target: format!("tenant:{slug}"),
+                    before: Some(json!({ "status": before.status })),
+                    after: Some(json!({ "status": after.status })),
+                },
+            )
+            .await?;
+            Ok(after)
+        })
+    })
+    .await
+}
