@@ -47,7 +47,7 @@ ENV GATEHOUSE_LISTEN=0.0.0.0:8080
 WORKDIR /var/lib/gatehouse
 USER 10001:10001
 EXPOSE 8080
-# tokio handles SIGTERM: in-flight requests drain before exit.
+# `serve` drains in-flight requests on SIGTERM (what Kubernetes and compose send).
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/gatehouse"]
 CMD ["serve"]

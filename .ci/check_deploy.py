@@ -63,6 +63,8 @@ def selects(selector: dict, labels: dict) -> bool:
 # --------------------------------------------------------------------------- k8s
 
 POD_TEMPLATE_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
+# src/config.rs: GATEHOUSE_SHUTDOWN_GRACE_MS defaults to 10 s.
+SERVER_DRAIN_DEFAULT_MS = 10_000
 
 
 def pod_spec(obj: dict) -> dict | None:
@@ -171,6 +173,20 @@ def check_k8s(args: argparse.Namespace) -> Report:
 
     servers = [w for w in workloads if w["kind"] != "Job"]
     jobs = [w for w in workloads if w["kind"] == "Job"]
+
+    # Shutdown fits the grace period: preStop sleep, then the server's own drain
+    # (GATEHOUSE_SHUTDOWN_GRACE_MS, 10 s unless the ConfigMap sets it), before SIGKILL.
+    config_data = {k: v for cm in by_kind.get("ConfigMap", {}).values() for k, v in (cm.get("data") or {}).items()}
+    drain_s = int(config_data.get("GATEHOUSE_SHUTDOWN_GRACE_MS", SERVER_DRAIN_DEFAULT_MS)) / 1000
+    for w in servers:
+        spec = pod_spec(w)
+        grace = spec.get("terminationGracePeriodSeconds", 30)
+        problems = []
+        for c in spec["containers"]:
+            pre = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+            if pre + drain_s >= grace:
+                problems.append(f"{c['name']}: preStop {pre}s + drain {drain_s:g}s >= terminationGracePeriodSeconds {grace}")
+        rep.check("shutdown", f"{ref(w)} drains within its {grace}s grace period", problems)
 
     for svc in by_kind.get("Service", {}).values():
         sel = svc["spec"].get("selector", {})
@@ -357,6 +373,29 @@ def check_compose(args: argparse.Namespace) -> Report:
         if "8080:8080" not in [str(p) for p in lb.get("ports") or []]:
             problems.append("lb does not publish port 8080")
     rep.check("compose", "lb: nginx round-robin over every replica, port 8080 published", problems)
+
+    # The OpenID provider's script and its locked dependencies (npm ci needs both).
+    oidc = services.get("oidc", {})
+    problems = []
+    src = next((root / v.split(":")[0] for v in oidc.get("volumes") or []
+                if isinstance(v, str) and v.startswith(".")), None)
+    if src is None or not src.is_dir():
+        problems.append("oidc mounts no source directory")
+    else:
+        words = " ".join(command_words(oidc.get("command"))).split()
+        script = next((w for w in words if w.endswith(".mjs")), None)
+        if not script or not (src / script).is_file():
+            problems.append(f"oidc script {script} not in {src}")
+        try:
+            pkg = json.loads((src / "package.json").read_text())
+            lock = json.loads((src / "package-lock.json").read_text())
+            if lock.get("packages", {}).get("", {}).get("dependencies") != pkg.get("dependencies"):
+                problems.append("package-lock.json is out of date with package.json")
+            if "oidc-provider" not in pkg.get("dependencies", {}):
+                problems.append("package.json does not depend on oidc-provider")
+        except (OSError, ValueError) as err:
+            problems.append(f"package.json / package-lock.json: {err}")
+    rep.check("compose", "oidc: script, package.json and package-lock.json agree", problems)
     return rep
 
 
@@ -392,7 +431,8 @@ def check_dockerfile(args: argparse.Namespace) -> Report:
             stages.append([])
         if stages:
             stages[-1].append(ins)
-    args_defaults = dict(a.split("=", 1) for w, a in instrs if w == "ARG" and "=" in a and not stages)
+    # ARGs before the first FROM parameterise the FROM lines.
+    args_defaults: dict[str, str] = {}
     for w, a in instrs:
         if w == "FROM":
             break

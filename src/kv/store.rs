@@ -26,9 +26,13 @@ fn entry(row: &PgRow) -> Result<Entry> {
 /// writer holds. Served by the partial index `kv_entries_expiry`.
 pub async fn prune(conn: &mut PgConnection, tenant: TenantId) -> Result<u64> {
     let done = sqlx::query(
-        "DELETE FROM kv_entries WHERE tenant_id = $1 AND key IN (
+        // A MATERIALIZED CTE runs the locking sub-select once. As an IN (…) sub-plan it may be
+        // rescanned per outer row, and each rescan skips the rows this statement already
+        // deleted, so the batch would grow without bound.
+        "WITH doomed AS MATERIALIZED (
              SELECT key FROM kv_entries WHERE tenant_id = $1 AND expires_at <= now()
-             ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+             ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+         DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = $1 AND k.key = doomed.key",
     )
     .bind(tenant)
     .bind(PRUNE_BATCH)

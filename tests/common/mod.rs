@@ -1,0 +1,195 @@
+//! Test harness: one private PostgreSQL cluster per test run (or `DATABASE_URL`), a fresh
+//! database per test, and helpers to run `gatehouse` processes against it.
+#![allow(dead_code)]
+
+use std::{
+    path::PathBuf,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use gatehouse::{
+    config::Secret,
+    db::{Db, embedded::Cluster, migrate},
+};
+use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
+use tokio::{process::{Child, Command}, sync::OnceCell};
+use uuid::Uuid;
+
+/// Where per-test databases are created.
+enum Server {
+    /// The harness's own cluster (shared by every test binary of a run through file locks).
+    Embedded(Cluster),
+    /// `DATABASE_URL` as given; it must be allowed to create databases.
+    External(String),
+}
+
+static SERVER: OnceCell<Server> = OnceCell::const_new();
+
+async fn server() -> &'static Server {
+    SERVER
+        .get_or_init(|| async {
+            if let Ok(url) = std::env::var("DATABASE_URL") {
+                return Server::External(url);
+            }
+            // Under /tmp so the unprivileged PostgreSQL user can reach it even when the
+            // checkout lives under /root. Durability is pointless for throwaway databases.
+            let root = std::env::temp_dir().join("gatehouse-test-pg");
+            let cluster = Cluster::start(&root, &["fsync = off", "synchronous_commit = off", "full_page_writes = off", "max_connections = 400"])
+                .await
+                .expect("start the test PostgreSQL cluster");
+            Server::Embedded(cluster)
+        })
+        .await
+}
+
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url.split_once('?').map(|(b, q)| (b, format!("?{q}"))).unwrap_or((url, String::new()));
+    let (server, _) = base.rsplit_once('/').expect("DATABASE_URL has a database path");
+    format!("{server}/{database}{query}")
+}
+
+/// A fresh, migrated database of its own for one test.
+pub struct TestDb {
+    pub name: String,
+    /// The schema owner's URL (what `serve` would be given as DATABASE_URL).
+    pub url: Secret,
+    /// The application pool (runs as gatehouse_app).
+    pub db: Db,
+}
+
+impl TestDb {
+    pub async fn new() -> TestDb {
+        let db = Self::empty().await;
+        migrate::run(&db.0).await.expect("migrate the test database");
+        let app = Db::connect(&db.0, 32).await.expect("connect the app pool");
+        TestDb { name: db.1, url: db.0, db: app }
+    }
+
+    /// A new database without migrations: (owner URL, name).
+    pub async fn empty() -> (Secret, String) {
+        let name = format!("gh_t_{}", Uuid::new_v4().simple());
+        let (admin, owner) = match server().await {
+            Server::Embedded(c) => (c.admin_url("postgres").expose().to_owned(), c.owner_url(&name)),
+            Server::External(url) => (url.clone(), Secret::new(with_database(url, &name))),
+        };
+        let mut conn = PgConnection::connect(&admin).await.expect("connect as admin");
+        let owner_clause = match server().await {
+            Server::Embedded(_) => " OWNER gatehouse_owner",
+            Server::External(_) => "",
+        };
+        conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name}{owner_clause}"))).await.expect("create test database");
+        conn.close().await.ok();
+        (owner, name)
+    }
+
+    /// A connection as the schema owner (bypasses nothing: RLS is FORCEd), for test setup
+    /// that the application role may not do.
+    pub async fn owner_conn(&self) -> PgConnection {
+        PgConnection::connect(self.url.expose()).await.expect("connect as owner")
+    }
+}
+
+/// The `gatehouse` binary cargo built for these tests.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gatehouse"))
+}
+
+/// A `gatehouse` command against `url` with a clean configuration environment.
+pub fn gatehouse(url: Option<&Secret>) -> Command {
+    let mut cmd = Command::new(bin());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("GATEHOUSE_") || key == "DATABASE_URL" || key.starts_with("OTEL_") {
+            cmd.env_remove(key);
+        }
+    }
+    if let Some(url) = url {
+        cmd.env("DATABASE_URL", url.expose());
+    }
+    cmd.env("RUST_LOG", "warn").stdin(Stdio::null()).kill_on_drop(true);
+    cmd
+}
+
+/// Runs a CLI command to completion: (exit code, stdout, stderr).
+pub async fn run(mut cmd: Command) -> (i32, String, String) {
+    let out = cmd.output().await.expect("run gatehouse");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A `gatehouse serve` process; killed when dropped.
+pub struct Served {
+    pub child: Child,
+    pub base: String,
+    pub log: PathBuf,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Served {
+    /// Starts `serve` with `cmd`'s environment on a free port and waits for `/readyz`.
+    pub async fn start(mut cmd: Command) -> Served {
+        let port = free_port();
+        let log = std::env::temp_dir().join(format!("gatehouse-serve-{}.log", Uuid::new_v4().simple()));
+        let log_file = std::fs::File::create(&log).unwrap();
+        cmd.arg("serve")
+            .env("GATEHOUSE_LISTEN", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        let child = cmd.spawn().expect("spawn gatehouse serve");
+        let mut served = Served { child, base: format!("http://127.0.0.1:{port}"), log };
+        served.wait_ready(Duration::from_secs(60)).await;
+        served
+    }
+
+    pub async fn wait_ready(&mut self, within: Duration) {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(r) = client.get(format!("{}/readyz", self.base)).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("gatehouse serve exited with {status}: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            }
+            assert!(Instant::now() < deadline, "gatehouse serve not ready in time: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit code.
+    pub async fn terminate(mut self) -> i32 {
+        let pid = self.child.id().expect("running") as i32;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await.expect("exit after SIGTERM").unwrap();
+        status.code().unwrap_or(-1)
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Polls `check` until it returns true or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}

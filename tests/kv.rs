@@ -1,0 +1,225 @@
+//! The key-value store: semantics, TTL by the database clock, pruning, and compare-and-set
+//! under real concurrency.
+
+mod common;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use common::{TestDb, eventually};
+use gatehouse::{
+    admin_log::Audit,
+    db::Scope,
+    error::Error,
+    kv::{self, BoundedValue, Expect, Key, Next},
+    tenants::{self, TenantId},
+};
+use serde_json::{Value, json};
+use sqlx::{Connection, Executor};
+
+fn key(k: &str) -> Key {
+    Key::parse(k).unwrap()
+}
+fn val(v: Value) -> BoundedValue {
+    BoundedValue::parse(v).unwrap()
+}
+
+async fn setup() -> (TestDb, TenantId) {
+    let t = TestDb::new().await;
+    let tenant = tenants::create(&t.db, &Audit::cli(), "acme", "Acme").await.unwrap().id;
+    (t, tenant)
+}
+
+async fn log_count(t: &TestDb, tenant: TenantId) -> i64 {
+    t.db.serializable(Scope::Tenant(tenant), |c, _| {
+        Box::pin(async move { Ok(sqlx::query_scalar("SELECT count(*) FROM admin_log").fetch_one(&mut *c).await?) })
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn get_set_delete_and_list() {
+    let (t, tenant) = setup().await;
+    let audit = Audit::cli();
+    assert_eq!(kv::get(&t.db, tenant, &key("a")).await.unwrap(), None);
+    let e = kv::set(&t.db, tenant, &audit, &key("a"), &val(json!({"n": 1})), None).await.unwrap();
+    assert_eq!(e.value, json!({"n": 1}));
+    assert_eq!(e.expires_at, None);
+    kv::set(&t.db, tenant, &audit, &key("a"), &val(json!({"n": 2})), Some(60_000)).await.unwrap();
+    let got = kv::get(&t.db, tenant, &key("a")).await.unwrap().unwrap();
+    assert_eq!(got.value, json!({"n": 2}));
+    assert!(got.expires_at.is_some());
+    assert!(kv::delete(&t.db, tenant, &audit, &key("a")).await.unwrap());
+    assert!(!kv::delete(&t.db, tenant, &audit, &key("a")).await.unwrap());
+    assert_eq!(log_count(&t, tenant).await, 3, "two sets and one delete; the no-op delete logs nothing");
+
+    for k in ["p/1", "p/2", "p/3", "q/1", "p", "p0", "pé/1", "p\u{10FFFF}"] {
+        kv::set(&t.db, tenant, &audit, &key(k), &val(json!(k)), None).await.unwrap();
+    }
+    let page = kv::list(&t.db, tenant, "p/", None, 2).await.unwrap();
+    assert_eq!(page.entries.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["p/1", "p/2"]);
+    let page = kv::list(&t.db, tenant, "p/", page.next.as_deref(), 2).await.unwrap();
+    assert_eq!(page.entries.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["p/3"]);
+    assert_eq!(page.next, None);
+    let all_p = kv::list(&t.db, tenant, "p", None, 100).await.unwrap();
+    assert_eq!(all_p.entries.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["p", "p/1", "p/2", "p/3", "p0", "pé/1", "p\u{10FFFF}"]);
+    assert_eq!(kv::list(&t.db, tenant, "", None, 100).await.unwrap().entries.len(), 8);
+    assert_eq!(kv::list(&t.db, tenant, "", None, 0).await.unwrap_err().code(), "invalid_limit");
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_stable_codes_and_writes_nothing() {
+    let (t, tenant) = setup().await;
+    assert_eq!(Key::parse("").unwrap_err().code(), "invalid_key");
+    assert_eq!(Key::parse("a\0b").unwrap_err().code(), "invalid_key");
+    assert_eq!(Key::parse(&"k".repeat(513)).unwrap_err().code(), "invalid_key");
+    assert_eq!(BoundedValue::parse(json!("x".repeat(70_000))).unwrap_err().code(), "value_too_large");
+    assert_eq!(kv::validate_ttl(Some(0)).unwrap_err().code(), "invalid_ttl");
+    assert_eq!(kv::validate_ttl(Some(kv::MAX_TTL_MS + 1)).unwrap_err().code(), "invalid_ttl");
+    assert_eq!(log_count(&t, tenant).await, 0);
+}
+
+#[tokio::test]
+async fn ttl_is_judged_by_the_database_clock_and_expired_rows_count_as_absent() {
+    let (t, tenant) = setup().await;
+    let audit = Audit::cli();
+    kv::set(&t.db, tenant, &audit, &key("short"), &val(json!(1)), Some(100)).await.unwrap();
+    let db = &t.db;
+    assert!(eventually(Duration::from_secs(10), || async move { kv::get(db, tenant, &key("short")).await.unwrap().is_none() }).await);
+    assert!(kv::list(&t.db, tenant, "", None, 10).await.unwrap().entries.is_empty());
+    // Expired counts as absent for compare-and-set, and a delete of it does nothing.
+    assert!(!kv::delete(&t.db, tenant, &audit, &key("short")).await.unwrap());
+    assert!(kv::compare_and_set(&t.db, tenant, &audit, &key("short"), &Expect::Absent, &Next::Value(val(json!(2))), None).await.unwrap());
+    assert_eq!(kv::get(&t.db, tenant, &key("short")).await.unwrap().unwrap().value, json!(2));
+}
+
+#[tokio::test]
+async fn expired_rows_are_pruned_on_write_in_bounded_batches() {
+    let (t, tenant) = setup().await;
+    let mut owner = t.owner_conn().await;
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    sqlx::query("INSERT INTO kv_entries (tenant_id, key, value, expires_at) SELECT $1, 'old/' || i, '1', now() - interval '1 hour' FROM generate_series(1, 250) i")
+        .bind(tenant)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    kv::set(&t.db, tenant, &Audit::cli(), &key("new"), &val(json!(1)), None).await.unwrap();
+    assert_eq!(remaining(&mut owner).await, 250 - kv::PRUNE_BATCH);
+    kv::set(&t.db, tenant, &Audit::cli(), &key("new"), &val(json!(2)), None).await.unwrap();
+    kv::set(&t.db, tenant, &Audit::cli(), &key("new"), &val(json!(3)), None).await.unwrap();
+    assert_eq!(remaining(&mut owner).await, 0);
+    // The prune is served by the partial expiry index, not a scan of the tenant's keys.
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SET LOCAL enable_seqscan = off").await.unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT key FROM kv_entries WHERE tenant_id = '00000000-0000-0000-0000-000000000000' AND expires_at <= now() ORDER BY expires_at LIMIT 100",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    assert!(plan.join("\n").contains("kv_entries_expiry"), "{plan:?}");
+}
+
+async fn remaining(owner: &mut sqlx::PgConnection) -> i64 {
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    sqlx::query_scalar("SELECT count(*) FROM kv_entries WHERE key LIKE 'old/%'").fetch_one(&mut *tx).await.unwrap()
+}
+
+#[tokio::test]
+async fn compare_and_set_semantics() {
+    let (t, tenant) = setup().await;
+    let a = Audit::cli();
+    let k = key("k");
+    let cas = |e: Expect, n: Next| {
+        let (db, a, k) = (&t.db, &a, &k);
+        async move { kv::compare_and_set(db, tenant, a, k, &e, &n, None).await.unwrap() }
+    };
+    assert!(cas(Expect::Absent, Next::Delete).await, "absent is absent");
+    assert!(cas(Expect::Absent, Next::Value(val(json!({"a": 1, "b": [1, 2]})))).await);
+    assert!(!cas(Expect::Absent, Next::Value(val(json!(0)))).await);
+    assert!(!cas(Expect::Absent, Next::Delete).await);
+    assert!(!cas(Expect::Value(val(json!({"a": 2}))), Next::Value(val(json!(0)))).await);
+    // jsonb equality: key order does not matter.
+    assert!(cas(Expect::Value(val(json!({"b": [1, 2], "a": 1}))), Next::Value(val(json!("two")))).await);
+    assert!(!cas(Expect::Value(val(json!("one"))), Next::Delete).await);
+    assert!(cas(Expect::Value(val(json!("two"))), Next::Delete).await);
+    assert_eq!(kv::get(&t.db, tenant, &k).await.unwrap(), None);
+    assert_eq!(log_count(&t, tenant).await, 3, "only the three winning swaps are logged");
+}
+
+/// 64 tasks race compare-and-set on one key, 50 times over: exactly one winner each round,
+/// and exactly one admin-log row per round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn compare_and_set_race_has_exactly_one_winner() {
+    let (t, tenant) = setup().await;
+    let db = Arc::new(t.db.clone());
+    for round in 0..50 {
+        let k = format!("race/{round}");
+        let mut tasks = Vec::new();
+        for task in 0..64 {
+            let (db, k) = (db.clone(), k.clone());
+            tasks.push(tokio::spawn(async move {
+                let audit = Audit { actor: format!("task:{task}"), request_id: None };
+                kv::compare_and_set(&db, tenant, &audit, &key(&k), &Expect::Absent, &Next::Value(val(json!(task))), None).await
+            }));
+        }
+        let mut winners = Vec::new();
+        for (i, task) in tasks.into_iter().enumerate() {
+            if task.await.unwrap().unwrap() {
+                winners.push(i);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
+        let stored = kv::get(&t.db, tenant, &key(&k)).await.unwrap().unwrap().value;
+        assert_eq!(stored, json!(winners[0]), "round {round}: the stored value is the winner's");
+    }
+    assert_eq!(log_count(&t, tenant).await, 50);
+}
+
+/// A real write-skew conflict: each transaction reads the key the other writes. One of them
+/// must get SQLSTATE 40001 and succeed on a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serialization_failures_are_retried() {
+    let (t, tenant) = setup().await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let run = |read: &'static str, write: &'static str| {
+        let (db, barrier) = (t.db.clone(), barrier.clone());
+        let first = Arc::new(AtomicBool::new(true));
+        tokio::spawn(async move {
+            db.serializable_counted(Scope::Tenant(tenant), |conn, _| {
+                let (barrier, first) = (barrier.clone(), first.clone());
+                Box::pin(async move {
+                    let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM kv_entries WHERE key = $1").bind(read).fetch_one(&mut *conn).await?;
+                    if first.swap(false, Ordering::SeqCst) {
+                        barrier.wait().await; // both have read before either writes
+                    }
+                    sqlx::query("INSERT INTO kv_entries (tenant_id, key, value) VALUES ($1, $2, $3) ON CONFLICT (tenant_id, key) DO UPDATE SET value = EXCLUDED.value")
+                        .bind(tenant)
+                        .bind(write)
+                        .bind(json!(seen))
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok::<_, Error>(())
+                })
+            })
+            .await
+        })
+    };
+    let x = run("x", "y");
+    let y = run("y", "x");
+    let (x, y) = (x.await.unwrap().unwrap(), y.await.unwrap().unwrap());
+    assert!(x.1 + y.1 >= 3, "one transaction must have been retried: attempts {} and {}", x.1, y.1);
+    // Serial outcome: whichever ran second saw the first's write.
+    let xs = kv::get(&t.db, tenant, &key("x")).await.unwrap().unwrap().value;
+    let ys = kv::get(&t.db, tenant, &key("y")).await.unwrap().unwrap().value;
+    assert_eq!(xs.as_i64().unwrap() + ys.as_i64().unwrap(), 1, "x={xs} y={ys}");
+}

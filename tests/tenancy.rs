@@ -1,0 +1,218 @@
+//! Row-level security, the application role, tenants and the admin log.
+
+mod common;
+
+use common::TestDb;
+use gatehouse::{
+    admin_log::Audit,
+    db::Scope,
+    error::Error,
+    kv,
+    tenants::{self, Status, TenantId},
+};
+use serde_json::json;
+use sqlx::{Connection, Executor, Row};
+
+/// Tables that hold tenant rows but, by design, not `tenant_id` first in the primary key:
+/// the admin log also holds platform rows (null tenant), so it keys on its time-ordered id.
+const PK_EXCEPTIONS: &[&str] = &["admin_log"];
+
+async fn tenant_tables(conn: &mut sqlx::PgConnection) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_attribute a
+         JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE a.attname = 'tenant_id' AND NOT a.attisdropped AND c.relkind IN ('r', 'p') AND n.nspname = 'public'
+         ORDER BY 1",
+    )
+    .fetch_all(conn)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn every_tenant_table_has_forced_rls_and_tenant_first_keys() {
+    let t = TestDb::new().await;
+    let mut conn = t.owner_conn().await;
+    let tables = tenant_tables(&mut conn).await;
+    assert!(tables.len() >= 3, "expected the foundation's tenant tables, found {tables:?}");
+    for table in tables.iter().map(String::as_str).chain(["tenants"]) {
+        let row = sqlx::query("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE relname = $1 AND relkind IN ('r','p')")
+            .bind(table)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert!(row.get::<bool, _>(0), "{table}: row-level security is not enabled");
+        assert!(row.get::<bool, _>(1), "{table}: row-level security is not forced");
+        let policies: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_policies WHERE tablename = $1").bind(table).fetch_one(&mut conn).await.unwrap();
+        assert!(policies > 0, "{table}: no policy");
+    }
+    for table in &tables {
+        let first: Option<String> = sqlx::query_scalar(
+            "SELECT a.attname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0]
+             WHERE c.relname = $1 AND i.indisprimary",
+        )
+        .bind(table)
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap();
+        if !PK_EXCEPTIONS.contains(&table.as_str()) {
+            assert_eq!(first.as_deref(), Some("tenant_id"), "{table}: tenant_id must lead the primary key");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_application_role_owns_nothing_and_cannot_bypass_rls() {
+    let t = TestDb::new().await;
+    let row = sqlx::query("SELECT current_user::text, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user")
+        .fetch_one(t.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(row.get::<String, _>(0), "gatehouse_app");
+    assert!(!row.get::<bool, _>(1) && !row.get::<bool, _>(2));
+    let owned: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_class WHERE relowner = (SELECT oid FROM pg_roles WHERE rolname = 'gatehouse_app')")
+        .fetch_one(t.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(owned, 0);
+}
+
+/// Seeds one row of `tenant` in every tenant table, in platform context.
+async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
+    let mut tx = conn.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    sqlx::query("INSERT INTO members (tenant_id, id, issuer, subject, role) VALUES ($1, gen_random_uuid(), 'https://idp', $2, 'member')")
+        .bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
+    sqlx::query("INSERT INTO kv_entries (tenant_id, key, value) VALUES ($1, $2, '1')").bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
+    sqlx::query("INSERT INTO admin_log (id, tenant_id, actor, action, target) VALUES (gen_random_uuid(), $1, 'test', 'seed', $2)")
+        .bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn in_tenant_a_no_row_of_tenant_b_is_visible_in_any_table() {
+    let t = TestDb::new().await;
+    let a = tenants::create(&t.db, &Audit::cli(), "tenant-a", "A").await.unwrap().id;
+    let b = tenants::create(&t.db, &Audit::cli(), "tenant-b", "B").await.unwrap().id;
+    let mut owner = t.owner_conn().await;
+    seed(&mut owner, a, "a").await;
+    seed(&mut owner, b, "b").await;
+    let tables = tenant_tables(&mut owner).await;
+
+    // Seeding must cover every tenant table, or a new table would pass this test unseeded.
+    for table in &tables {
+        let mut tx = owner.begin().await.unwrap();
+        tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+        let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table} WHERE tenant_id = $1")))
+            .bind(b).fetch_one(&mut *tx).await.unwrap();
+        assert!(n > 0, "{table}: seed() must insert a row for tenant B");
+        tx.rollback().await.unwrap();
+    }
+
+    for table in tables {
+        let table = table.as_str();
+        let (foreign, own, total) = t
+            .db
+            .serializable(Scope::Tenant(a), |conn, _| {
+                Box::pin(async move {
+                    let q = |sql: String| sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
+                    let foreign = q(format!("SELECT count(*) FROM {table} WHERE tenant_id = $1")).bind(b).fetch_one(&mut *conn).await?;
+                    let own = q(format!("SELECT count(*) FROM {table} WHERE tenant_id = $1")).bind(a).fetch_one(&mut *conn).await?;
+                    let total = q(format!("SELECT count(*) FROM {table}")).fetch_one(&mut *conn).await?;
+                    Ok((foreign, own, total))
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(foreign, 0, "{table}: tenant B's rows are visible to tenant A");
+        assert!(own > 0, "{table}: tenant A cannot see its own rows");
+        assert_eq!(total, own, "{table}: rows of other tenants are visible");
+
+        // Without any context, nothing is visible at all.
+        let mut tx = t.db.pool().begin().await.unwrap();
+        let none: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}"))).fetch_one(&mut *tx).await.unwrap();
+        assert_eq!(none, 0, "{table}: rows visible without a tenant context");
+        tx.rollback().await.unwrap();
+    }
+
+    // Writing a row for tenant B from tenant A's context is refused by the policy.
+    let err = t
+        .db
+        .serializable(Scope::Tenant(a), |conn, _| {
+            Box::pin(async move {
+                sqlx::query("INSERT INTO kv_entries (tenant_id, key, value) VALUES ($1, 'x', '1')").bind(b).execute(&mut *conn).await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.sqlstate().as_deref(), Some("42501"), "{err:?}");
+    // And an update cannot move A's row to B.
+    let err = t
+        .db
+        .serializable(Scope::Tenant(a), |conn, _| {
+            Box::pin(async move {
+                sqlx::query("UPDATE kv_entries SET tenant_id = $1").bind(b).execute(&mut *conn).await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.sqlstate().as_deref(), Some("42501"), "{err:?}");
+}
+
+use sqlx::AssertSqlSafe;
+
+#[tokio::test]
+async fn admin_log_rejects_update_and_delete() {
+    let t = TestDb::new().await;
+    let a = tenants::create(&t.db, &Audit::cli(), "tenant-a", "A").await.unwrap().id;
+    kv::set(&t.db, a, &Audit::cli(), &kv::Key::parse("k").unwrap(), &kv::BoundedValue::parse(json!(1)).unwrap(), None).await.unwrap();
+    for sql in ["UPDATE admin_log SET actor = 'forged'", "DELETE FROM admin_log", "TRUNCATE admin_log"] {
+        let err = t
+            .db
+            .serializable(Scope::Tenant(a), |conn, _| Box::pin(async move { conn.execute(sql).await.map(|_| ()).map_err(Error::from) }))
+            .await
+            .unwrap_err();
+        assert_eq!(err.sqlstate().as_deref(), Some("42501"), "{sql}: {err:?}");
+    }
+    let rows = t
+        .db
+        .serializable(Scope::Tenant(a), |conn, _| Box::pin(gatehouse::admin_log::list(conn, Some(a), None, 10)))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].actor, "cli");
+    assert_eq!(rows[0].action, "kv.set");
+}
+
+#[tokio::test]
+async fn tenants_are_validated_and_every_change_is_logged_once() {
+    let t = TestDb::new().await;
+    let audit = Audit::cli();
+    for bad in ["ab", "-abc", "abc-", "ABC", "a_b", "a b", &"a".repeat(64)] {
+        let err = tenants::create(&t.db, &audit, bad, "x").await.unwrap_err();
+        assert_eq!(err.code(), "invalid_slug", "{bad}");
+    }
+    assert_eq!(tenants::create(&t.db, &audit, "abc", "  ").await.unwrap_err().code(), "invalid_name");
+    let acme = tenants::create(&t.db, &audit, "acme", "  Acme   Inc ").await.unwrap();
+    assert_eq!(acme.name, "Acme Inc");
+    assert_eq!(acme.status, Status::Active);
+    let dup = tenants::create(&t.db, &audit, "acme", "Other").await.unwrap_err();
+    assert!(matches!(dup, Error::Conflict { code: "slug_taken", .. }), "{dup:?}");
+    assert_eq!(tenants::set_status(&t.db, &audit, "acme", Status::Suspended).await.unwrap().status, Status::Suspended);
+    assert_eq!(tenants::set_status(&t.db, &audit, "acme", Status::Suspended).await.unwrap().status, Status::Suspended);
+    assert_eq!(tenants::set_status(&t.db, &audit, "acme", Status::Active).await.unwrap().status, Status::Active);
+    assert_eq!(tenants::set_status(&t.db, &audit, "nope", Status::Active).await.unwrap_err().code(), "not_found");
+
+    let mut owner = t.owner_conn().await;
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    let actions: Vec<String> = sqlx::query_scalar("SELECT action FROM admin_log ORDER BY id").fetch_all(&mut *tx).await.unwrap();
+    // One create (the refused duplicate and invalid ones wrote nothing), two real status changes
+    // (the repeated suspend changed nothing).
+    assert_eq!(actions, ["tenant.create", "tenant.set_status", "tenant.set_status"]);
+    let tenants_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tenants").fetch_one(&mut *tx).await.unwrap();
+    assert_eq!(tenants_rows, 1);
+}
