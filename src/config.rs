@@ -108,10 +108,10 @@ impl Config {
         };
 
         let database_url = get("DATABASE_URL").map(Secret::new);
-        if let Some(url) = &database_url {
-            if !(url.expose().starts_with("postgres://") || url.expose().starts_with("postgresql://")) {
-                bad("DATABASE_URL", "must be a postgres:// or postgresql:// URL".into());
-            }
+        if let Some(url) = &database_url
+            && !(url.expose().starts_with("postgres://") || url.expose().starts_with("postgresql://"))
+        {
+            bad("DATABASE_URL", "must be a postgres:// or postgresql:// URL".into());
         }
 
         let oidc_issuer = get("GATEHOUSE_OIDC_ISSUER");

@@ -13,12 +13,13 @@ use axum::{
 use serde_json::json;
 use tower::ServiceBuilder;
 use tower_http::{
+    LatencyUnit,
     catch_panic::CatchPanicLayer,
     compression::CompressionLayer,
     limit::RequestBodyLimitLayer,
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
     timeout::TimeoutLayer,
-    trace::TraceLayer,
+    trace::{DefaultOnResponse, TraceLayer},
 };
 
 use crate::{
@@ -42,15 +43,24 @@ pub fn router(state: AppState) -> Router {
                 // 1. A request id before anything else, so every log line and response has it.
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
                 // 2. The request span: matched route template, request id; tenant id filled later.
-                .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(request_span)
+                        .on_response(DefaultOnResponse::new().level(tracing::Level::INFO).latency_unit(LatencyUnit::Micros)),
+                )
                 // 3. Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::x_request_id())
                 // 4. Errors produced by the layers below (413, 408, 405 …) become problem+json.
                 .layer(middleware::map_response(problem_for_bare_errors))
                 // 5. A panic answers a bare 500 instead of dropping the connection.
-                .layer(CatchPanicLayer::custom(|_| problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error", None)))
+                .layer(CatchPanicLayer::custom(|_| {
+                    problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error", None)
+                }))
                 // 6. Whole-request deadline.
-                .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_millis(config.request_timeout_ms)))
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::REQUEST_TIMEOUT,
+                    Duration::from_millis(config.request_timeout_ms),
+                ))
                 // 7. Bounded request bodies (checked against Content-Length and while streaming).
                 .layer(RequestBodyLimitLayer::new(config.body_limit_bytes))
                 // 8. Compressed responses for clients that ask.
@@ -82,7 +92,8 @@ where
     B::Error: Into<axum::BoxError>,
 {
     let status = response.status();
-    let is_problem = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    let is_problem =
+        response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
     if !(status.is_client_error() || status.is_server_error()) || is_problem {
         return response.map(axum::body::Body::new);
     }

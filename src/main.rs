@@ -148,7 +148,9 @@ async fn main() -> ExitCode {
         Ok(Outcome::Absent) => ExitCode::from(4),
         Err(e) => {
             match e.downcast_ref::<Error>() {
-                Some(api) if !matches!(api, Error::Database(_) | Error::Internal(_)) => eprintln!("error ({}): {api}", api.code()),
+                Some(api) if !matches!(api, Error::Database(_) | Error::Internal(_)) => {
+                    eprintln!("error ({}): {api}", api.code())
+                }
                 _ => eprintln!("error: {e:#}"),
             }
             ExitCode::from(1)
@@ -202,7 +204,8 @@ async fn dispatch(db: &Db, command: Command) -> anyhow::Result<Outcome> {
 }
 
 fn json_arg(field: &'static str, raw: &str) -> Result<kv::BoundedValue, Error> {
-    let value = serde_json::from_str(raw).map_err(|e| Error::invalid("invalid_json", Some(field), format!("{field} is not JSON: {e}")))?;
+    let value = serde_json::from_str(raw)
+        .map_err(|e| Error::invalid("invalid_json", Some(field), format!("{field} is not JSON: {e}")))?;
     kv::BoundedValue::parse(value)
 }
 

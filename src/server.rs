@@ -1,6 +1,9 @@
 //! `gatehouse serve`: database (given or embedded), migrations, HTTP, graceful shutdown.
 
-use std::{sync::Arc, time::{Duration, Instant}};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 use tokio::{net::TcpListener, sync::watch};

@@ -68,7 +68,10 @@ async fn get_set_delete_and_list() {
     assert_eq!(page.entries.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["p/3"]);
     assert_eq!(page.next, None);
     let all_p = kv::list(&t.db, tenant, "p", None, 100).await.unwrap();
-    assert_eq!(all_p.entries.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["p", "p/1", "p/2", "p/3", "p0", "pé/1", "p\u{10FFFF}"]);
+    assert_eq!(
+        all_p.entries.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        ["p", "p/1", "p/2", "p/3", "p0", "pé/1", "p\u{10FFFF}"]
+    );
     assert_eq!(kv::list(&t.db, tenant, "", None, 100).await.unwrap().entries.len(), 8);
     assert_eq!(kv::list(&t.db, tenant, "", None, 0).await.unwrap_err().code(), "invalid_limit");
 }
@@ -91,11 +94,17 @@ async fn ttl_is_judged_by_the_database_clock_and_expired_rows_count_as_absent() 
     let audit = Audit::cli();
     kv::set(&t.db, tenant, &audit, &key("short"), &val(json!(1)), Some(100)).await.unwrap();
     let db = &t.db;
-    assert!(eventually(Duration::from_secs(10), || async move { kv::get(db, tenant, &key("short")).await.unwrap().is_none() }).await);
+    assert!(
+        eventually(Duration::from_secs(10), || async move { kv::get(db, tenant, &key("short")).await.unwrap().is_none() }).await
+    );
     assert!(kv::list(&t.db, tenant, "", None, 10).await.unwrap().entries.is_empty());
     // Expired counts as absent for compare-and-set, and a delete of it does nothing.
     assert!(!kv::delete(&t.db, tenant, &audit, &key("short")).await.unwrap());
-    assert!(kv::compare_and_set(&t.db, tenant, &audit, &key("short"), &Expect::Absent, &Next::Value(val(json!(2))), None).await.unwrap());
+    assert!(
+        kv::compare_and_set(&t.db, tenant, &audit, &key("short"), &Expect::Absent, &Next::Value(val(json!(2))), None)
+            .await
+            .unwrap()
+    );
     assert_eq!(kv::get(&t.db, tenant, &key("short")).await.unwrap().unwrap().value, json!(2));
 }
 

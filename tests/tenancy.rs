@@ -36,14 +36,19 @@ async fn every_tenant_table_has_forced_rls_and_tenant_first_keys() {
     let tables = tenant_tables(&mut conn).await;
     assert!(tables.len() >= 3, "expected the foundation's tenant tables, found {tables:?}");
     for table in tables.iter().map(String::as_str).chain(["tenants"]) {
-        let row = sqlx::query("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE relname = $1 AND relkind IN ('r','p')")
+        let row =
+            sqlx::query("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE relname = $1 AND relkind IN ('r','p')")
+                .bind(table)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert!(row.get::<bool, _>(0), "{table}: row-level security is not enabled");
+        assert!(row.get::<bool, _>(1), "{table}: row-level security is not forced");
+        let policies: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_policies WHERE tablename = $1")
             .bind(table)
             .fetch_one(&mut conn)
             .await
             .unwrap();
-        assert!(row.get::<bool, _>(0), "{table}: row-level security is not enabled");
-        assert!(row.get::<bool, _>(1), "{table}: row-level security is not forced");
-        let policies: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_policies WHERE tablename = $1").bind(table).fetch_one(&mut conn).await.unwrap();
         assert!(policies > 0, "{table}: no policy");
     }
     for table in &tables {
@@ -71,10 +76,12 @@ async fn the_application_role_owns_nothing_and_cannot_bypass_rls() {
         .unwrap();
     assert_eq!(row.get::<String, _>(0), "gatehouse_app");
     assert!(!row.get::<bool, _>(1) && !row.get::<bool, _>(2));
-    let owned: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_class WHERE relowner = (SELECT oid FROM pg_roles WHERE rolname = 'gatehouse_app')")
-        .fetch_one(t.db.pool())
-        .await
-        .unwrap();
+    let owned: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class WHERE relowner = (SELECT oid FROM pg_roles WHERE rolname = 'gatehouse_app')",
+    )
+    .fetch_one(t.db.pool())
+    .await
+    .unwrap();
     assert_eq!(owned, 0);
 }
 
@@ -82,11 +89,28 @@ async fn the_application_role_owns_nothing_and_cannot_bypass_rls() {
 async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
     let mut tx = conn.begin().await.unwrap();
     tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
-    sqlx::query("INSERT INTO members (tenant_id, id, issuer, subject, role) VALUES ($1, gen_random_uuid(), 'https://idp', $2, 'member')")
-        .bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
-    sqlx::query("INSERT INTO kv_entries (tenant_id, key, value) VALUES ($1, $2, '1')").bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
-    sqlx::query("INSERT INTO admin_log (id, tenant_id, actor, action, target) VALUES (gen_random_uuid(), $1, 'test', 'seed', $2)")
-        .bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
+    sqlx::query(
+        "INSERT INTO members (tenant_id, id, issuer, subject, role) VALUES ($1, gen_random_uuid(), 'https://idp', $2, 'member')",
+    )
+    .bind(tenant)
+    .bind(tag)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO kv_entries (tenant_id, key, value) VALUES ($1, $2, '1')")
+        .bind(tenant)
+        .bind(tag)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO admin_log (id, tenant_id, actor, action, target) VALUES (gen_random_uuid(), $1, 'test', 'seed', $2)",
+    )
+    .bind(tenant)
+    .bind(tag)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
 }
 
@@ -105,20 +129,24 @@ async fn in_tenant_a_no_row_of_tenant_b_is_visible_in_any_table() {
         let mut tx = owner.begin().await.unwrap();
         tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
         let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table} WHERE tenant_id = $1")))
-            .bind(b).fetch_one(&mut *tx).await.unwrap();
+            .bind(b)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
         assert!(n > 0, "{table}: seed() must insert a row for tenant B");
         tx.rollback().await.unwrap();
     }
 
     for table in tables {
         let table = table.as_str();
-        let (foreign, own, total) = t
-            .db
-            .serializable(Scope::Tenant(a), |conn, _| {
+        let (foreign, own, total) =
+            t.db.serializable(Scope::Tenant(a), |conn, _| {
                 Box::pin(async move {
                     let q = |sql: String| sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
-                    let foreign = q(format!("SELECT count(*) FROM {table} WHERE tenant_id = $1")).bind(b).fetch_one(&mut *conn).await?;
-                    let own = q(format!("SELECT count(*) FROM {table} WHERE tenant_id = $1")).bind(a).fetch_one(&mut *conn).await?;
+                    let foreign =
+                        q(format!("SELECT count(*) FROM {table} WHERE tenant_id = $1")).bind(b).fetch_one(&mut *conn).await?;
+                    let own =
+                        q(format!("SELECT count(*) FROM {table} WHERE tenant_id = $1")).bind(a).fetch_one(&mut *conn).await?;
                     let total = q(format!("SELECT count(*) FROM {table}")).fetch_one(&mut *conn).await?;
                     Ok((foreign, own, total))
                 })
@@ -131,17 +159,20 @@ async fn in_tenant_a_no_row_of_tenant_b_is_visible_in_any_table() {
 
         // Without any context, nothing is visible at all.
         let mut tx = t.db.pool().begin().await.unwrap();
-        let none: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}"))).fetch_one(&mut *tx).await.unwrap();
+        let none: i64 =
+            sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}"))).fetch_one(&mut *tx).await.unwrap();
         assert_eq!(none, 0, "{table}: rows visible without a tenant context");
         tx.rollback().await.unwrap();
     }
 
     // Writing a row for tenant B from tenant A's context is refused by the policy.
-    let err = t
-        .db
-        .serializable(Scope::Tenant(a), |conn, _| {
+    let err =
+        t.db.serializable(Scope::Tenant(a), |conn, _| {
             Box::pin(async move {
-                sqlx::query("INSERT INTO kv_entries (tenant_id, key, value) VALUES ($1, 'x', '1')").bind(b).execute(&mut *conn).await?;
+                sqlx::query("INSERT INTO kv_entries (tenant_id, key, value) VALUES ($1, 'x', '1')")
+                    .bind(b)
+                    .execute(&mut *conn)
+                    .await?;
                 Ok(())
             })
         })
@@ -149,9 +180,8 @@ async fn in_tenant_a_no_row_of_tenant_b_is_visible_in_any_table() {
         .unwrap_err();
     assert_eq!(err.sqlstate().as_deref(), Some("42501"), "{err:?}");
     // And an update cannot move A's row to B.
-    let err = t
-        .db
-        .serializable(Scope::Tenant(a), |conn, _| {
+    let err =
+        t.db.serializable(Scope::Tenant(a), |conn, _| {
             Box::pin(async move {
                 sqlx::query("UPDATE kv_entries SET tenant_id = $1").bind(b).execute(&mut *conn).await?;
                 Ok(())
@@ -168,20 +198,22 @@ use sqlx::AssertSqlSafe;
 async fn admin_log_rejects_update_and_delete() {
     let t = TestDb::new().await;
     let a = tenants::create(&t.db, &Audit::cli(), "tenant-a", "A").await.unwrap().id;
-    kv::set(&t.db, a, &Audit::cli(), &kv::Key::parse("k").unwrap(), &kv::BoundedValue::parse(json!(1)).unwrap(), None).await.unwrap();
+    kv::set(&t.db, a, &Audit::cli(), &kv::Key::parse("k").unwrap(), &kv::BoundedValue::parse(json!(1)).unwrap(), None)
+        .await
+        .unwrap();
     for sql in ["UPDATE admin_log SET actor = 'forged'", "DELETE FROM admin_log", "TRUNCATE admin_log"] {
-        let err = t
-            .db
-            .serializable(Scope::Tenant(a), |conn, _| Box::pin(async move { conn.execute(sql).await.map(|_| ()).map_err(Error::from) }))
+        let err =
+            t.db.serializable(Scope::Tenant(a), |conn, _| {
+                Box::pin(async move { conn.execute(sql).await.map(|_| ()).map_err(Error::from) })
+            })
             .await
             .unwrap_err();
         assert_eq!(err.sqlstate().as_deref(), Some("42501"), "{sql}: {err:?}");
     }
-    let rows = t
-        .db
-        .serializable(Scope::Tenant(a), |conn, _| Box::pin(gatehouse::admin_log::list(conn, Some(a), None, 10)))
-        .await
-        .unwrap();
+    let rows =
+        t.db.serializable(Scope::Tenant(a), |conn, _| Box::pin(gatehouse::admin_log::list(conn, Some(a), None, 10)))
+            .await
+            .unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].actor, "cli");
     assert_eq!(rows[0].action, "kv.set");

@@ -124,7 +124,10 @@ impl Cluster {
 
     async fn initdb(&self, extra_conf: &[&str]) -> anyhow::Result<()> {
         if self.pgdata.exists() && fs::read_dir(&self.pgdata)?.next().is_some() {
-            bail!("{} exists but holds no PostgreSQL cluster; move it away or choose another GATEHOUSE_DATA_DIR", self.pgdata.display());
+            bail!(
+                "{} exists but holds no PostgreSQL cluster; move it away or choose another GATEHOUSE_DATA_DIR",
+                self.pgdata.display()
+            );
         }
         tracing::info!(dir = %self.pgdata.display(), "creating the embedded PostgreSQL cluster");
         let password: String = rand::rng().sample_iter(Alphanumeric).take(32).map(char::from).collect();
@@ -183,9 +186,8 @@ impl Cluster {
         for _ in 0..3 {
             let port = free_port()?;
             let log = self.pgdata.join("server.log");
-            let result = self
-                .pg_ctl(&["start", "-w", "-t", "60", "-l", &log.to_string_lossy(), "-o", &format!("-p {port}")])
-                .await;
+            let result =
+                self.pg_ctl(&["start", "-w", "-t", "60", "-l", &log.to_string_lossy(), "-o", &format!("-p {port}")]).await;
             match result {
                 Ok(()) => {
                     tracing::info!(port, "embedded PostgreSQL started");
@@ -198,14 +200,7 @@ impl Cluster {
     }
 
     async fn pg_ctl(&self, args: &[&str]) -> anyhow::Result<()> {
-        let out = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(&self.pgdata)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .await?;
+        let out = self.command("pg_ctl").arg("-D").arg(&self.pgdata).args(args).stdin(Stdio::null()).output().await?;
         if !out.status.success() {
             bail!("pg_ctl {}: {}", args[0], String::from_utf8_lossy(&out.stderr).trim());
         }
@@ -240,7 +235,10 @@ impl Cluster {
             .fetch_one(&mut conn)
             .await?;
         if !app_exists {
-            conn.execute(AssertSqlSafe(format!("CREATE ROLE {} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS NOINHERIT", crate::db::APP_ROLE)))
+            conn.execute(AssertSqlSafe(format!(
+                "CREATE ROLE {} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS NOINHERIT",
+                crate::db::APP_ROLE
+            )))
             .await?;
             conn.execute(AssertSqlSafe(format!("GRANT {} TO {OWNER_ROLE}", crate::db::APP_ROLE))).await?;
         }
@@ -300,10 +298,10 @@ impl Cluster {
 /// `/usr/lib/postgresql/*/bin`.
 pub fn find_binaries() -> anyhow::Result<PathBuf> {
     let has_both = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
-    if let Some(path) = std::env::var_os("PATH") {
-        if let Some(dir) = std::env::split_paths(&path).find(|d| has_both(d)) {
-            return Ok(dir);
-        }
+    if let Some(path) = std::env::var_os("PATH")
+        && let Some(dir) = std::env::split_paths(&path).find(|d| has_both(d))
+    {
+        return Ok(dir);
     }
     let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
         .into_iter()

@@ -107,7 +107,12 @@ impl Db {
                 Err(e) if e.is_retryable_conflict() && attempt < MAX_ATTEMPTS => {
                     let cap_ms = (2u64 << attempt.min(7)).min(250);
                     let sleep_ms = rand::rng().random_range(1..=cap_ms);
-                    tracing::debug!(attempt, sleep_ms, sqlstate = e.sqlstate().unwrap_or_default(), "serialization conflict, retrying");
+                    tracing::debug!(
+                        attempt,
+                        sleep_ms,
+                        sqlstate = e.sqlstate().unwrap_or_default(),
+                        "serialization conflict, retrying"
+                    );
                     tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
                     attempt += 1;
                 }

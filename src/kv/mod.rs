@@ -109,12 +109,28 @@ pub async fn get(db: &Db, tenant: TenantId, key: &Key) -> Result<Option<Entry>> 
 }
 
 /// Sets `key` unconditionally.
-pub async fn set(db: &Db, tenant: TenantId, audit: &Audit, key: &Key, value: &BoundedValue, ttl_ms: Option<i64>) -> Result<Entry> {
+pub async fn set(
+    db: &Db,
+    tenant: TenantId,
+    audit: &Audit,
+    key: &Key,
+    value: &BoundedValue,
+    ttl_ms: Option<i64>,
+) -> Result<Entry> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
             store::prune(&mut *conn, tenant).await?;
             let (entry, before) = store::upsert(&mut *conn, tenant, key.as_str(), &value.0, ttl_ms).await?;
-            log(conn, tenant, audit, "kv.set", key, before, Some(json!({ "value": entry.value, "expires_at": entry.expires_at }))).await?;
+            log(
+                conn,
+                tenant,
+                audit,
+                "kv.set",
+                key,
+                before,
+                Some(json!({ "value": entry.value, "expires_at": entry.expires_at })),
+            )
+            .await?;
             Ok(entry)
         })
     })
@@ -171,9 +187,11 @@ pub async fn compare_and_set(
                 (Expect::Absent, Next::Value(v)) => {
                     (store::insert_if_absent(&mut *conn, tenant, k, &v.0, ttl_ms).await?, None, Some(v.0.clone()))
                 }
-                (Expect::Value(e), Next::Value(v)) => {
-                    (store::update_if_equal(&mut *conn, tenant, k, &e.0, &v.0, ttl_ms).await?, Some(e.0.clone()), Some(v.0.clone()))
-                }
+                (Expect::Value(e), Next::Value(v)) => (
+                    store::update_if_equal(&mut *conn, tenant, k, &e.0, &v.0, ttl_ms).await?,
+                    Some(e.0.clone()),
+                    Some(v.0.clone()),
+                ),
                 (Expect::Value(e), Next::Delete) => {
                     (store::delete(&mut *conn, tenant, k, Some(&e.0)).await?.is_some(), Some(e.0.clone()), None)
                 }
@@ -199,7 +217,11 @@ async fn log(
     after: Option<Value>,
 ) -> Result<()> {
     let before = before.map(|v| json!({ "value": v }));
-    admin_log::record(conn, LogEntry { tenant: Some(tenant), audit, action, target: format!("kv:{}", key.as_str()), before, after }).await
+    admin_log::record(
+        conn,
+        LogEntry { tenant: Some(tenant), audit, action, target: format!("kv:{}", key.as_str()), before, after },
+    )
+    .await
 }
 
 /// The least string greater than every string that starts with `prefix`, in code-point
@@ -263,7 +285,7 @@ mod tests {
                         prop_assert!(other.starts_with(&prefix));
                     }
                 }
-                None => prop_assert!(prefix.chars().all(|c| c == '\u{10FFFF}')),
+                None => prop_assert!(prefix.chars().all(|c| c == char::MAX), "no bound for {:?}", prefix),
             }
         }
 

@@ -42,24 +42,38 @@ pub async fn prune(conn: &mut PgConnection, tenant: TenantId) -> Result<u64> {
 }
 
 pub async fn get(conn: &mut PgConnection, tenant: TenantId, key: &str) -> Result<Option<Entry>> {
-    sqlx::query(concat!("SELECT key, value, expires_at, updated_at FROM kv_entries WHERE tenant_id = $1 AND key = $2 AND ", live!(), ""))
-        .bind(tenant)
-        .bind(key)
-        .fetch_optional(conn)
-        .await?
-        .as_ref()
-        .map(entry)
-        .transpose()
+    sqlx::query(concat!(
+        "SELECT key, value, expires_at, updated_at FROM kv_entries WHERE tenant_id = $1 AND key = $2 AND ",
+        live!(),
+        ""
+    ))
+    .bind(tenant)
+    .bind(key)
+    .fetch_optional(conn)
+    .await?
+    .as_ref()
+    .map(entry)
+    .transpose()
 }
 
 /// Inserts or replaces; returns the new entry and the live value it replaced.
-pub async fn upsert(conn: &mut PgConnection, tenant: TenantId, key: &str, value: &Value, ttl_ms: Option<i64>) -> Result<(Entry, Option<Value>)> {
-    let row = sqlx::query(concat!("WITH old AS (SELECT value FROM kv_entries WHERE tenant_id = $1 AND key = $2 AND ", live!(), ")
+pub async fn upsert(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    key: &str,
+    value: &Value,
+    ttl_ms: Option<i64>,
+) -> Result<(Entry, Option<Value>)> {
+    let row = sqlx::query(concat!(
+        "WITH old AS (SELECT value FROM kv_entries WHERE tenant_id = $1 AND key = $2 AND ",
+        live!(),
+        ")
          INSERT INTO kv_entries (tenant_id, key, value, expires_at)
          VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
          ON CONFLICT (tenant_id, key) DO UPDATE
              SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
-         RETURNING key, value, expires_at, updated_at, (SELECT value FROM old) AS before"))
+         RETURNING key, value, expires_at, updated_at, (SELECT value FROM old) AS before"
+    ))
     .bind(tenant)
     .bind(key)
     .bind(value)
@@ -70,7 +84,13 @@ pub async fn upsert(conn: &mut PgConnection, tenant: TenantId, key: &str, value:
 }
 
 /// Inserts only when no live row holds the key (an expired one is replaced).
-pub async fn insert_if_absent(conn: &mut PgConnection, tenant: TenantId, key: &str, value: &Value, ttl_ms: Option<i64>) -> Result<bool> {
+pub async fn insert_if_absent(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    key: &str,
+    value: &Value,
+    ttl_ms: Option<i64>,
+) -> Result<bool> {
     let row = sqlx::query(
         "INSERT INTO kv_entries (tenant_id, key, value, expires_at)
          VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
@@ -97,9 +117,13 @@ pub async fn update_if_equal(
     next: &Value,
     ttl_ms: Option<i64>,
 ) -> Result<bool> {
-    let row = sqlx::query(concat!("UPDATE kv_entries SET value = $4, expires_at = now() + $5 * interval '1 millisecond', updated_at = now()
-         WHERE tenant_id = $1 AND key = $2 AND value = $3 AND ", live!(), "
-         RETURNING 1"))
+    let row = sqlx::query(concat!(
+        "UPDATE kv_entries SET value = $4, expires_at = now() + $5 * interval '1 millisecond', updated_at = now()
+         WHERE tenant_id = $1 AND key = $2 AND value = $3 AND ",
+        live!(),
+        "
+         RETURNING 1"
+    ))
     .bind(tenant)
     .bind(key)
     .bind(expected)
@@ -112,8 +136,12 @@ pub async fn update_if_equal(
 
 /// Deletes the live row (only when it equals `expected`, if given); returns its value.
 pub async fn delete(conn: &mut PgConnection, tenant: TenantId, key: &str, expected: Option<&Value>) -> Result<Option<Value>> {
-    let row = sqlx::query(concat!("DELETE FROM kv_entries WHERE tenant_id = $1 AND key = $2 AND ", live!(), " AND ($3::jsonb IS NULL OR value = $3)
-         RETURNING value"))
+    let row = sqlx::query(concat!(
+        "DELETE FROM kv_entries WHERE tenant_id = $1 AND key = $2 AND ",
+        live!(),
+        " AND ($3::jsonb IS NULL OR value = $3)
+         RETURNING value"
+    ))
     .bind(tenant)
     .bind(key)
     .bind(expected)
@@ -130,9 +158,13 @@ pub async fn list(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Entry>> {
-    sqlx::query(concat!("SELECT key, value, expires_at, updated_at FROM kv_entries
-         WHERE tenant_id = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3) AND ($4::text IS NULL OR key > $4) AND ", live!(), "
-         ORDER BY key LIMIT $5"))
+    sqlx::query(concat!(
+        "SELECT key, value, expires_at, updated_at FROM kv_entries
+         WHERE tenant_id = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3) AND ($4::text IS NULL OR key > $4) AND ",
+        live!(),
+        "
+         ORDER BY key LIMIT $5"
+    ))
     .bind(tenant)
     .bind(prefix)
     .bind(upper)

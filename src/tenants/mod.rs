@@ -136,9 +136,10 @@ pub async fn set_status(db: &Db, audit: &Audit, slug: &str, status: Status) -> R
                     message: format!("a {} tenant cannot become {}", before.status.as_str(), status.as_str()),
                 });
             }
-            let after = store::update_status(&mut *conn, before.id, before.status, status)
-                .await?
-                .ok_or(Error::Precondition { code: "status_changed", message: "the tenant's status changed; reload and retry".into() })?;
+            let after = store::update_status(&mut *conn, before.id, before.status, status).await?.ok_or(Error::Precondition {
+                code: "status_changed",
+                message: "the tenant's status changed; reload and retry".into(),
+            })?;
             admin_log::record(
                 conn,
                 Entry {

@@ -1,6 +1,6 @@
 //! Tenant SQL.
 
-use sqlx::{PgConnection, PgExecutor, postgres::PgRow, Row};
+use sqlx::{PgConnection, PgExecutor, Row, postgres::PgRow};
 use uuid::Uuid;
 
 use super::{Status, Tenant, TenantId};
@@ -34,7 +34,12 @@ pub async fn insert(conn: &mut PgConnection, id: TenantId, slug: &str, name: &st
 }
 
 pub async fn list(conn: &mut PgConnection) -> Result<Vec<Tenant>> {
-    sqlx::query(concat!("SELECT ", columns!(), " FROM tenants ORDER BY slug")).fetch_all(conn).await?.into_iter().map(from_row).collect()
+    sqlx::query(concat!("SELECT ", columns!(), " FROM tenants ORDER BY slug"))
+        .fetch_all(conn)
+        .await?
+        .into_iter()
+        .map(from_row)
+        .collect()
 }
 
 pub async fn by_slug<'e>(executor: impl PgExecutor<'e>, slug: &str) -> Result<Option<Tenant>> {
@@ -48,7 +53,10 @@ pub async fn by_slug<'e>(executor: impl PgExecutor<'e>, slug: &str) -> Result<Op
 
 /// Compare-and-set on the status the caller read; `None` when it changed meanwhile.
 pub async fn update_status(conn: &mut PgConnection, id: TenantId, from: Status, to: Status) -> Result<Option<Tenant>> {
-    sqlx::query(concat!("UPDATE tenants SET status = $3, updated_at = now() WHERE id = $1 AND status = $2 RETURNING ", columns!()))
+    sqlx::query(concat!(
+        "UPDATE tenants SET status = $3, updated_at = now() WHERE id = $1 AND status = $2 RETURNING ",
+        columns!()
+    ))
     .bind(id)
     .bind(from.as_str())
     .bind(to.as_str())

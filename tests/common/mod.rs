@@ -13,7 +13,10 @@ use gatehouse::{
     db::{Db, embedded::Cluster, migrate},
 };
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
-use tokio::{process::{Child, Command}, sync::OnceCell};
+use tokio::{
+    process::{Child, Command},
+    sync::OnceCell,
+};
 use uuid::Uuid;
 
 /// Where per-test databases are created.
@@ -35,9 +38,12 @@ async fn server() -> &'static Server {
             // Under /tmp so the unprivileged PostgreSQL user can reach it even when the
             // checkout lives under /root. Durability is pointless for throwaway databases.
             let root = std::env::temp_dir().join("gatehouse-test-pg");
-            let cluster = Cluster::start(&root, &["fsync = off", "synchronous_commit = off", "full_page_writes = off", "max_connections = 400"])
-                .await
-                .expect("start the test PostgreSQL cluster");
+            let cluster = Cluster::start(
+                &root,
+                &["fsync = off", "synchronous_commit = off", "full_page_writes = off", "max_connections = 400"],
+            )
+            .await
+            .expect("start the test PostgreSQL cluster");
             Server::Embedded(cluster)
         })
         .await
@@ -152,15 +158,19 @@ impl Served {
         let client = reqwest::Client::new();
         let deadline = Instant::now() + within;
         loop {
-            if let Ok(r) = client.get(format!("{}/readyz", self.base)).send().await {
-                if r.status() == 200 {
-                    return;
-                }
+            if let Ok(r) = client.get(format!("{}/readyz", self.base)).send().await
+                && r.status() == 200
+            {
+                return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("gatehouse serve exited with {status}: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
             }
-            assert!(Instant::now() < deadline, "gatehouse serve not ready in time: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            assert!(
+                Instant::now() < deadline,
+                "gatehouse serve not ready in time: {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
