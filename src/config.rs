@@ -51,6 +51,33 @@ pub struct Config {
     pub request_timeout_ms: u64,
     pub body_limit_bytes: usize,
     pub db_max_connections: u32,
+    /// Live access tokens a tenant may hold (`GATEHOUSE_TOKEN_CAP`, 1–1000).
+    pub token_cap: i32,
+}
+
+impl Config {
+    /// `scheme://host[:port]` of the public URL: what a same-origin `Origin` header says.
+    pub fn public_origin(&self) -> &str {
+        let after_scheme = self.public_url.find("://").map_or(0, |i| i + 3);
+        match self.public_url[after_scheme..].find('/') {
+            Some(i) => &self.public_url[..after_scheme + i],
+            None => &self.public_url,
+        }
+    }
+
+    /// Cookies are Secure except on plain-http loopback (local development).
+    pub fn cookie_secure(&self) -> bool {
+        let origin = self.public_origin();
+        let Some(host) = origin.strip_prefix("http://") else { return true };
+        let host =
+            host.rsplit_once(':').map_or(host, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { host });
+        !(host == "localhost" || host == "[::1]" || host.starts_with("127."))
+    }
+
+    /// Whether the built-in development sign-in provider is active.
+    pub fn dev_sign_in(&self) -> bool {
+        self.oidc_issuer.is_none() && self.env == Environment::Development
+    }
 }
 
 /// One problem with one variable.
@@ -126,6 +153,10 @@ impl Config {
             );
         }
 
+        if oidc_issuer.is_some() && get("GATEHOUSE_OIDC_CLIENT_ID").is_none() {
+            bad("GATEHOUSE_OIDC_CLIENT_ID", "is required with GATEHOUSE_OIDC_ISSUER".into());
+        }
+
         let mut number = |var: &'static str, default: u64, min: u64, max: u64| -> u64 {
             match get(var) {
                 None => default,
@@ -142,6 +173,7 @@ impl Config {
         let request_timeout_ms = number("GATEHOUSE_REQUEST_TIMEOUT_MS", 60_000, 100, 3_600_000);
         let body_limit_bytes = number("GATEHOUSE_BODY_LIMIT_BYTES", 1 << 20, 1024, 64 << 20) as usize;
         let db_max_connections = number("GATEHOUSE_DB_MAX_CONNECTIONS", 16, 1, 1000) as u32;
+        let token_cap = number("GATEHOUSE_TOKEN_CAP", 100, 1, 1000) as i32;
 
         let config = Config {
             database_url,
@@ -158,6 +190,7 @@ impl Config {
             request_timeout_ms,
             body_limit_bytes,
             db_max_connections,
+            token_cap,
         };
         if problems.is_empty() { Ok(config) } else { Err(ConfigError(problems)) }
     }
@@ -182,6 +215,21 @@ mod tests {
         assert_eq!(c.body_limit_bytes, 1 << 20);
         assert_eq!(c.shutdown_grace_ms, 10_000);
         assert_eq!(c.public_url, "http://127.0.0.1:8080");
+        assert_eq!(c.public_origin(), "http://127.0.0.1:8080");
+        assert!(!c.cookie_secure());
+        assert!(c.dev_sign_in());
+        assert_eq!(c.token_cap, 100);
+    }
+
+    #[test]
+    fn origins_and_cookie_security() {
+        let c = load(&[("GATEHOUSE_PUBLIC_URL", "https://gw.example.com/base/")]).unwrap();
+        assert_eq!(c.public_origin(), "https://gw.example.com");
+        assert!(c.cookie_secure());
+        let c = load(&[("GATEHOUSE_PUBLIC_URL", "http://gw.example.com:8080")]).unwrap();
+        assert!(c.cookie_secure(), "plain http off loopback still marks cookies Secure");
+        let c = load(&[("GATEHOUSE_PUBLIC_URL", "http://localhost:3000")]).unwrap();
+        assert!(!c.cookie_secure());
     }
 
     #[test]
@@ -206,7 +254,13 @@ mod tests {
     fn production_requires_a_real_issuer() {
         let err = load(&[("GATEHOUSE_ENV", "production")]).unwrap_err();
         assert_eq!(err.0[0].var, "GATEHOUSE_OIDC_ISSUER");
-        assert!(load(&[("GATEHOUSE_ENV", "production"), ("GATEHOUSE_OIDC_ISSUER", "https://id.example")]).is_ok());
+        assert!(load(&[("GATEHOUSE_ENV", "production"), ("GATEHOUSE_OIDC_ISSUER", "https://id.example")]).is_err());
+        let ok = load(&[
+            ("GATEHOUSE_ENV", "production"),
+            ("GATEHOUSE_OIDC_ISSUER", "https://id.example"),
+            ("GATEHOUSE_OIDC_CLIENT_ID", "gh"),
+        ]);
+        assert!(!ok.unwrap().dev_sign_in());
     }
 
     #[test]

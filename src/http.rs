@@ -32,10 +32,20 @@ pub const REQUEST_ID: &str = "x-request-id";
 
 pub fn router(state: AppState) -> Router {
     let config = state.config.clone();
-    Router::new()
+    let dev_idp = state.dev_idp.is_some();
+    let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .fallback(not_found)
+        .merge(crate::oidc::http::router())
+        .merge(crate::tenants::http::router())
+        .merge(crate::members::http::router())
+        .merge(crate::tokens::http::router())
+        .merge(crate::service_credentials::http::router())
+        .merge(crate::kv::http::router());
+    if dev_idp {
+        app = app.merge(crate::dev_idp::http::router());
+    }
+    app.fallback(not_found)
         .with_state(state)
         // Outermost first:
         .layer(
@@ -159,6 +169,11 @@ where
             Err(e) => Err(Error::invalid("invalid_json", None, e.body_text())),
         }
     }
+}
+
+/// Parses an id from a path; anything malformed is simply not found.
+pub fn parse_id(raw: &str, what: &'static str) -> Result<uuid::Uuid, Error> {
+    raw.parse().map_err(|_| Error::NotFound { what })
 }
 
 /// `Cache-Control: no-store`, for responses that carry something only this caller may see.

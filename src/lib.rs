@@ -3,14 +3,23 @@
 #![forbid(unsafe_code)]
 
 pub mod admin_log;
+pub mod auth;
 pub mod config;
 pub mod db;
+pub mod dev_idp;
 pub mod error;
 pub mod http;
 pub mod kv;
+pub mod members;
+pub mod oidc;
+pub mod pages;
+pub mod secrets;
 pub mod server;
+pub mod service_credentials;
+pub mod sessions;
 pub mod telemetry;
 pub mod tenants;
+pub mod tokens;
 
 use std::sync::Arc;
 
@@ -19,4 +28,14 @@ use std::sync::Arc;
 pub struct AppState {
     pub db: db::Db,
     pub config: Arc<config::Config>,
+    /// Signs people in (through the configured provider, or the development one).
+    pub rp: Arc<oidc::RelyingParty>,
+    /// The built-in development provider, when active.
+    pub dev_idp: Option<Arc<dev_idp::DevIdp>>,
+}
+
+/// Installs the process-wide TLS crypto provider (ring). reqwest is built without one, so
+/// this must run before the first client is built; later calls do nothing.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }

@@ -9,7 +9,7 @@ use gatehouse::{
     config::Config,
     db::Db,
     error::Error,
-    kv, server,
+    kv, members, server,
     tenants::{self, Status},
 };
 
@@ -32,6 +32,60 @@ enum Command {
     /// Read and write a tenant's key-value store.
     #[command(subcommand)]
     Kv(KvCommand),
+    /// Manage a tenant's access tokens (`gth_…`).
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Manage a tenant's service credentials (`gsc_…` + secret).
+    #[command(subcommand, name = "service-credential")]
+    ServiceCredential(CredentialCommand),
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token; prints its id, then the secret (shown this once only).
+    Create {
+        #[command(flatten)]
+        t: TenantArg,
+        #[arg(long)]
+        name: String,
+    },
+    /// One token per line: id, prefix, name, state, last used.
+    List {
+        #[command(flatten)]
+        t: TenantArg,
+    },
+    Rename {
+        #[command(flatten)]
+        t: TenantArg,
+        id: uuid::Uuid,
+        name: String,
+    },
+    Revoke {
+        #[command(flatten)]
+        t: TenantArg,
+        id: uuid::Uuid,
+    },
+}
+
+#[derive(Subcommand)]
+enum CredentialCommand {
+    /// Create a credential; prints its id, client id, then the secret (shown this once only).
+    Create {
+        #[command(flatten)]
+        t: TenantArg,
+        #[arg(long)]
+        name: String,
+    },
+    /// One credential per line: id, client id, name, state, last used.
+    List {
+        #[command(flatten)]
+        t: TenantArg,
+    },
+    Revoke {
+        #[command(flatten)]
+        t: TenantArg,
+        id: uuid::Uuid,
+    },
 }
 
 #[derive(Subcommand)]
@@ -41,6 +95,9 @@ enum TenantCommand {
         slug: String,
         #[arg(long)]
         name: String,
+        /// Invite this address as the tenant's first owner (accepted at their first sign-in).
+        #[arg(long)]
+        owner_email: Option<String>,
     },
     /// List tenants, one per line: slug, status, id, name.
     List,
@@ -122,6 +179,7 @@ enum Outcome {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    gatehouse::install_crypto();
     let cli = Cli::parse();
     let config = match Config::from_env() {
         Ok(config) => config,
@@ -168,7 +226,7 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<Outcome
             return Ok(Outcome::Ok);
         }
         let db = Db::connect(&database.owner_url, 2).await?;
-        let outcome = dispatch(&db, command).await;
+        let outcome = dispatch(&db, config.token_cap, command).await;
         db.pool().close().await;
         outcome
     }
@@ -177,12 +235,15 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<Outcome
     result
 }
 
-async fn dispatch(db: &Db, command: Command) -> anyhow::Result<Outcome> {
+async fn dispatch(db: &Db, token_cap: i32, command: Command) -> anyhow::Result<Outcome> {
     let audit = Audit::cli();
     match command {
         Command::Serve | Command::Migrate => unreachable!("handled by the caller"),
-        Command::Tenant(TenantCommand::Create { slug, name }) => {
+        Command::Tenant(TenantCommand::Create { slug, name, owner_email }) => {
             let t = tenants::create(db, &audit, &slug, &name).await?;
+            if let Some(email) = owner_email {
+                members::invite(db, t.id, &audit, &email, members::Role::Owner).await?;
+            }
             println!("{}\t{}", t.slug, t.id.0);
         }
         Command::Tenant(TenantCommand::List) => {
@@ -199,8 +260,68 @@ async fn dispatch(db: &Db, command: Command) -> anyhow::Result<Outcome> {
             println!("{}\t{}", t.slug, t.status.as_str());
         }
         Command::Kv(cmd) => return kv_command(db, &audit, cmd).await,
+        Command::Token(cmd) => token_command(db, &audit, token_cap, cmd).await?,
+        Command::ServiceCredential(cmd) => credential_command(db, &audit, cmd).await?,
     }
     Ok(Outcome::Ok)
+}
+
+fn used(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    at.map_or_else(|| "never".to_owned(), |t| t.to_rfc3339())
+}
+
+fn state(revoked: Option<chrono::DateTime<chrono::Utc>>) -> &'static str {
+    if revoked.is_some() { "revoked" } else { "live" }
+}
+
+async fn token_command(db: &Db, audit: &Audit, cap: i32, cmd: TokenCommand) -> anyhow::Result<()> {
+    match cmd {
+        TokenCommand::Create { t, name } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let created = gatehouse::tokens::create(db, tenant, audit, &name, None, cap).await?;
+            println!("{}\n{}", created.token.id, created.secret);
+        }
+        TokenCommand::List { t } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            for k in gatehouse::tokens::list(db, tenant).await? {
+                println!("{}\t{}\t{}\t{}\t{}", k.id, k.prefix, k.name, state(k.revoked_at), used(k.last_used_at));
+            }
+        }
+        TokenCommand::Rename { t, id, name } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let k = gatehouse::tokens::rename(db, tenant, audit, id, &name).await?;
+            println!("{}\t{}", k.id, k.name);
+        }
+        TokenCommand::Revoke { t, id } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let k = gatehouse::tokens::revoke(db, tenant, audit, id).await?;
+            println!("{}\t{}", k.id, state(k.revoked_at));
+        }
+    }
+    Ok(())
+}
+
+async fn credential_command(db: &Db, audit: &Audit, cmd: CredentialCommand) -> anyhow::Result<()> {
+    use gatehouse::service_credentials as sc;
+    match cmd {
+        CredentialCommand::Create { t, name } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let created = sc::create(db, tenant, audit, &name).await?;
+            println!("{}\n{}\n{}", created.credential.id, created.credential.client_id, created.client_secret);
+        }
+        CredentialCommand::List { t } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            for c in sc::list(db, tenant).await? {
+                println!("{}\t{}\t{}\t{}\t{}", c.id, c.client_id, c.name, state(c.revoked_at), used(c.last_used_at));
+            }
+        }
+        CredentialCommand::Revoke { t, id } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let c = sc::revoke(db, tenant, audit, id).await?;
+            println!("{}\t{}", c.id, state(c.revoked_at));
+        }
+    }
+    Ok(())
 }
 
 fn json_arg(field: &'static str, raw: &str) -> Result<kv::BoundedValue, Error> {

@@ -12,6 +12,8 @@ use crate::{
     AppState,
     config::{Config, Secret},
     db::{Db, embedded, migrate},
+    dev_idp::DevIdp,
+    oidc::{ProviderConfig, RelyingParty},
 };
 
 /// Where the database is: a URL given by the operator, or the embedded cluster we started.
@@ -44,6 +46,34 @@ impl Database {
     }
 }
 
+/// The relying party, pointed at the configured provider or at the development one.
+pub fn sign_in(config: &Config) -> anyhow::Result<(Arc<RelyingParty>, Option<Arc<DevIdp>>)> {
+    let redirect_uri = format!("{}/auth/callback", config.public_url);
+    let http = crate::oidc::http_client()?;
+    Ok(match &config.oidc_issuer {
+        Some(issuer) => {
+            let provider = ProviderConfig {
+                issuer: issuer.clone(),
+                client_id: config.oidc_client_id.clone().unwrap_or_default(),
+                client_secret: config.oidc_client_secret.as_ref().map(|s| s.expose().to_owned()),
+                redirect_uri,
+            };
+            (Arc::new(RelyingParty::new(provider, http)), None)
+        }
+        None => {
+            let idp = DevIdp::load_or_create(&config.data_dir, &config.public_url)?;
+            tracing::warn!(issuer = %idp.issuer, "development sign-in is active: anyone can sign in as anyone");
+            let provider = ProviderConfig {
+                issuer: idp.issuer.clone(),
+                client_id: crate::dev_idp::CLIENT_ID.into(),
+                client_secret: Some(idp.client_secret.clone()),
+                redirect_uri,
+            };
+            (Arc::new(RelyingParty::new(provider, http)), Some(Arc::new(idp)))
+        }
+    })
+}
+
 /// Runs the server until SIGTERM or SIGINT, then drains in-flight requests for at most
 /// `shutdown_grace_ms` and exits.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -53,7 +83,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("cannot listen on {}", config.listen))?;
     let grace = Duration::from_millis(config.shutdown_grace_ms);
     let listen = listener.local_addr()?;
-    let state = AppState { db: db.clone(), config: Arc::new(config) };
+    let (rp, dev_idp) = sign_in(&config)?;
+    let state = AppState { db: db.clone(), config: Arc::new(config), rp, dev_idp };
     let app = crate::http::router(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.

@@ -21,7 +21,7 @@ impl Drop for Telemetry {
 /// Installs the global subscriber. `default_filter` applies when `RUST_LOG` is unset.
 pub fn init(default_filter: &str, otlp_endpoint: Option<&str>) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let fmt = tracing_subscriber::fmt::layer().json().with_current_span(true).with_span_list(false).with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer().json().with_current_span(true).with_span_list(true).with_writer(std::io::stderr);
     // The exporter reads the endpoint and headers from the standard OTEL_* variables; its
     // default blocking HTTP client works whether or not a runtime exists yet.
     let provider = match otlp_endpoint {

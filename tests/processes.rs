@@ -75,7 +75,7 @@ async fn http_conventions_problem_json_request_ids_and_limits() {
     let mut cmd = gatehouse(Some(&t.url));
     cmd.env("GATEHOUSE_BODY_LIMIT_BYTES", "4096");
     let served = Served::start(cmd).await;
-    let http = reqwest::Client::new();
+    let http = common::http();
 
     let r = http.get(format!("{}/healthz", served.base)).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -123,11 +123,11 @@ async fn readiness_fails_when_a_migration_is_missing() {
     let mut served = Served::start(gatehouse(Some(&t.url))).await;
     let mut owner = t.owner_conn().await;
     owner.execute("DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)").await.unwrap();
-    let r = reqwest::get(format!("{}/readyz", served.base)).await.unwrap();
+    let r = common::http().get(format!("{}/readyz", served.base)).send().await.unwrap();
     assert_eq!(r.status(), 503);
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["code"], "not_ready");
     assert_eq!(
-        reqwest::get(format!("{}/healthz", served.base)).await.unwrap().status(),
+        common::http().get(format!("{}/healthz", served.base)).send().await.unwrap().status(),
         200,
         "liveness does not depend on the database"
     );

@@ -111,6 +111,15 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
     .execute(&mut *tx)
     .await
     .unwrap();
+    for sql in [
+        "INSERT INTO invitations (tenant_id, id, email, role, invited_by, expires_at) VALUES ($1, gen_random_uuid(), $2 || '@x.test', 'member', 'test', now() + interval '1 day')",
+        "INSERT INTO service_credentials (tenant_id, id, client_id, secret_hash, name, created_by) VALUES ($1, gen_random_uuid(), 'gsc_' || $2, convert_to($2, 'UTF8'), 'n', 'test')",
+        "INSERT INTO access_tokens (tenant_id, id, token_hash, prefix, name, created_by) VALUES ($1, gen_random_uuid(), convert_to($2, 'UTF8'), 'gth_', 'n', 'test')",
+        "INSERT INTO token_quotas (tenant_id, live) SELECT $1, length($2)",
+        "INSERT INTO permission_overrides (tenant_id, role, permission, allowed) SELECT $1, 'member', 'activity_access', $2 <> ''",
+    ] {
+        sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
+    }
     tx.commit().await.unwrap();
 }
 

@@ -34,6 +34,9 @@ pub enum Scope {
     /// Platform-wide work (provisioning, sweeps, reports). Every use names why, and the
     /// reason is logged, so nothing reaches across tenants by accident.
     Platform { reason: &'static str },
+    /// No tenant at all: only tables that are not tenant-owned (sign-in flows, sessions)
+    /// are visible.
+    Global,
 }
 
 /// The application's connection pool. Every connection runs as [`APP_ROLE`].
@@ -154,6 +157,7 @@ async fn apply_scope(conn: &mut PgConnection, scope: Scope) -> Result<()> {
             tracing::info!(reason, "platform context");
             sqlx::query("SELECT set_config('gatehouse.platform', 'on', true)").execute(&mut *conn).await?;
         }
+        Scope::Global => {}
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Tenants: the customer organisations everything else belongs to.
 
+pub mod http;
 pub mod store;
 
 use chrono::{DateTime, Utc};
@@ -83,32 +84,36 @@ fn validate_name(name: &str) -> Result<String> {
 pub async fn create(db: &Db, audit: &Audit, slug: &str, name: &str) -> Result<Tenant> {
     validate_slug(slug)?;
     let name = validate_name(name)?;
-    let id = TenantId(Uuid::now_v7());
     db.serializable(Scope::Platform { reason: "create tenant" }, |conn, _| {
         let name = name.clone();
-        Box::pin(async move {
-            let tenant = store::insert(conn, id, slug, &name).await.map_err(|e| {
-                e.on_constraint("tenants_slug_key", || Error::Conflict {
-                    code: "slug_taken",
-                    message: format!("a tenant with slug `{slug}` already exists"),
-                })
-            })?;
-            admin_log::record(
-                conn,
-                Entry {
-                    tenant: None,
-                    audit,
-                    action: "tenant.create",
-                    target: format!("tenant:{}", tenant.slug),
-                    before: None,
-                    after: Some(json!({ "id": tenant.id.0, "slug": tenant.slug, "name": tenant.name })),
-                },
-            )
-            .await?;
-            Ok(tenant)
-        })
+        Box::pin(async move { create_in(conn, audit, slug, &name).await })
     })
     .await
+}
+
+/// [`create`] inside the caller's platform-context transaction.
+pub async fn create_in(conn: &mut sqlx::PgConnection, audit: &Audit, slug: &str, name: &str) -> Result<Tenant> {
+    validate_slug(slug)?;
+    let name = validate_name(name)?;
+    let tenant = store::insert(&mut *conn, TenantId(Uuid::now_v7()), slug, &name).await.map_err(|e| {
+        e.on_constraint("tenants_slug_key", || Error::Conflict {
+            code: "slug_taken",
+            message: format!("a tenant with slug `{slug}` already exists"),
+        })
+    })?;
+    admin_log::record(
+        conn,
+        Entry {
+            tenant: None,
+            audit,
+            action: "tenant.create",
+            target: format!("tenant:{}", tenant.slug),
+            before: None,
+            after: Some(json!({ "id": tenant.id.0, "slug": tenant.slug, "name": tenant.name })),
+        },
+    )
+    .await?;
+    Ok(tenant)
 }
 
 /// All tenants, by slug.

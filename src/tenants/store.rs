@@ -65,3 +65,7 @@ pub async fn update_status(conn: &mut PgConnection, id: TenantId, from: Status, 
     .map(from_row)
     .transpose()
 }
+
+pub async fn count(conn: &mut PgConnection) -> Result<i64> {
+    Ok(sqlx::query_scalar("SELECT count(*) FROM tenants").fetch_one(conn).await?)
+}

@@ -96,6 +96,12 @@ impl TestDb {
     }
 }
 
+/// A plain HTTP client (no redirects followed, no cookies).
+pub fn http() -> reqwest::Client {
+    gatehouse::install_crypto();
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
 /// The `gatehouse` binary cargo built for these tests.
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gatehouse"))
@@ -139,8 +145,12 @@ pub fn free_port() -> u16 {
 
 impl Served {
     /// Starts `serve` with `cmd`'s environment on a free port and waits for `/readyz`.
-    pub async fn start(mut cmd: Command) -> Served {
-        let port = free_port();
+    pub async fn start(cmd: Command) -> Served {
+        Self::start_on(cmd, free_port()).await
+    }
+
+    /// [`Served::start`] on a chosen port (when a peer must know the URL in advance).
+    pub async fn start_on(mut cmd: Command, port: u16) -> Served {
         let log = std::env::temp_dir().join(format!("gatehouse-serve-{}.log", Uuid::new_v4().simple()));
         let log_file = std::fs::File::create(&log).unwrap();
         cmd.arg("serve")
@@ -155,7 +165,7 @@ impl Served {
     }
 
     pub async fn wait_ready(&mut self, within: Duration) {
-        let client = reqwest::Client::new();
+        let client = http();
         let deadline = Instant::now() + within;
         loop {
             if let Ok(r) = client.get(format!("{}/readyz", self.base)).send().await

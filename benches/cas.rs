@@ -1,0 +1,137 @@
+//! Compare-and-set throughput next to pgbench's single-row UPDATE on the same database in
+//! the same run (the physical ceiling of one round trip that writes a row).
+//!
+//!   cargo bench --bench cas                 # embedded cluster in target/bench-pg (durable defaults)
+//!   DATABASE_URL=postgres://… cargo bench --bench cas
+//!
+//! Each CAS client owns one key and swaps n → n+1 in a loop, so the figure is the cost of
+//! the whole decision (serializable transaction, tenant context, prune, conditional
+//! UPDATE, admin-log row, commit), not of contention. A contended run (16 clients, one key)
+//! is reported too. Environment: BENCH_SECONDS (default 10).
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use gatehouse::{
+    admin_log::Audit,
+    config::Secret,
+    db::{Db, embedded, migrate},
+    kv::{self, BoundedValue, Expect, Key, Next},
+    tenants::{self, TenantId},
+};
+use serde_json::json;
+use sqlx::{Connection, Executor};
+
+fn seconds() -> u64 {
+    std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10)
+}
+
+async fn cas_run(db: &Db, tenant: TenantId, clients: usize, shared_key: bool) -> (f64, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (swaps, attempts) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (db, stop, swaps, attempts) = (db.clone(), stop.clone(), swaps.clone(), attempts.clone());
+        let key = Key::parse(&if shared_key { format!("bench/{run_id}") } else { format!("bench/{run_id}/{c}") }).unwrap();
+        tasks.push(tokio::spawn(async move {
+            let audit = Audit { actor: format!("bench:{c}"), request_id: None };
+            let mut current: Option<i64> = None;
+            while !stop.load(Ordering::Relaxed) {
+                let expect = match current {
+                    None => Expect::Absent,
+                    Some(n) => Expect::Value(BoundedValue::parse(json!(n)).unwrap()),
+                };
+                let next_n = current.map_or(0, |n| n + 1);
+                let next = Next::Value(BoundedValue::parse(json!(next_n)).unwrap());
+                attempts.fetch_add(1, Ordering::Relaxed);
+                if kv::compare_and_set(&db, tenant, &audit, &key, &expect, &next, None).await.unwrap() {
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                    current = Some(next_n);
+                } else {
+                    // Lost to another client: read what is there and try from it.
+                    current = kv::get(&db, tenant, &key).await.unwrap().map(|e| e.value.as_i64().unwrap());
+                }
+            }
+        }));
+    }
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds())).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    (swaps.load(Ordering::Relaxed) as f64 / secs, attempts.load(Ordering::Relaxed) as f64 / secs)
+}
+
+fn pgbench(bin_dir: &std::path::Path, url: &str, clients: usize, script: &std::path::Path) -> f64 {
+    let pgbench =
+        [bin_dir.join("pgbench"), "pgbench".into()].into_iter().find(|p| p.is_file() || p.to_str() == Some("pgbench")).unwrap();
+    let out = std::process::Command::new(pgbench)
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+            "-T",
+            &seconds().to_string(),
+            "-f",
+        ])
+        .arg(script)
+        .arg(url)
+        .output()
+        .expect("run pgbench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "pgbench failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text.lines()
+        .find_map(|l| l.strip_prefix("tps = ").and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()))
+        .expect("pgbench printed tps")
+}
+
+#[tokio::main]
+async fn main() {
+    let (owner_url, bin_dir, _cluster) = match std::env::var("DATABASE_URL") {
+        Ok(url) => (Secret::new(url), embedded::find_binaries().unwrap_or_default(), None),
+        Err(_) => {
+            let dir = std::env::temp_dir().join("gatehouse-bench-pg");
+            let cluster = embedded::Cluster::start(&dir, &["max_connections = 200"]).await.expect("start bench cluster");
+            let url = cluster.owner_url(embedded::DATABASE);
+            (url, embedded::find_binaries().unwrap(), Some(cluster))
+        }
+    };
+    migrate::run(&owner_url).await.unwrap();
+    let db = Db::connect(&owner_url, 32).await.unwrap();
+    let slug = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let tenant = tenants::create(&db, &Audit::cli(), &slug, "Bench").await.unwrap().id;
+
+    let mut owner = sqlx::PgConnection::connect(owner_url.expose()).await.unwrap();
+    owner.execute("DROP TABLE IF EXISTS bench_counter").await.unwrap();
+    owner.execute("CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL)").await.unwrap();
+    owner.execute("INSERT INTO bench_counter SELECT i, 0 FROM generate_series(1, 64) i").await.unwrap();
+    let script = std::env::temp_dir().join("gatehouse-bench-update.sql");
+    std::fs::write(&script, "UPDATE bench_counter SET v = v + 1 WHERE id = :client_id + 1;\n").unwrap();
+
+    let version: String = sqlx::query_scalar("SHOW server_version").fetch_one(&mut owner).await.unwrap();
+    let fsync: String = sqlx::query_scalar("SHOW fsync").fetch_one(&mut owner).await.unwrap();
+    let sync_commit: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut owner).await.unwrap();
+    println!("PostgreSQL {version}, fsync={fsync}, synchronous_commit={sync_commit}, {} s per figure", seconds());
+    println!("| clients | gatehouse CAS swaps/s | pgbench single-row UPDATE tps | CAS / UPDATE |");
+    println!("|---|---|---|---|");
+    for clients in [1usize, 16] {
+        let (swaps, _) = cas_run(&db, tenant, clients, false).await;
+        let tps = pgbench(&bin_dir, owner_url.expose(), clients, &script);
+        println!("| {clients} | {swaps:.0} | {tps:.0} | {:.0}% |", swaps / tps * 100.0);
+    }
+    let (swaps, attempts) = cas_run(&db, tenant, 16, true).await;
+    println!("\ncontended: 16 clients on one key: {swaps:.0} swaps/s won, {attempts:.0} attempts/s");
+    owner.execute("DROP TABLE bench_counter").await.unwrap();
+}

@@ -1,0 +1,292 @@
+//! Who is calling, and in which tenant: the `TenantCtx` extractor every tenant handler takes.
+//!
+//! - Machines present a service credential (`Gatehouse-Client-Id` + `Gatehouse-Client-Secret`)
+//!   **and** an access token (`Authorization: Bearer gth_…`) of the same tenant, checked in
+//!   one database round trip. Anything missing, malformed, unknown, revoked or mismatched
+//!   answers the same 401. A request carrying any machine credential never falls back to a
+//!   browser session.
+//! - People present a session cookie; mutating requests also need the exact same-origin
+//!   `Origin` and the session's CSRF token (`X-CSRF-Token`).
+//! - Another tenant's path answers 404, exactly like a missing tenant.
+
+use axum::{
+    extract::{FromRequestParts, RawPathParams},
+    http::{HeaderMap, Method, header, request::Parts},
+};
+use serde::Serialize;
+use sqlx::Row;
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+use crate::{
+    AppState,
+    admin_log::Audit,
+    db::Scope,
+    error::{Error, Result},
+    members::{self, Member, Permission, Permissions, Principal, Role},
+    secrets, service_credentials,
+    sessions::{self, Session},
+    tenants::{self, Status, TenantId},
+    tokens,
+};
+
+pub const CLIENT_ID_HEADER: &str = "gatehouse-client-id";
+pub const CLIENT_SECRET_HEADER: &str = "gatehouse-client-secret";
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// The tenant a request acts in.
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantRef {
+    pub id: TenantId,
+    pub slug: String,
+}
+
+/// Who acts.
+#[derive(Clone, Debug)]
+pub enum Actor {
+    /// A signed-in person who is a member of the tenant.
+    Person { member: Box<Member>, session: Box<Session> },
+    /// A machine: service credential plus access token.
+    Machine { token_id: Uuid, credential_id: Uuid, principal: Option<Principal>, member_id: Option<Uuid>, role: Option<Role> },
+}
+
+#[derive(Clone, Debug)]
+pub struct TenantCtx {
+    pub tenant: TenantRef,
+    pub actor: Actor,
+    pub permissions: Permissions,
+    pub audit: Audit,
+}
+
+impl TenantCtx {
+    /// Denies unless the actor holds `permission`.
+    pub fn require(&self, permission: Permission) -> Result<()> {
+        if self.permissions.has(permission) {
+            Ok(())
+        } else {
+            Err(Error::Forbidden { code: "permission_denied", message: format!("this needs the {permission} permission") })
+        }
+    }
+
+    /// Denies machines outright, then checks the person's permission: a token never
+    /// manages tokens, credentials or members, and never carries operator authority.
+    pub fn require_person(&self, permission: Permission) -> Result<&Member> {
+        let member = self.person()?;
+        self.require(permission)?;
+        Ok(member)
+    }
+
+    /// The signed-in member; machines are refused.
+    pub fn person(&self) -> Result<&Member> {
+        match &self.actor {
+            Actor::Person { member, .. } => Ok(member),
+            Actor::Machine { .. } => Err(Error::Forbidden {
+                code: "person_required",
+                message: "only a signed-in person may do this, not a token".into(),
+            }),
+        }
+    }
+
+    /// Owners and admins only (membership management).
+    pub fn require_admin(&self) -> Result<&Member> {
+        let member = self.require_person(Permission::AccessTokenManagement)?;
+        if matches!(member.role, Role::Owner | Role::Admin) {
+            Ok(member)
+        } else {
+            Err(Error::Forbidden { code: "permission_denied", message: "only owners and admins manage members".into() })
+        }
+    }
+
+    /// The person behind the request, if any (a person, or a token issued by one).
+    pub fn principal(&self) -> Option<Principal> {
+        match &self.actor {
+            Actor::Person { member, .. } => Some(member.principal()),
+            Actor::Machine { principal, .. } => principal.clone(),
+        }
+    }
+}
+
+/// What the machine-authentication lookup found.
+#[derive(Debug)]
+struct MachineRow {
+    tenant: TenantRef,
+    status: String,
+    credential_id: Uuid,
+    token_id: Uuid,
+    principal: Option<Principal>,
+    member_id: Option<Uuid>,
+    role: Option<Role>,
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn has_machine_credentials(headers: &HeaderMap) -> bool {
+    headers.contains_key(CLIENT_ID_HEADER)
+        || headers.contains_key(CLIENT_SECRET_HEADER)
+        || header(headers, header::AUTHORIZATION.as_str()).is_some_and(|v| v.len() >= 6 && v[..6].eq_ignore_ascii_case("bearer"))
+}
+
+/// Checks both machine credentials in one round trip. Every failure is the same 401.
+async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<MachineRow> {
+    let client_id = header(headers, CLIENT_ID_HEADER).ok_or(Error::Unauthorized)?;
+    let client_secret = header(headers, CLIENT_SECRET_HEADER).ok_or(Error::Unauthorized)?;
+    let bearer = header(headers, header::AUTHORIZATION.as_str())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .ok_or(Error::Unauthorized)?;
+    let well_formed =
+        secrets::well_formed(client_id, service_credentials::CLIENT_ID_PREFIX, service_credentials::CLIENT_ID_CHARS)
+            && secrets::well_formed(client_secret, service_credentials::SECRET_PREFIX, service_credentials::SECRET_CHARS)
+            && secrets::well_formed(bearer, tokens::PREFIX, tokens::SECRET_CHARS);
+    if !well_formed {
+        return Err(Error::Unauthorized);
+    }
+    let row = sqlx::query("SELECT * FROM gatehouse_authenticate_machine($1, $2, $3)")
+        .bind(client_id)
+        .bind(secrets::digest(client_secret))
+        .bind(secrets::digest(bearer))
+        .fetch_optional(state.db.pool())
+        .await?
+        .ok_or(Error::Unauthorized)?;
+    let issuer: Option<String> = row.try_get("principal_issuer")?;
+    let subject: Option<String> = row.try_get("principal_subject")?;
+    let role: Option<String> = row.try_get("member_role")?;
+    Ok(MachineRow {
+        tenant: TenantRef { id: TenantId(row.try_get("tenant_id")?), slug: row.try_get("tenant_slug")? },
+        status: row.try_get("tenant_status")?,
+        credential_id: row.try_get("credential_id")?,
+        token_id: row.try_get("token_id")?,
+        principal: issuer.zip(subject).map(|(issuer, subject)| Principal { issuer, subject }),
+        member_id: row.try_get("member_id")?,
+        role: role.as_deref().map(Role::parse).transpose()?,
+    })
+}
+
+/// The raw session id from the request's cookies.
+pub fn session_cookie(headers: &HeaderMap, secure: bool) -> Option<&str> {
+    let name = sessions::cookie_name(secure);
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// Mutating browser requests need the exact same-origin `Origin` and the CSRF token.
+pub fn check_browser_write(
+    state: &AppState,
+    method: &Method,
+    headers: &HeaderMap,
+    session: &Session,
+    form_token: Option<&str>,
+) -> Result<()> {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(());
+    }
+    if header(headers, header::ORIGIN.as_str()) != Some(state.config.public_origin()) {
+        return Err(Error::Forbidden { code: "origin_mismatch", message: "cross-origin request refused".into() });
+    }
+    let presented = header(headers, CSRF_HEADER).or(form_token).unwrap_or("");
+    if !bool::from(presented.as_bytes().ct_eq(session.csrf_token.as_bytes())) {
+        return Err(Error::Forbidden { code: "csrf_failed", message: "missing or wrong CSRF token".into() });
+    }
+    Ok(())
+}
+
+/// A signed-in person, in no particular tenant.
+#[derive(Clone, Debug)]
+pub struct SignedIn(pub Session);
+
+impl FromRequestParts<AppState> for SignedIn {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
+        let raw = session_cookie(&parts.headers, state.config.cookie_secure()).ok_or(Error::Unauthorized)?;
+        let session = sessions::lookup(&state.db, raw).await?.ok_or(Error::Unauthorized)?;
+        check_browser_write(state, &parts.method, &parts.headers, &session, None)?;
+        Ok(SignedIn(session))
+    }
+}
+
+impl FromRequestParts<AppState> for TenantCtx {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
+        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| Error::NotFound { what: "tenant" })?;
+        let slug =
+            params.iter().find(|(k, _)| *k == "tenant").map(|(_, v)| v.to_owned()).ok_or(Error::NotFound { what: "tenant" })?;
+        let request_id = crate::http::request_id(&parts.headers);
+
+        let ctx = if has_machine_credentials(&parts.headers) {
+            let m = authenticate_machine(state, &parts.headers).await?;
+            if m.tenant.slug != slug {
+                return Err(Error::NotFound { what: "tenant" });
+            }
+            refuse_inactive(&m.status)?;
+            // A token gets connector access (its person's, when it carries one) and nothing else.
+            let permissions = match m.role {
+                Some(role) => Permissions::none()
+                    .with(Permission::ConnectorAccess, Permissions::of_role(role).has(Permission::ConnectorAccess)),
+                None if m.principal.is_none() => Permissions::none().with(Permission::ConnectorAccess, true),
+                None => Permissions::none(),
+            };
+            TenantCtx {
+                audit: Audit { actor: format!("token:{}", m.token_id), request_id },
+                tenant: m.tenant,
+                actor: Actor::Machine {
+                    token_id: m.token_id,
+                    credential_id: m.credential_id,
+                    principal: m.principal,
+                    member_id: m.member_id,
+                    role: m.role,
+                },
+                permissions,
+            }
+        } else {
+            let raw = session_cookie(&parts.headers, state.config.cookie_secure()).ok_or(Error::Unauthorized)?;
+            let session = sessions::lookup(&state.db, raw).await?.ok_or(Error::Unauthorized)?;
+            check_browser_write(state, &parts.method, &parts.headers, &session, None)?;
+            let tenant = tenants::by_slug(&state.db, &slug).await?;
+            let principal = session.principal.clone();
+            let (member, permissions) = state
+                .db
+                .serializable(Scope::Tenant(tenant.id), |conn, _| {
+                    let principal = principal.clone();
+                    Box::pin(async move {
+                        let Some(member) = members::store::by_principal(&mut *conn, tenant.id, &principal).await? else {
+                            return Ok(None);
+                        };
+                        let permissions = members::permissions(conn, tenant.id, member.role).await?;
+                        Ok(Some((member, permissions)))
+                    })
+                })
+                .await?
+                .ok_or(Error::NotFound { what: "tenant" })?;
+            refuse_inactive(tenant.status.as_str())?;
+            TenantCtx {
+                audit: Audit { actor: format!("member:{}", member.id), request_id },
+                tenant: TenantRef { id: tenant.id, slug: tenant.slug },
+                actor: Actor::Person { member: Box::new(member), session: Box::new(session) },
+                permissions,
+            }
+        };
+        tracing::Span::current().record("tenant_id", tracing::field::display(ctx.tenant.id.0));
+        Ok(ctx)
+    }
+}
+
+fn refuse_inactive(status: &str) -> Result<()> {
+    if status == Status::Active.as_str() {
+        Ok(())
+    } else if status == Status::Suspended.as_str() {
+        Err(Error::Forbidden { code: "tenant_suspended", message: "this tenant is suspended".into() })
+    } else {
+        Err(Error::NotFound { what: "tenant" })
+    }
+}

@@ -1,0 +1,300 @@
+//! Members (people with a role in a tenant), their permissions, and invitations.
+
+pub mod http;
+pub mod store;
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::{
+    admin_log::{self, Audit, Entry},
+    db::{Db, Scope},
+    error::{Error, Result},
+    tenants::TenantId,
+};
+
+/// How long an invitation stays valid unless said otherwise.
+pub const INVITATION_TTL_DAYS: i64 = 7;
+
+/// A person: the issuer and subject of their ID tokens.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Principal {
+    pub issuer: String,
+    pub subject: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Owner,
+    Admin,
+    Operator,
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Member => "member",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Role> {
+        Ok(match s {
+            "owner" => Role::Owner,
+            "admin" => Role::Admin,
+            "operator" => Role::Operator,
+            "member" => Role::Member,
+            _ => return Err(Error::invalid("invalid_role", Some("role"), "role is owner, admin, operator or member")),
+        })
+    }
+}
+
+/// What a member may do. Every check denies by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Permission {
+    ConnectorAccess,
+    CredentialAdministration,
+    ActivityAccess,
+    AccessTokenManagement,
+}
+
+impl Permission {
+    pub const ALL: [Permission; 4] = [
+        Permission::ConnectorAccess,
+        Permission::CredentialAdministration,
+        Permission::ActivityAccess,
+        Permission::AccessTokenManagement,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Permission::ConnectorAccess => "connector_access",
+            Permission::CredentialAdministration => "credential_administration",
+            Permission::ActivityAccess => "activity_access",
+            Permission::AccessTokenManagement => "access_token_management",
+        }
+    }
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A set of permissions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Permissions(u8);
+
+impl Permissions {
+    pub fn none() -> Self {
+        Permissions(0)
+    }
+    /// What a role grants before the tenant's overrides: owner and admin everything;
+    /// operator all but token management; member connector access (as granted per
+    /// connector) and their own activity.
+    pub fn of_role(role: Role) -> Self {
+        let set = |ps: &[Permission]| Permissions(ps.iter().fold(0, |acc, p| acc | p.bit()));
+        match role {
+            Role::Owner | Role::Admin => set(&Permission::ALL),
+            Role::Operator => {
+                set(&[Permission::ConnectorAccess, Permission::CredentialAdministration, Permission::ActivityAccess])
+            }
+            Role::Member => set(&[Permission::ConnectorAccess]),
+        }
+    }
+    pub fn with(self, p: Permission, allowed: bool) -> Self {
+        if allowed { Permissions(self.0 | p.bit()) } else { Permissions(self.0 & !p.bit()) }
+    }
+    pub fn has(self, p: Permission) -> bool {
+        self.0 & p.bit() != 0
+    }
+    pub fn list(self) -> Vec<Permission> {
+        Permission::ALL.into_iter().filter(|p| self.has(*p)).collect()
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Member {
+    pub id: Uuid,
+    pub issuer: String,
+    pub subject: String,
+    pub email: Option<String>,
+    pub display_name: Option<String>,
+    pub role: Role,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Member {
+    pub fn principal(&self) -> Principal {
+        Principal { issuer: self.issuer.clone(), subject: self.subject.clone() }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Invitation {
+    pub id: Uuid,
+    pub email: String,
+    pub role: Role,
+    pub invited_by: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub consumed_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A normalized email address (trimmed, lowercased) that looks like one.
+pub fn normalize_email(raw: &str) -> Result<String> {
+    let email = raw.trim().to_lowercase();
+    let ok = email.len() <= 320
+        && email
+            .split_once('@')
+            .is_some_and(|(local, domain)| !local.is_empty() && domain.contains('.') && !domain.starts_with('.'))
+        && !email.chars().any(|c| c.is_whitespace() || c.is_control());
+    if !ok {
+        return Err(Error::invalid("invalid_email", Some("email"), "not an email address"));
+    }
+    Ok(email)
+}
+
+/// The member's permissions in this tenant: the role's, then the tenant's overrides.
+pub async fn permissions(conn: &mut sqlx::PgConnection, tenant: TenantId, role: Role) -> Result<Permissions> {
+    let overrides = store::overrides(conn, tenant, role).await?;
+    Ok(overrides.into_iter().fold(Permissions::of_role(role), |acc, (p, allowed)| acc.with(p, allowed)))
+}
+
+/// Invites `email` as `role`; an outstanding invitation for the same address is refused.
+pub async fn invite(db: &Db, tenant: TenantId, audit: &Audit, email: &str, role: Role) -> Result<Invitation> {
+    let email = normalize_email(email)?;
+    db.serializable(Scope::Tenant(tenant), |conn, _| {
+        let email = email.clone();
+        Box::pin(async move {
+            let inv = store::insert_invitation(&mut *conn, tenant, &email, role, &audit.actor, INVITATION_TTL_DAYS)
+                .await
+                .map_err(|e| {
+                    e.on_constraint("invitations_outstanding", || Error::Conflict {
+                        code: "invitation_outstanding",
+                        message: "an invitation for this address is already outstanding".into(),
+                    })
+                })?;
+            admin_log::record(
+                conn,
+                Entry {
+                    tenant: Some(tenant),
+                    audit,
+                    action: "invitation.create",
+                    target: format!("invitation:{}", inv.id),
+                    before: None,
+                    after: Some(json!({ "email": inv.email, "role": inv.role, "expires_at": inv.expires_at })),
+                },
+            )
+            .await?;
+            Ok(inv)
+        })
+    })
+    .await
+}
+
+/// Revokes an outstanding invitation (idempotent for a revoked one; a consumed one stays).
+pub async fn revoke_invitation(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid) -> Result<()> {
+    db.serializable(Scope::Tenant(tenant), |conn, _| {
+        Box::pin(async move {
+            match store::revoke_invitation(&mut *conn, tenant, id).await? {
+                store::Revoked::Now => {
+                    admin_log::record(
+                        conn,
+                        Entry {
+                            tenant: Some(tenant),
+                            audit,
+                            action: "invitation.revoke",
+                            target: format!("invitation:{id}"),
+                            before: None,
+                            after: None,
+                        },
+                    )
+                    .await
+                }
+                store::Revoked::Already => Ok(()),
+                store::Revoked::Consumed => {
+                    Err(Error::Conflict { code: "invitation_consumed", message: "the invitation was already accepted".into() })
+                }
+                store::Revoked::Missing => Err(Error::NotFound { what: "invitation" }),
+            }
+        })
+    })
+    .await
+}
+
+/// Removes a member and ends every session of that person at once; tokens carrying their
+/// principal stop authenticating on the next request (machine authentication checks
+/// membership). The last owner cannot be removed.
+pub async fn remove(db: &Db, tenant: TenantId, audit: &Audit, member: Uuid) -> Result<()> {
+    db.serializable(Scope::Tenant(tenant), |conn, _| {
+        Box::pin(async move {
+            let m = store::get(&mut *conn, tenant, member).await?.ok_or(Error::NotFound { what: "member" })?;
+            if m.role == Role::Owner && store::count_role(&mut *conn, tenant, Role::Owner).await? <= 1 {
+                return Err(Error::Conflict { code: "last_owner", message: "a tenant keeps at least one owner".into() });
+            }
+            store::delete(&mut *conn, tenant, member).await?;
+            crate::sessions::end_for_principal(&mut *conn, &m.principal()).await?;
+            admin_log::record(
+                conn,
+                Entry {
+                    tenant: Some(tenant),
+                    audit,
+                    action: "member.remove",
+                    target: format!("member:{member}"),
+                    before: Some(json!({ "issuer": m.issuer, "subject": m.subject, "email": m.email, "role": m.role })),
+                    after: None,
+                },
+            )
+            .await?;
+            Ok(())
+        })
+    })
+    .await
+}
+
+pub async fn list(db: &Db, tenant: TenantId) -> Result<Vec<Member>> {
+    db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant))).await
+}
+
+pub async fn list_invitations(db: &Db, tenant: TenantId) -> Result<Vec<Invitation>> {
+    db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::list_invitations(conn, tenant))).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_grant_what_the_issue_says_and_overrides_apply() {
+        let admin = Permissions::of_role(Role::Admin);
+        assert!(Permission::ALL.iter().all(|p| admin.has(*p)));
+        let op = Permissions::of_role(Role::Operator);
+        assert!(!op.has(Permission::AccessTokenManagement) && op.has(Permission::CredentialAdministration));
+        let member = Permissions::of_role(Role::Member);
+        assert_eq!(member.list(), [Permission::ConnectorAccess]);
+        assert!(member.with(Permission::ActivityAccess, true).has(Permission::ActivityAccess));
+        assert!(!admin.with(Permission::AccessTokenManagement, false).has(Permission::AccessTokenManagement));
+        assert_eq!(Permissions::none().list(), []);
+    }
+
+    #[test]
+    fn emails() {
+        assert_eq!(normalize_email(" Alice@Example.COM ").unwrap(), "alice@example.com");
+        for bad in ["", "a", "a@b", "@b.c", "a b@c.d", "a@.c"] {
+            assert!(normalize_email(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! People's sign-in routes: `/login`, `/auth/callback`, `/logout`, `/api/v1/me`, and the
+//! landing page `/`.
+
+use axum::{
+    Json, Router,
+    extract::{Query, State},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Identity, store};
+use crate::{
+    AppState,
+    admin_log::{self, Audit, Entry},
+    auth::{SignedIn, check_browser_write, session_cookie},
+    db::Scope,
+    error::{Error, Result},
+    members::{self, Principal, Role},
+    pages::{self, escape},
+    secrets, sessions, tenants,
+};
+
+const FLOW_COOKIE: &str = "gh_flow";
+/// The tenant the first person to sign in to a fresh embedded deployment owns.
+pub const DEFAULT_TENANT: &str = "default";
+
+fn cookie(state: &AppState, name: &str, value: &str, path: &str, max_age: i64) -> HeaderValue {
+    let secure = if state.config.cookie_secure() { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!("{name}={value}; HttpOnly; SameSite=Lax; Path={path}; Max-Age={max_age}{secure}"))
+        .unwrap_or(HeaderValue::from_static(""))
+}
+
+/// Only same-origin relative paths: `/…` but not `//…` or `/\…` (which browsers treat as
+/// another host), and no control characters.
+pub fn safe_next(next: Option<&str>) -> Result<String> {
+    let next = next.unwrap_or("/");
+    let ok = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.starts_with("/\\")
+        && next.len() <= 2048
+        && !next.chars().any(|c| c.is_control() || c == '\\');
+    if ok { Ok(next.to_owned()) } else { Err(Error::invalid("invalid_next", Some("next"), "next must be a path on this site")) }
+}
+
+fn browser_error(state: &AppState, e: Error) -> Response {
+    let status = match e.status() {
+        StatusCode::INTERNAL_SERVER_ERROR => {
+            tracing::error!(error = %e, "sign-in failed");
+            return pages::error_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+                state.config.dev_sign_in(),
+            );
+        }
+        s => s,
+    };
+    pages::error_page(status, e.code(), &e.to_string(), state.config.dev_sign_in())
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    next: Option<String>,
+}
+
+async fn login(State(state): State<AppState>, Query(q): Query<LoginQuery>) -> Response {
+    match start_login(&state, q.next.as_deref()).await {
+        Ok(r) => r,
+        Err(e) => browser_error(&state, e),
+    }
+}
+
+async fn start_login(state: &AppState, next: Option<&str>) -> Result<Response> {
+    let next = safe_next(next)?;
+    let started = state.rp.start().await?;
+    // The flow cookie binds the flow to this browser, so a callback URL planted in another
+    // browser (login CSRF) is refused.
+    let browser = secrets::random_b64(32);
+    let (state_hash, browser_hash) = (secrets::digest(&started.state), secrets::digest(&browser));
+    store::save(&state.db, &state_hash, &browser_hash, &started.pkce_verifier, &started.nonce, &next).await?;
+    let mut response = Redirect::to(&started.authorize_url).into_response();
+    response.headers_mut().append(header::SET_COOKIE, cookie(state, FLOW_COOKIE, &browser, "/auth", store::FLOW_TTL_SECS));
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+}
+
+async fn callback(State(state): State<AppState>, headers: HeaderMap, Query(q): Query<CallbackQuery>) -> Response {
+    match finish_login(&state, &headers, q).await {
+        Ok(r) => r,
+        Err(e) => browser_error(&state, e),
+    }
+}
+
+fn flow_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == FLOW_COOKIE)
+        .map(|(_, v)| v)
+}
+
+async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -> Result<Response> {
+    if let Some(error) = q.error {
+        let shown: String = error.chars().filter(|c| c.is_ascii_graphic()).take(64).collect();
+        return Err(Error::Forbidden { code: "provider_error", message: format!("the sign-in provider answered `{shown}`") });
+    }
+    let st = q.state.ok_or(Error::invalid("missing_state", Some("state"), "the callback carries no state"))?;
+    let code = q.code.ok_or(Error::invalid("missing_code", Some("code"), "the callback carries no code"))?;
+    let browser =
+        flow_cookie(headers).ok_or(Error::invalid("invalid_state", Some("state"), "no sign-in was started in this browser"))?;
+    let (state_hash, browser_hash) = (secrets::digest(&st), secrets::digest(browser));
+    let flow = store::take(&state.db, &state_hash, &browser_hash).await?.ok_or(Error::invalid(
+        "invalid_state",
+        Some("state"),
+        "unknown, expired or already used sign-in state",
+    ))?;
+    let identity = state.rp.finish(&code, &flow.pkce_verifier, &flow.nonce).await?;
+    let raw = sign_in(state, &identity, crate::http::request_id(headers)).await?;
+    let mut response = Redirect::to(&flow.next_path).into_response();
+    let secure = state.config.cookie_secure();
+    let h = response.headers_mut();
+    h.append(header::SET_COOKIE, cookie(state, sessions::cookie_name(secure), &raw, "/", sessions::ABSOLUTE_SECS));
+    h.append(header::SET_COOKIE, cookie(state, FLOW_COOKIE, "", "/auth", 0));
+    Ok(response)
+}
+
+/// Records the sign-in: consumes invitations for a provider-verified email, makes the first
+/// person on a fresh embedded deployment owner of a default tenant, opens the session, and
+/// writes the admin-log rows, all in one transaction.
+async fn sign_in(state: &AppState, identity: &Identity, request_id: Option<String>) -> Result<String> {
+    let audit = Audit { actor: format!("person:{}", identity.principal.subject), request_id };
+    let bootstrap = state.config.database_url.is_none();
+    state
+        .db
+        .serializable(Scope::Platform { reason: "sign in" }, move |conn, _| {
+            let audit = audit.clone();
+            Box::pin(async move {
+                let p = &identity.principal;
+                let (email, name) = (identity.email.as_deref(), identity.name.as_deref());
+                if identity.email_verified
+                    && let Some(email) = email.and_then(|e| members::normalize_email(e).ok())
+                {
+                    for (tenant, invitation, role) in members::store::claim_invitations(&mut *conn, &email).await? {
+                        let (member, _) = members::store::upsert(&mut *conn, tenant, p, Some(&email), name, role).await?;
+                        members::store::mark_invitation_consumer(&mut *conn, tenant, invitation, member.id).await?;
+                        let after = Some(json!({ "member": member.id, "role": member.role, "invitation": invitation }));
+                        let entry = Entry {
+                            tenant: Some(tenant),
+                            audit: &audit,
+                            action: "member.join",
+                            target: format!("member:{}", member.id),
+                            before: None,
+                            after,
+                        };
+                        admin_log::record(&mut *conn, entry).await?;
+                    }
+                }
+                if bootstrap && tenants::store::count(&mut *conn).await? == 0 {
+                    let tenant = tenants::create_in(&mut *conn, &audit, DEFAULT_TENANT, "Default").await?;
+                    let (member, _) = members::store::upsert(&mut *conn, tenant.id, p, email, name, Role::Owner).await?;
+                    let after = Some(json!({ "member": member.id, "role": member.role, "bootstrap": true }));
+                    let entry = Entry {
+                        tenant: Some(tenant.id),
+                        audit: &audit,
+                        action: "member.join",
+                        target: format!("member:{}", member.id),
+                        before: None,
+                        after,
+                    };
+                    admin_log::record(&mut *conn, entry).await?;
+                }
+                let (raw, _) = sessions::create(&mut *conn, p, email, name).await?;
+                let after = Some(json!({ "issuer": p.issuer, "subject": p.subject, "email": email }));
+                admin_log::record(
+                    conn,
+                    Entry {
+                        tenant: None,
+                        audit: &audit,
+                        action: "session.sign_in",
+                        target: format!("person:{}", p.subject),
+                        before: None,
+                        after,
+                    },
+                )
+                .await?;
+                Ok(raw)
+            })
+        })
+        .await
+}
+
+/// Ends the session (Origin and CSRF token checked), then RP-initiated logout at the
+/// provider when it advertises an end-session endpoint.
+async fn logout(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Result<Response> {
+    let raw = session_cookie(&headers, state.config.cookie_secure()).ok_or(Error::Unauthorized)?;
+    let session = sessions::lookup(&state.db, raw).await?.ok_or(Error::Unauthorized)?;
+    let form_token = url::form_urlencoded::parse(&body).find(|(k, _)| k == "csrf_token").map(|(_, v)| v.into_owned());
+    check_browser_write(&state, &Method::POST, &headers, &session, form_token.as_deref())?;
+    let audit = Audit { actor: format!("person:{}", session.principal.subject), request_id: crate::http::request_id(&headers) };
+    sessions::sign_out(&state.db, &session, &audit).await?;
+    let target = match state.rp.end_session_endpoint().await {
+        Some(endpoint) => {
+            let mut url = url::Url::parse(&endpoint).map_err(anyhow::Error::from)?;
+            url.query_pairs_mut()
+                .append_pair("client_id", state.rp.client_id())
+                .append_pair("post_logout_redirect_uri", &format!("{}/", state.config.public_url));
+            url.to_string()
+        }
+        None => "/".to_owned(),
+    };
+    let mut response = Redirect::to(&target).into_response();
+    let secure = state.config.cookie_secure();
+    response.headers_mut().append(header::SET_COOKIE, cookie(&state, sessions::cookie_name(secure), "", "/", 0));
+    Ok(response)
+}
+
+async fn memberships(state: &AppState, p: &Principal) -> Result<Vec<Value>> {
+    let rows = state
+        .db
+        .serializable(Scope::Platform { reason: "list own memberships" }, move |conn, _| {
+            Box::pin(members::store::memberships_of(conn, p))
+        })
+        .await?;
+    Ok(rows.into_iter().map(|(_, slug, name, role)| json!({ "tenant": slug, "name": name, "role": role })).collect())
+}
+
+/// The signed-in person, their memberships and their CSRF token (for API writes).
+async fn me(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response> {
+    let memberships = memberships(&state, &session.principal).await?;
+    let body = json!({
+        "principal": session.principal,
+        "email": session.email,
+        "name": session.display_name,
+        "csrf_token": session.csrf_token,
+        "memberships": memberships,
+        "dev_sign_in": state.config.dev_sign_in(),
+    });
+    Ok(crate::http::no_store(Json(body).into_response()))
+}
+
+async fn home(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {
+    let dev = state.config.dev_sign_in();
+    let session = match session_cookie(&headers, state.config.cookie_secure()) {
+        Some(raw) => sessions::lookup(&state.db, raw).await?,
+        None => None,
+    };
+    let Some(session) = session else {
+        return Ok(pages::page(StatusCode::OK, "Gatehouse", dev, "<p><a href=\"/login\">Sign in</a></p>"));
+    };
+    let who = session.email.clone().or(session.display_name.clone()).unwrap_or_else(|| session.principal.subject.clone());
+    let list = memberships(&state, &session.principal).await?;
+    let mut body = format!("<p>Signed in as <strong>{}</strong>.</p>", escape(&who));
+    if list.is_empty() {
+        body.push_str(&format!(
+            "<p>You are signed in, but you are not a member of any tenant yet. Ask an owner or admin of your organisation \
+             to invite <strong>{}</strong>; the invitation is accepted the next time you sign in.</p>",
+            escape(session.email.as_deref().unwrap_or("your email address"))
+        ));
+    } else {
+        body.push_str("<ul>");
+        for m in &list {
+            body.push_str(&format!(
+                "<li>{} ({}) — {}</li>",
+                escape(m["name"].as_str().unwrap_or("")),
+                escape(m["tenant"].as_str().unwrap_or("")),
+                escape(m["role"].as_str().unwrap_or(""))
+            ));
+        }
+        body.push_str("</ul>");
+    }
+    body.push_str(&format!(
+        "<form method=\"post\" action=\"/logout\"><input type=\"hidden\" name=\"csrf_token\" value=\"{}\"><button>Sign out</button></form>",
+        escape(&session.csrf_token)
+    ));
+    Ok(pages::page(StatusCode::OK, "Gatehouse", dev, &body))
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(home))
+        .route("/login", get(login))
+        .route("/auth/callback", get(callback))
+        .route("/logout", post(logout))
+        .route("/api/v1/me", get(me))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+    use proptest::prelude::*;
+
+    #[test]
+    fn next_must_stay_on_this_site() {
+        assert_eq!(safe_next(None).unwrap(), "/");
+        assert_eq!(safe_next(Some("/t/acme?x=1")).unwrap(), "/t/acme?x=1");
+        for bad in ["//evil.example", "/\\evil.example", "https://evil.example", "evil", "", "/a\nb", "/a\\b"] {
+            assert!(safe_next(Some(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn accepted_next_is_a_local_path(s in "\\PC{0,40}") {
+            if let Ok(next) = safe_next(Some(&s)) {
+                prop_assert!(next.starts_with('/') && !next.starts_with("//") && !next.contains('\\'));
+            }
+        }
+    }
+}
