@@ -25,7 +25,7 @@ use tower_http::{
 use crate::{
     AppState,
     db::migrate,
-    error::{Error, PROBLEM_JSON, problem},
+    error::{Error, problem},
 };
 
 pub const REQUEST_ID: &str = "x-request-id";
@@ -102,9 +102,10 @@ where
     B::Error: Into<axum::BoxError>,
 {
     let status = response.status();
-    let is_problem =
-        response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
-    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+    // Only bodies the framework made up (none, or plain text) are replaced; our own problem
+    // documents and HTML pages pass through.
+    let made_up = response.headers().get(header::CONTENT_TYPE).is_none_or(|v| v.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !made_up {
         return response.map(axum::body::Body::new);
     }
     let code = match status {

@@ -12,8 +12,8 @@ use std::{
 };
 
 use openidconnect::{
-    AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet, EndpointNotSet, EndpointSet, IssuerUrl, Nonce,
-    PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, TokenResponse,
+    AuthorizationCode, ClaimsVerificationError, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet, EndpointNotSet, EndpointSet,
+    IssuerUrl, Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope, TokenResponse,
     core::{CoreAuthenticationFlow, CoreClient, CoreIdTokenClaims},
 };
 use tokio::sync::RwLock;
@@ -160,7 +160,7 @@ impl RelyingParty {
             .id_token()
             .ok_or(Error::Forbidden { code: "invalid_id_token", message: "the provider returned no ID token".into() })?;
         let nonce = Nonce::new(nonce.to_owned());
-        let verify = |client: &Client| -> std::result::Result<CoreIdTokenClaims, String> {
+        let verify = |client: &Client| -> std::result::Result<CoreIdTokenClaims, ClaimsVerificationError> {
             let verifier = client.id_token_verifier().set_issue_time_verifier_fn(|issued_at| {
                 let now = chrono::Utc::now();
                 if issued_at > now + chrono::Duration::seconds(IAT_SKEW_SECS) {
@@ -169,15 +169,16 @@ impl RelyingParty {
                     Ok(())
                 }
             });
-            id_token.claims(&verifier, &nonce).cloned().map_err(|e| e.to_string())
+            id_token.claims(&verifier, &nonce).cloned()
         };
         let claims = match verify(&client) {
             Ok(claims) => claims,
-            Err(first) if first.contains("signature") && self.may_force_refresh().await => {
+            // The provider may have rotated its keys since we cached them.
+            Err(ClaimsVerificationError::SignatureVerification(_)) if self.may_force_refresh().await => {
                 let fresh = self.metadata(true).await?;
-                verify(&self.client(&fresh)?).map_err(|e| invalid_id_token(&e))?
+                verify(&self.client(&fresh)?).map_err(|e| invalid_id_token(&e.to_string()))?
             }
-            Err(e) => return Err(invalid_id_token(&e)),
+            Err(e) => return Err(invalid_id_token(&e.to_string())),
         };
         Ok(Identity {
             principal: Principal { issuer: claims.issuer().to_string(), subject: claims.subject().to_string() },

@@ -1,6 +1,9 @@
 //! Test harness: one private PostgreSQL cluster per test run (or `DATABASE_URL`), a fresh
-//! database per test, and helpers to run `gatehouse` processes against it.
+//! database per test, and helpers to run `gatehouse` processes and real peers against it.
 #![allow(dead_code)]
+
+pub mod browser;
+pub mod rogue;
 
 use std::{
     path::PathBuf,
@@ -212,4 +215,82 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     false
+}
+
+/// Machine credentials provisioned through the CLI.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    pub client_id: String,
+    pub client_secret: String,
+    pub token: String,
+    pub token_id: String,
+}
+
+impl Machine {
+    pub fn headers(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        req.header("gatehouse-client-id", &self.client_id)
+            .header("gatehouse-client-secret", &self.client_secret)
+            .header("authorization", format!("Bearer {}", self.token))
+    }
+}
+
+/// Runs a CLI command that must succeed; returns its stdout lines.
+pub async fn cli(url: &Secret, args: &[&str]) -> Vec<String> {
+    let mut cmd = gatehouse(Some(url));
+    cmd.args(args);
+    let (code, out, err) = run(cmd).await;
+    assert_eq!(code, 0, "gatehouse {args:?}: {err}");
+    out.lines().map(str::to_owned).collect()
+}
+
+/// A service credential and a token for `tenant`, made with the CLI.
+pub async fn provision(url: &Secret, tenant: &str) -> Machine {
+    let sc = cli(url, &["service-credential", "create", "--tenant", tenant, "--name", "ci"]).await;
+    let tok = cli(url, &["token", "create", "--tenant", tenant, "--name", "ci token"]).await;
+    Machine { client_id: sc[1].clone(), client_secret: sc[2].clone(), token: tok[1].clone(), token_id: tok[0].clone() }
+}
+
+/// The npm package `oidc-provider` (a certified OpenID provider) on loopback, running the
+/// same script as the compose stack, with its development login and consent pages.
+pub struct OidcPeer {
+    pub child: Child,
+    pub issuer: String,
+}
+
+pub const PEER_CLIENT_ID: &str = "gatehouse";
+pub const PEER_CLIENT_SECRET: &str = "peer-test-secret";
+
+impl OidcPeer {
+    pub async fn start(gatehouse_base: &str) -> OidcPeer {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/compose/oidc");
+        assert!(
+            dir.join("node_modules/oidc-provider").exists(),
+            "the OpenID provider peer is not installed: run `npm ci --prefix deploy/compose/oidc` (.ci/run does)"
+        );
+        let port = free_port();
+        let issuer = format!("http://127.0.0.1:{port}");
+        let child = Command::new("node")
+            .arg("server.mjs")
+            .current_dir(&dir)
+            .env("OIDC_ISSUER", &issuer)
+            .env("PORT", port.to_string())
+            .env("GATEHOUSE_PUBLIC_URL", gatehouse_base)
+            .env("OIDC_CLIENT_ID", PEER_CLIENT_ID)
+            .env("OIDC_CLIENT_SECRET", PEER_CLIENT_SECRET)
+            .env("OIDC_COOKIE_KEYS", "test-cookie-key")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start node (the OpenID provider peer)");
+        let client = http();
+        let discovery = format!("{issuer}/.well-known/openid-configuration");
+        let up = eventually(Duration::from_secs(30), || {
+            let (client, discovery) = (client.clone(), discovery.clone());
+            async move { client.get(&discovery).send().await.is_ok_and(|r| r.status() == 200) }
+        })
+        .await;
+        assert!(up, "the OpenID provider peer did not start");
+        OidcPeer { child, issuer }
+    }
 }
