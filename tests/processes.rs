@@ -178,3 +178,56 @@ async fn embedded_default_survives_restarts_and_stale_pid_files() {
     assert_eq!(served.terminate().await, 0);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The same race through the HTTP API: three server processes behind one database, one
+/// client per process, 10 rounds. Exactly one 200 each round; the others get 412.
+#[tokio::test]
+async fn compare_and_set_raced_through_three_servers_over_http() {
+    let t = TestDb::new().await;
+    common::cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    let m = common::provision(&t.url, "acme").await;
+    let servers = join_all((0..3).map(|_| Served::start(gatehouse(Some(&t.url))))).await;
+    let client = common::http();
+    for round in 0..10 {
+        let key = format!("http/{round}");
+        let attempts = servers.iter().enumerate().map(|(i, s)| {
+            let body = serde_json::json!({ "key": key, "expect": { "absent": true }, "next": { "value": i } });
+            m.headers(client.post(format!("{}/api/v1/tenants/acme/kv-cas", s.base))).json(&body).send()
+        });
+        let statuses: Vec<u16> = join_all(attempts).await.into_iter().map(|r| r.unwrap().status().as_u16()).collect();
+        assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "round {round}: {statuses:?}");
+        assert_eq!(statuses.iter().filter(|s| **s == 412).count(), 2, "round {round}: {statuses:?}");
+        let winner = statuses.iter().position(|s| *s == 200).unwrap();
+        let got: serde_json::Value = m
+            .headers(client.get(format!("{}/api/v1/tenants/acme/kv/{}", servers[(round + 1) % 3].base, key.replace('/', "%2F"))))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(got["value"], winner, "round {round}");
+    }
+    // Bad input over HTTP: stable codes, nothing written.
+    let bad = m
+        .headers(client.post(format!("{}/api/v1/tenants/acme/kv-cas", servers[0].base)))
+        .json(&serde_json::json!({ "key": "k", "expect": { "absent": true, "value": 1 }, "next": { "value": 1 } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 422);
+    assert_eq!(bad.json::<serde_json::Value>().await.unwrap()["code"], "invalid_expect");
+    let bad = m
+        .headers(client.put(format!("{}/api/v1/tenants/acme/kv/k", servers[0].base)))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.json::<serde_json::Value>().await.unwrap()["code"], "invalid_json");
+    let missing = m.headers(client.get(format!("{}/api/v1/tenants/acme/kv/k", servers[0].base))).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+    for s in servers {
+        assert_eq!(s.terminate().await, 0);
+    }
+}
