@@ -10,6 +10,7 @@ bin=target/release/gatehouse
 [[ -x $bin ]] || cargo build --release --locked
 port=18391
 dir=$(mktemp -d /tmp/gatehouse-ready-XXXXXX)
+chmod 755 "$dir" # the embedded cluster runs as an unprivileged user when we are root
 trap 'rm -rf "$dir"' EXIT
 
 ms_now() { date +%s%N | cut -c1-13; }
@@ -18,7 +19,10 @@ once() { # once DATA_DIR → prints milliseconds to ready
   start=$(ms_now)
   GATEHOUSE_DATA_DIR=$1 GATEHOUSE_LISTEN=127.0.0.1:$port RUST_LOG=warn "$bin" serve 2>/dev/null &
   pid=$!
-  until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz"; do sleep 0.005; done
+  until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz"; do
+    kill -0 "$pid" 2>/dev/null || { echo "gatehouse serve exited" >&2; exit 1; }
+    sleep 0.005
+  done
   end=$(ms_now)
   kill -TERM "$pid"; wait "$pid"
   echo $((end - start))

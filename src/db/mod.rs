@@ -39,6 +39,12 @@ pub enum Scope {
     Global,
 }
 
+#[derive(Clone, Copy, Debug)]
+enum Isolation {
+    Serializable,
+    ReadCommitted,
+}
+
 /// The application's connection pool. Every connection runs as [`APP_ROLE`].
 #[derive(Clone, Debug)]
 pub struct Db {
@@ -87,19 +93,40 @@ impl Db {
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
         T: Send + 'a,
     {
-        self.serializable_counted(scope, work).await.map(|(value, _)| value)
+        self.run(scope, Isolation::Serializable, work).await.map(|(value, _)| value)
     }
 
     /// [`Db::serializable`], also returning how many attempts it took.
+    pub async fn serializable_counted<'a, T, F>(&self, scope: Scope, work: F) -> Result<(T, u32)>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        self.run(scope, Isolation::Serializable, work).await
+    }
+
+    /// The same helper at READ COMMITTED, for transactions whose only decision is one
+    /// conditional statement (a compare-and-set `UPDATE … WHERE … RETURNING`, or a
+    /// `DELETE … RETURNING`), whose outcome PostgreSQL re-checks on the latest row version
+    /// under the row lock. Serializable would add only false conflicts between unrelated rows
+    /// that share an index page. Anything that reads and then decides uses [`Db::serializable`].
+    pub async fn single_decision<'a, T, F>(&self, scope: Scope, work: F) -> Result<T>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        self.run(scope, Isolation::ReadCommitted, work).await.map(|(value, _)| value)
+    }
+
     #[tracing::instrument(skip_all, fields(attempts))]
-    pub async fn serializable_counted<'a, T, F>(&self, scope: Scope, mut work: F) -> Result<(T, u32)>
+    async fn run<'a, T, F>(&self, scope: Scope, isolation: Isolation, mut work: F) -> Result<(T, u32)>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
         T: Send + 'a,
     {
         let mut attempt = 1;
         loop {
-            match self.attempt(scope, &mut work).await {
+            match self.attempt(scope, isolation, &mut work).await {
                 Ok(value) => {
                     tracing::Span::current().record("attempts", attempt);
                     if attempt > 1 {
@@ -132,11 +159,15 @@ impl Db {
         }
     }
 
-    async fn attempt<'a, T, F>(&self, scope: Scope, work: &mut F) -> Result<T>
+    async fn attempt<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
     {
-        let mut tx = self.pool.begin_with("BEGIN ISOLATION LEVEL SERIALIZABLE").await?;
+        let begin = match isolation {
+            Isolation::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+            Isolation::ReadCommitted => "BEGIN ISOLATION LEVEL READ COMMITTED",
+        };
+        let mut tx = self.pool.begin_with(begin).await?;
         apply_scope(&mut tx, scope).await?;
         let value = work(&mut tx, PhantomData).await?;
         tx.commit().await?;

@@ -1,5 +1,5 @@
 //! A per-tenant key-value store with TTLs judged by the database clock, and a
-//! compare-and-set that is one conditional statement inside a serializable transaction.
+//! compare-and-set that is one conditional statement (see [`Db::single_decision`]).
 //!
 //! Limits: keys are 1–512 bytes of UTF-8 without control characters (NUL included); values
 //! are any JSON up to 65,536 bytes serialized; TTLs 1 ms to 365 days; pages 1–1,000 keys.
@@ -106,10 +106,11 @@ pub struct Page {
 }
 
 pub async fn get(db: &Db, tenant: TenantId, key: &Key) -> Result<Option<Entry>> {
-    db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::get(conn, tenant, key.as_str()))).await
+    db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::get(conn, tenant, key.as_str()))).await
 }
 
-/// Sets `key` unconditionally.
+/// Sets `key` unconditionally. Serializable, so the admin log's "before" is exactly the
+/// value this write replaced.
 pub async fn set(
     db: &Db,
     tenant: TenantId,
@@ -140,7 +141,7 @@ pub async fn set(
 
 /// Deletes `key`; false when there was nothing live to delete.
 pub async fn delete(db: &Db, tenant: TenantId, audit: &Audit, key: &Key) -> Result<bool> {
-    db.serializable(Scope::Tenant(tenant), |conn, _| {
+    db.single_decision(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
             store::prune(&mut *conn, tenant).await?;
             let Some(before) = store::delete(&mut *conn, tenant, key.as_str(), None).await? else { return Ok(false) };
@@ -161,7 +162,7 @@ pub async fn list(db: &Db, tenant: TenantId, prefix: &str, after: Option<&str>, 
     }
     let upper = prefix_upper_bound(prefix);
     let entries = db
-        .serializable(Scope::Tenant(tenant), |conn, _| {
+        .single_decision(Scope::Tenant(tenant), |conn, _| {
             Box::pin(store::list(conn, tenant, prefix, upper.as_deref(), after, limit as i64))
         })
         .await?;
@@ -180,7 +181,9 @@ pub async fn compare_and_set(
     next: &Next,
     ttl_ms: Option<i64>,
 ) -> Result<bool> {
-    db.serializable(Scope::Tenant(tenant), |conn, _| {
+    // The decision is one conditional statement, and the admin log's before/after are the
+    // expected and next values, so this needs no serializable snapshot.
+    db.single_decision(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
             store::prune(&mut *conn, tenant).await?;
             let k = key.as_str();

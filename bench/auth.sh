@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Requests/s and latency of an authenticated no-op API call (service credential + bearer,
+# GET /api/v1/tenants/{t}) next to unauthenticated GET /healthz, on the same server in the
+# same run, with wrk. The server runs on the embedded default with RUST_LOG=warn (no
+# per-request log line).
+#
+#   bash bench/auth.sh [DURATION]      # default 10s per figure; needs wrk (apt-get install wrk)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+duration=${1:-10s}
+bin=target/release/gatehouse
+[[ -x $bin ]] || cargo build --release --locked --bin gatehouse
+port=18392
+dir=$(mktemp -d /tmp/gatehouse-authbench-XXXXXX)
+chmod 755 "$dir" # the embedded cluster runs as an unprivileged user when we are root
+export GATEHOUSE_DATA_DIR=$dir GATEHOUSE_LISTEN=127.0.0.1:$port RUST_LOG=warn
+"$bin" serve 2>/dev/null &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz"; do
+  kill -0 "$pid" 2>/dev/null || { echo "gatehouse serve exited" >&2; exit 1; }
+  sleep 0.05
+done
+"$bin" tenant create bench --name Bench >/dev/null
+mapfile -t sc < <("$bin" service-credential create --tenant bench --name bench)
+mapfile -t tok < <("$bin" token create --tenant bench --name bench)
+auth=(-H "Gatehouse-Client-Id: ${sc[1]}" -H "Gatehouse-Client-Secret: ${sc[2]}" -H "Authorization: Bearer ${tok[1]}")
+curl -sf "${auth[@]}" "http://127.0.0.1:$port/api/v1/tenants/bench" >/dev/null
+
+row() { # row LABEL CONNECTIONS wrk-args…
+  local label=$1 c=$2; shift 2
+  local out
+  out=$(wrk -t"$((c < 2 ? 1 : 2))" -c"$c" -d"$duration" --latency "$@")
+  local rps p50 p99 non2xx
+  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+  echo "| $label | $c | $rps | $p50 | $p99 | ${non2xx:-0} |"
+}
+echo "| request | connections | requests/s | p50 | p99 | non-2xx |"
+echo "|---|---|---|---|---|---|"
+for c in 1 16; do
+  row "GET /healthz" "$c" "http://127.0.0.1:$port/healthz"
+  row "GET /api/v1/tenants/bench (authenticated)" "$c" "${auth[@]}" "http://127.0.0.1:$port/api/v1/tenants/bench"
+done
