@@ -9,6 +9,13 @@ use serde_json::{Value, json};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// One problem with one field of a submitted document.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FieldIssue {
+    pub field: String,
+    pub message: String,
+}
+
 /// The media type of every API error body (RFC 9457).
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -20,6 +27,9 @@ pub enum Error {
     /// Bad input; `field` names the offending field when there is one.
     #[error("{message}")]
     Invalid { code: &'static str, message: String, field: Option<&'static str> },
+    /// A configuration with one or more problems, each naming its field (422).
+    #[error("invalid configuration")]
+    InvalidConfig { issues: Vec<FieldIssue> },
     /// The request is well formed but collides with existing state (409).
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
@@ -50,6 +60,7 @@ impl Error {
     pub fn code(&self) -> &'static str {
         match self {
             Error::NotFound { .. } => "not_found",
+            Error::InvalidConfig { .. } => "invalid_config",
             Error::Invalid { code, .. }
             | Error::Conflict { code, .. }
             | Error::Precondition { code, .. }
@@ -64,7 +75,7 @@ impl Error {
     pub fn status(&self) -> StatusCode {
         match self {
             Error::NotFound { .. } => StatusCode::NOT_FOUND,
-            Error::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::Invalid { .. } | Error::InvalidConfig { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Conflict { .. } => StatusCode::CONFLICT,
             Error::Precondition { .. } => StatusCode::PRECONDITION_FAILED,
             Error::Forbidden { .. } => StatusCode::FORBIDDEN,
@@ -131,6 +142,9 @@ impl IntoResponse for Error {
             Error::Internal(e) => {
                 tracing::error!(error = format!("{e:#}"), "internal error");
                 problem(status, "internal", "internal error", None)
+            }
+            Error::InvalidConfig { issues } => {
+                problem(status, self.code(), "invalid configuration", Some(json!({ "errors": issues })))
             }
             Error::Invalid { field: Some(field), .. } => {
                 problem(status, self.code(), &self.to_string(), Some(json!({ "field": field })))

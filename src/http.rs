@@ -33,6 +33,7 @@ pub const REQUEST_ID: &str = "x-request-id";
 pub fn router(state: AppState) -> Router {
     let config = state.config.clone();
     let dev_idp = state.dev_idp.is_some();
+    let gateway = crate::gateway::router(&state);
     let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -41,7 +42,9 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::members::http::router())
         .merge(crate::tokens::http::router())
         .merge(crate::service_credentials::http::router())
-        .merge(crate::kv::http::router());
+        .merge(crate::kv::http::router())
+        .merge(crate::workspaces::http::router())
+        .merge(gateway);
     if dev_idp {
         app = app.merge(crate::dev_idp::http::router());
     }

@@ -8,6 +8,7 @@ pub mod config;
 pub mod db;
 pub mod dev_idp;
 pub mod error;
+pub mod gateway;
 pub mod http;
 pub mod kv;
 pub mod members;
@@ -20,6 +21,7 @@ pub mod sessions;
 pub mod telemetry;
 pub mod tenants;
 pub mod tokens;
+pub mod workspaces;
 
 use std::sync::Arc;
 
@@ -32,6 +34,10 @@ pub struct AppState {
     pub rp: Arc<oidc::RelyingParty>,
     /// The built-in development provider, when active.
     pub dev_idp: Option<Arc<dev_idp::DevIdp>>,
+    /// Sessions and catalogs of downstream MCP servers (this replica's).
+    pub downstreams: Arc<gateway::downstream::Downstreams>,
+    /// Queues activity rows for the background writer.
+    pub activity: gateway::activity::Recorder,
 }
 
 /// Installs the process-wide TLS crypto provider (ring). reqwest is built without one, so

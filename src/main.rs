@@ -11,6 +11,7 @@ use gatehouse::{
     error::Error,
     kv, members, server,
     tenants::{self, Status},
+    workspaces,
 };
 
 #[derive(Parser)]
@@ -38,6 +39,70 @@ enum Command {
     /// Manage a tenant's service credentials (`gsc_…` + secret).
     #[command(subcommand, name = "service-credential")]
     ServiceCredential(CredentialCommand),
+    /// Manage a tenant's workspaces.
+    #[command(subcommand)]
+    Workspace(WorkspaceCommand),
+    /// Manage a workspace's connectors (each change is a new configuration version).
+    #[command(subcommand)]
+    Connector(ConnectorCommand),
+}
+
+#[derive(Subcommand)]
+enum WorkspaceCommand {
+    /// Create a workspace; prints slug and id.
+    Create {
+        #[command(flatten)]
+        t: TenantArg,
+        slug: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// One workspace per line: slug, status, bound version, id.
+    List {
+        #[command(flatten)]
+        t: TenantArg,
+    },
+}
+
+#[derive(Args)]
+struct WorkspaceArg {
+    #[arg(long)]
+    tenant: String,
+    #[arg(long)]
+    workspace: String,
+}
+
+#[derive(Subcommand)]
+enum ConnectorCommand {
+    /// Add a connector; prints the new configuration version.
+    Add {
+        #[command(flatten)]
+        w: WorkspaceArg,
+        #[arg(long)]
+        id: String,
+        /// `remote_mcp` (an MCP server over streamable HTTP) or `http_api`.
+        #[arg(long)]
+        kind: String,
+        #[arg(long, required_if_eq("kind", "remote_mcp"))]
+        url: Option<String>,
+        /// A JSON file with the connector's configuration (for `http_api`).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Fail with exit 1 (binding_changed) unless the workspace still runs this version.
+        #[arg(long)]
+        expected_version: Option<i32>,
+    },
+    /// One connector per line: id, kind, url.
+    List {
+        #[command(flatten)]
+        w: WorkspaceArg,
+    },
+    /// Remove a connector; prints the new configuration version.
+    Remove {
+        #[command(flatten)]
+        w: WorkspaceArg,
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -105,6 +170,16 @@ enum TenantCommand {
     Suspend { slug: String },
     /// Re-activate a suspended tenant.
     Activate { slug: String },
+    /// Override what a role grants in this tenant: allow, deny, or default (remove the override).
+    Permission {
+        slug: String,
+        #[arg(long)]
+        role: String,
+        #[arg(long)]
+        permission: String,
+        #[arg(value_parser = ["allow", "deny", "default"])]
+        setting: String,
+    },
 }
 
 #[derive(Args)]
@@ -255,6 +330,17 @@ async fn dispatch(db: &Db, token_cap: i32, command: Command) -> anyhow::Result<O
             let t = tenants::set_status(db, &audit, &slug, Status::Suspended).await?;
             println!("{}\t{}", t.slug, t.status.as_str());
         }
+        Command::Tenant(TenantCommand::Permission { slug, role, permission, setting }) => {
+            let tenant = tenants::by_slug(db, &slug).await?.id;
+            let allowed = match setting.as_str() {
+                "allow" => Some(true),
+                "deny" => Some(false),
+                _ => None,
+            };
+            let (role, permission) = (members::Role::parse(&role)?, members::Permission::parse(&permission)?);
+            members::set_override(db, tenant, &audit, role, permission, allowed).await?;
+            println!("{}\t{}\t{}", role.as_str(), permission.as_str(), setting);
+        }
         Command::Tenant(TenantCommand::Activate { slug }) => {
             let t = tenants::set_status(db, &audit, &slug, Status::Active).await?;
             println!("{}\t{}", t.slug, t.status.as_str());
@@ -262,6 +348,8 @@ async fn dispatch(db: &Db, token_cap: i32, command: Command) -> anyhow::Result<O
         Command::Kv(cmd) => return kv_command(db, &audit, cmd).await,
         Command::Token(cmd) => token_command(db, &audit, token_cap, cmd).await?,
         Command::ServiceCredential(cmd) => credential_command(db, &audit, cmd).await?,
+        Command::Workspace(cmd) => workspace_command(db, &audit, cmd).await?,
+        Command::Connector(cmd) => connector_command(db, &audit, cmd).await?,
     }
     Ok(Outcome::Ok)
 }
@@ -319,6 +407,60 @@ async fn credential_command(db: &Db, audit: &Audit, cmd: CredentialCommand) -> a
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;
             let c = sc::revoke(db, tenant, audit, id).await?;
             println!("{}\t{}", c.id, state(c.revoked_at));
+        }
+    }
+    Ok(())
+}
+
+async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> anyhow::Result<()> {
+    match cmd {
+        WorkspaceCommand::Create { t, slug, name } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let ws = workspaces::create(db, tenant, audit, &slug, name.as_deref()).await?;
+            println!("{}\t{}", ws.slug, ws.id.0);
+        }
+        WorkspaceCommand::List { t } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            for ws in workspaces::list(db, tenant).await? {
+                println!("{}\t{}\t{}\t{}", ws.slug, ws.status, ws.bound_version, ws.id.0);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn connector_command(db: &Db, audit: &Audit, cmd: ConnectorCommand) -> anyhow::Result<()> {
+    match cmd {
+        ConnectorCommand::Add { w, id, kind, url, config, expected_version } => {
+            let tenant = tenants::by_slug(db, &w.tenant).await?.id;
+            let mut value = match config {
+                Some(path) => serde_json::from_str(&std::fs::read_to_string(&path)?).map_err(|e| {
+                    Error::invalid("invalid_json", Some("config"), format!("{} is not JSON: {e}", path.display()))
+                })?,
+                None => serde_json::json!({}),
+            };
+            if let serde_json::Value::Object(map) = &mut value {
+                map.insert("kind".into(), kind.into());
+                if let Some(url) = url {
+                    map.insert("url".into(), url.into());
+                }
+            }
+            let connector = workspaces::http::parse_connector(&id, value)?;
+            let bound = workspaces::add_connector(db, tenant, audit, &w.workspace, expected_version, &id, connector).await?;
+            println!("{}", bound.workspace.bound_version);
+        }
+        ConnectorCommand::List { w } => {
+            let tenant = tenants::by_slug(db, &w.tenant).await?.id;
+            for (id, connector) in workspaces::bound(db, tenant, &w.workspace).await?.document.connectors {
+                match connector {
+                    workspaces::Connector::RemoteMcp { url, .. } => println!("{id}\tremote_mcp\t{url}"),
+                }
+            }
+        }
+        ConnectorCommand::Remove { w, id } => {
+            let tenant = tenants::by_slug(db, &w.tenant).await?.id;
+            let bound = workspaces::remove_connector(db, tenant, audit, &w.workspace, None, &id).await?;
+            println!("{}", bound.workspace.bound_version);
         }
     }
     Ok(())

@@ -84,7 +84,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let grace = Duration::from_millis(config.shutdown_grace_ms);
     let listen = listener.local_addr()?;
     let (rp, dev_idp) = sign_in(&config)?;
-    let state = AppState { db: db.clone(), config: Arc::new(config), rp, dev_idp };
+    let downstreams = Arc::new(crate::gateway::downstream::Downstreams::new(crate::oidc::http_client_for_streams()?));
+    let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone());
+    let state = AppState { db: db.clone(), config: Arc::new(config), rp, dev_idp, downstreams, activity };
     let app = crate::http::router(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
@@ -116,6 +118,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Ok(joined) => joined.context("server task failed")?.context("server failed")?,
         Err(_) => tracing::warn!("drain deadline passed; closing remaining connections"),
     }
+    // The writer ends once every handle to the queue is gone, after writing what is queued.
+    let _ = tokio::time::timeout(Duration::from_secs(5), activity_writer).await;
     db.pool().close().await;
     database.close().await?;
     tracing::info!("stopped");

@@ -503,3 +503,30 @@ async fn revocation_is_seen_by_another_server_process_on_its_next_request() {
     assert_eq!(a.terminate().await, 0);
     assert_eq!(b.terminate().await, 0);
 }
+
+#[tokio::test]
+async fn per_tenant_overrides_change_what_a_role_may_do() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let alice = dev_sign_in(&served, "alice@example.test").await;
+    let r = alice
+        .write(Method::POST, "/api/v1/tenants/acme/invitations", json!({ "email": "olga@example.test", "role": "operator" }))
+        .await;
+    assert_eq!(r.status(), 201);
+    let olga = dev_sign_in(&served, "olga@example.test").await;
+    let r = olga.write(Method::POST, "/api/v1/tenants/acme/tokens", json!({ "name": "mine" })).await;
+    assert_eq!(r.status(), 403, "an operator does not manage tokens by default");
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "permission_denied");
+    cli(&t.url, &["tenant", "permission", "acme", "--role", "operator", "--permission", "access_token_management", "allow"])
+        .await;
+    let r = olga.write(Method::POST, "/api/v1/tenants/acme/tokens", json!({ "name": "mine" })).await;
+    assert_eq!(r.status(), 201, "the tenant's override grants it");
+    cli(&t.url, &["tenant", "permission", "acme", "--role", "operator", "--permission", "access_token_management", "default"])
+        .await;
+    let r = olga.write(Method::POST, "/api/v1/tenants/acme/tokens", json!({ "name": "again" })).await;
+    assert_eq!(r.status(), 403);
+    let actions = admin_actions(&t).await;
+    assert_eq!(actions.iter().filter(|a| *a == "permission.override").count(), 2);
+    assert_eq!(served.terminate().await, 0);
+}

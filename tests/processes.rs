@@ -231,3 +231,38 @@ async fn compare_and_set_raced_through_three_servers_over_http() {
         assert_eq!(s.terminate().await, 0);
     }
 }
+
+/// With OTEL_EXPORTER_OTLP_ENDPOINT set, request spans reach an OTLP/HTTP collector (here a
+/// loopback receiver that records what it is sent).
+#[tokio::test]
+async fn traces_are_exported_over_otlp_when_configured() {
+    use std::sync::{Arc, Mutex};
+    let received: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+    let sink = received.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let sink = sink.clone();
+            async move {
+                let kind = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                sink.lock().unwrap().push((kind, body.len()));
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let t = TestDb::new().await;
+    let mut cmd = gatehouse(Some(&t.url));
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector).env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let served = Served::start(cmd).await;
+    for _ in 0..3 {
+        common::http().get(format!("{}/healthz", served.base)).send().await.unwrap();
+    }
+    assert_eq!(served.terminate().await, 0, "shutdown flushes the exporter");
+    let got = received.lock().unwrap().clone();
+    assert!(!got.is_empty(), "no OTLP export arrived");
+    assert!(got.iter().all(|(kind, len)| kind.starts_with("application/x-protobuf") && *len > 0), "{got:?}");
+}

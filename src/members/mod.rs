@@ -273,6 +273,52 @@ pub async fn list_invitations(db: &Db, tenant: TenantId) -> Result<Vec<Invitatio
     db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::list_invitations(conn, tenant))).await
 }
 
+/// Sets (or with `None` clears) a tenant's override of what `role` grants.
+pub async fn set_override(
+    db: &Db,
+    tenant: TenantId,
+    audit: &Audit,
+    role: Role,
+    permission: Permission,
+    allowed: Option<bool>,
+) -> Result<()> {
+    db.serializable(Scope::Tenant(tenant), |conn, _| {
+        Box::pin(async move {
+            let before =
+                store::overrides(&mut *conn, tenant, role).await?.into_iter().find(|(p, _)| *p == permission).map(|(_, a)| a);
+            if before == allowed {
+                return Ok(());
+            }
+            store::set_override(&mut *conn, tenant, role, permission, allowed).await?;
+            admin_log::record(
+                conn,
+                Entry {
+                    tenant: Some(tenant),
+                    audit,
+                    action: "permission.override",
+                    target: format!("role:{}", role.as_str()),
+                    before: Some(json!({ permission.as_str(): before })),
+                    after: Some(json!({ permission.as_str(): allowed })),
+                },
+            )
+            .await
+        })
+    })
+    .await
+}
+
+impl Permission {
+    pub fn parse(s: &str) -> Result<Permission> {
+        Permission::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
+            Error::invalid(
+                "invalid_permission",
+                Some("permission"),
+                "permission is connector_access, credential_administration, activity_access or access_token_management",
+            )
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,74 @@
+-- Workspaces and their versioned configuration. A workspace always runs exactly one immutable
+-- configuration version; an edit writes the next version of the workspace's own lineage and
+-- binds it by compare-and-set on the version the editor read (ARCHITECTURE §7).
+
+CREATE TABLE workspaces (
+    tenant_id uuid NOT NULL REFERENCES tenants (id),
+    id uuid NOT NULL,
+    slug text NOT NULL CHECK (slug ~ '^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$'),
+    name text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    status text NOT NULL DEFAULT 'active'
+        CHECK (status IN ('provisioning', 'active', 'suspended', 'archived', 'reaped')),
+    bound_version integer NOT NULL,
+    revision bigint NOT NULL DEFAULT 1,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, id),
+    CONSTRAINT workspaces_slug_key UNIQUE (tenant_id, slug)
+);
+ALTER TABLE workspaces ENABLE ROW LEVEL SECURITY;
+ALTER TABLE workspaces FORCE ROW LEVEL SECURITY;
+CREATE POLICY workspaces_tenant ON workspaces
+    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
+    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+GRANT SELECT, INSERT, UPDATE ON workspaces TO gatehouse_app;
+
+-- Immutable: the application may insert and read versions, never change them.
+CREATE TABLE workspace_versions (
+    tenant_id uuid NOT NULL,
+    workspace_id uuid NOT NULL,
+    version integer NOT NULL CHECK (version >= 1),
+    document jsonb NOT NULL,
+    digest text NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, workspace_id, version),
+    FOREIGN KEY (tenant_id, workspace_id) REFERENCES workspaces (tenant_id, id)
+);
+ALTER TABLE workspace_versions ENABLE ROW LEVEL SECURITY;
+ALTER TABLE workspace_versions FORCE ROW LEVEL SECURITY;
+CREATE POLICY workspace_versions_tenant ON workspace_versions
+    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
+    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+GRANT SELECT, INSERT ON workspace_versions TO gatehouse_app;
+
+-- One payload-free row per tool call, written off the request path in batches, keyset-paged on
+-- (occurred_at, id) and pruned on write after the retention window.
+CREATE TABLE activity (
+    tenant_id uuid NOT NULL REFERENCES tenants (id),
+    occurred_at timestamptz NOT NULL,
+    id uuid NOT NULL,
+    workspace_id uuid NOT NULL,
+    request_id text,
+    actor_kind text NOT NULL,
+    actor_id text NOT NULL,
+    connector text,
+    tool text NOT NULL,
+    source text NOT NULL,
+    outcome text NOT NULL CHECK (outcome IN ('ok', 'error')),
+    duration_ms integer NOT NULL,
+    error_code text,
+    classification text,
+    result_bytes integer NOT NULL DEFAULT 0,
+    client_name text,
+    client_version text,
+    pool text,
+    PRIMARY KEY (tenant_id, occurred_at, id)
+);
+CREATE INDEX activity_retention ON activity (occurred_at);
+ALTER TABLE activity ENABLE ROW LEVEL SECURITY;
+ALTER TABLE activity FORCE ROW LEVEL SECURITY;
+CREATE POLICY activity_tenant ON activity
+    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
+    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+GRANT SELECT, INSERT, DELETE ON activity TO gatehouse_app;

@@ -1,0 +1,139 @@
+//! Activity: one payload-free row per tool call, queued in memory and written in batches by a
+//! background task, so recording never blocks or slows a call. When the queue is full the row
+//! is dropped and counted (`dropped()`), never waited for.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::db::{Db, Scope};
+
+pub const QUEUE: usize = 8192;
+pub const BATCH: usize = 256;
+pub const RETENTION_DAYS: i32 = 90;
+/// Old rows one batch deletes at most.
+pub const PRUNE_BATCH: i64 = 1000;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub tenant_id: Uuid,
+    pub occurred_at: DateTime<Utc>,
+    pub id: Uuid,
+    pub workspace_id: Uuid,
+    pub request_id: Option<String>,
+    pub actor_kind: &'static str,
+    pub actor_id: String,
+    pub connector: Option<String>,
+    pub tool: String,
+    pub source: &'static str,
+    pub outcome: &'static str,
+    pub duration_ms: i32,
+    pub error_code: Option<String>,
+    pub classification: Option<&'static str>,
+    pub result_bytes: i32,
+    pub client_name: Option<String>,
+    pub client_version: Option<String>,
+    pub pool: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    tx: mpsc::Sender<Row>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Recorder {
+    /// Starts the writer task; it stops after the last `Recorder` is dropped and the queue
+    /// has been written.
+    pub fn start(db: Db) -> (Recorder, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let handle = tokio::spawn(writer(db, rx));
+        (Recorder { tx, dropped: Arc::default() }, handle)
+    }
+
+    /// Queues a row without waiting.
+    pub fn record(&self, row: Row) {
+        if self.tx.try_send(row).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Rows dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+async fn writer(db: Db, mut rx: mpsc::Receiver<Row>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
+        let mut attempt = 0;
+        while let Err(e) = write(&db, &batch).await {
+            attempt += 1;
+            tracing::warn!(error = %e, rows = batch.len(), attempt, "activity batch not written");
+            if attempt >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+        }
+        batch.clear();
+    }
+}
+
+async fn write(db: &Db, rows: &[Row]) -> crate::error::Result<()> {
+    db.single_decision(Scope::Platform { reason: "activity writer" }, |conn, _| {
+        Box::pin(async move {
+            let col = |f: &dyn Fn(&Row) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
+            sqlx::query(
+                "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, request_id, actor_kind, actor_id, connector, tool,
+                     source, outcome, duration_ms, error_code, classification, result_bytes, client_name, client_version, pool)
+                 SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[],
+                     $8::text[], $9::text[], $10::text[], $11::text[], $12::int[], $13::text[], $14::text[], $15::int[], $16::text[],
+                     $17::text[], $18::text[])",
+            )
+            .bind(rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.occurred_at).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.workspace_id).collect::<Vec<_>>())
+            .bind(col(&|r| r.request_id.clone()))
+            .bind(rows.iter().map(|r| r.actor_kind).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.actor_id.clone()).collect::<Vec<_>>())
+            .bind(col(&|r| r.connector.clone()))
+            .bind(rows.iter().map(|r| r.tool.clone()).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.source).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.outcome).collect::<Vec<_>>())
+            .bind(rows.iter().map(|r| r.duration_ms).collect::<Vec<_>>())
+            .bind(col(&|r| r.error_code.clone()))
+            .bind(col(&|r| r.classification.map(str::to_owned)))
+            .bind(rows.iter().map(|r| r.result_bytes).collect::<Vec<_>>())
+            .bind(col(&|r| r.client_name.clone()))
+            .bind(col(&|r| r.client_version.clone()))
+            .bind(col(&|r| r.pool.clone()))
+            .execute(&mut *conn)
+            .await?;
+            // Retention, pruned on write in a bounded batch served by activity_retention.
+            sqlx::query(
+                "WITH doomed AS MATERIALIZED (
+                     SELECT tenant_id, occurred_at, id FROM activity
+                     WHERE occurred_at < now() - make_interval(days => $1) ORDER BY occurred_at LIMIT $2)
+                 DELETE FROM activity a USING doomed d
+                 WHERE a.tenant_id = d.tenant_id AND a.occurred_at = d.occurred_at AND a.id = d.id",
+            )
+            .bind(RETENTION_DAYS)
+            .bind(PRUNE_BATCH)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        })
+    })
+    .await
+}

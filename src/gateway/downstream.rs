@@ -1,0 +1,163 @@
+//! Downstream MCP servers: one multiplexed client session per (tenant, workspace, connector
+//! configuration) and replica, reconnected after a transport failure; catalogs cached; every
+//! call under its connector's deadline, so a dead or slow downstream gives a typed,
+//! retryable error instead of a hang.
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use rmcp::{
+    ClientCacheConfig, RoleClient, ServiceExt,
+    model::{
+        CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, JsonObject, ProtocolVersion,
+        Tool,
+    },
+    service::{RunningService, ServiceError},
+    transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
+};
+use sha2::{Digest, Sha256};
+use tokio::sync::Mutex;
+
+use crate::workspaces::Connector;
+
+/// A connector's catalog is fetched again after this long.
+pub const CATALOG_TTL: Duration = Duration::from_secs(300);
+/// Sessions kept per replica before the least useful are dropped.
+const MAX_SESSIONS: usize = 1024;
+
+type Session = Arc<RunningService<RoleClient, ClientConfig>>;
+/// A catalog and when it was fetched.
+type Catalog = (Instant, Arc<Vec<Tool>>);
+
+/// Why a downstream call did not produce a result.
+#[derive(Debug)]
+pub enum Failure {
+    /// Unreachable, refused, or the session broke: retryable.
+    Unavailable(String),
+    /// No answer within the connector's deadline: retryable.
+    Timeout(u64),
+    /// The downstream answered with a JSON-RPC error (its own message, capped).
+    Rejected(String),
+}
+
+/// The key of a session or catalog: who it serves and exactly which configuration.
+pub fn key(tenant: uuid::Uuid, workspace: uuid::Uuid, connector_id: &str, connector: &Connector) -> String {
+    let config = serde_json::to_vec(connector).unwrap_or_default();
+    format!("{tenant}/{workspace}/{connector_id}/{}", hex::encode(&Sha256::digest(&config)[..8]))
+}
+
+#[derive(Default)]
+pub struct Downstreams {
+    http: Option<reqwest::Client>,
+    sessions: Mutex<HashMap<String, Session>>,
+    catalogs: Mutex<HashMap<String, Catalog>>,
+}
+
+impl std::fmt::Debug for Downstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Downstreams")
+    }
+}
+
+fn cap(text: &str) -> String {
+    text.chars().take(512).collect()
+}
+
+impl Downstreams {
+    pub fn new(http: reqwest::Client) -> Self {
+        Downstreams { http: Some(http), ..Default::default() }
+    }
+
+    async fn connect(&self, connector: &Connector) -> Result<Session, Failure> {
+        let Connector::RemoteMcp { url, headers, timeout_ms, .. } = connector;
+        let mut custom = HashMap::new();
+        for (name, value) in headers {
+            if let (Ok(n), Ok(v)) =
+                (axum::http::HeaderName::from_bytes(name.as_bytes()), axum::http::HeaderValue::from_str(value))
+            {
+                custom.insert(n, v);
+            }
+        }
+        let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+        let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
+        let transport = StreamableHttpClientTransport::with_client(http, config);
+        let info = ClientConfig::new(ClientCapabilities::default(), Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(ProtocolVersion::V_2025_11_25);
+        let deadline = Duration::from_millis(timeout_ms.unwrap_or(crate::workspaces::config::DEFAULT_TIMEOUT_MS));
+        let running = match tokio::time::timeout(deadline, info.serve(transport)).await {
+            Ok(Ok(running)) => running,
+            Ok(Err(e)) => return Err(Failure::Unavailable(cap(&e.to_string()))),
+            Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
+        };
+        // A gateway must never serve a stale list when a refresh fails.
+        running.set_response_cache_config(ClientCacheConfig::disabled()).await;
+        Ok(Arc::new(running))
+    }
+
+    async fn session(&self, key: &str, connector: &Connector) -> Result<Session, Failure> {
+        if let Some(s) = self.sessions.lock().await.get(key)
+            && !s.is_closed() {
+                return Ok(s.clone());
+            }
+        let fresh = self.connect(connector).await?;
+        let mut sessions = self.sessions.lock().await;
+        if sessions.len() >= MAX_SESSIONS {
+            sessions.retain(|_, s| !s.is_closed() && Arc::strong_count(s) > 1);
+        }
+        sessions.insert(key.to_owned(), fresh.clone());
+        Ok(fresh)
+    }
+
+    async fn forget(&self, key: &str) {
+        self.sessions.lock().await.remove(key);
+    }
+
+    /// The connector's tools, from the replica's cache when fresh.
+    pub async fn catalog(&self, key: &str, connector: &Connector) -> Result<Arc<Vec<Tool>>, Failure> {
+        if let Some((at, tools)) = self.catalogs.lock().await.get(key)
+            && at.elapsed() < CATALOG_TTL {
+                return Ok(tools.clone());
+            }
+        let session = self.session(key, connector).await?;
+        let deadline = Duration::from_millis(connector.timeout_ms());
+        let tools = match tokio::time::timeout(deadline, session.list_all_tools()).await {
+            Ok(Ok(tools)) => Arc::new(tools),
+            Ok(Err(e)) => {
+                self.forget(key).await;
+                return Err(service_failure(e));
+            }
+            Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
+        };
+        self.catalogs.lock().await.insert(key.to_owned(), (Instant::now(), tools.clone()));
+        Ok(tools)
+    }
+
+    /// Calls one tool under the connector's deadline. A broken session is dropped so the
+    /// next call reconnects.
+    pub async fn call(&self, key: &str, connector: &Connector, tool: &str, args: JsonObject) -> Result<CallToolResult, Failure> {
+        let session = self.session(key, connector).await?;
+        let deadline = Duration::from_millis(connector.timeout_ms());
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        match tokio::time::timeout(deadline, session.call_tool(params)).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => {
+                if !matches!(e, ServiceError::McpError(_)) {
+                    self.forget(key).await;
+                }
+                Err(service_failure(e))
+            }
+            Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
+        }
+    }
+}
+
+fn service_failure(e: ServiceError) -> Failure {
+    match e {
+        ServiceError::McpError(data) => Failure::Rejected(cap(&data.message)),
+        ServiceError::Timeout { timeout } => Failure::Timeout(timeout.as_millis() as u64),
+        other => Failure::Unavailable(cap(&other.to_string())),
+    }
+}

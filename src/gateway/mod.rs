@@ -1,0 +1,183 @@
+//! The MCP endpoint: `/t/{tenant}/w/{workspace}/mcp`, streamable HTTP, stateless (any replica
+//! serves any request), machine-authenticated, over the workspace's connectors.
+
+pub mod activity;
+pub mod downstream;
+pub mod surface;
+
+use std::{sync::Arc, time::Instant};
+
+use axum::{
+    Router,
+    extract::{FromRequestParts, RawPathParams, Request, State},
+    http::{StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+};
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+        ServerConfig,
+    },
+    service::RequestContext,
+    transport::{StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager},
+};
+use uuid::Uuid;
+
+use crate::{
+    AppState,
+    auth::{Actor, TenantCtx, TenantRef},
+    error::{Error, problem},
+    members::Permission,
+    workspaces::{self, Document, Workspace},
+};
+
+/// What the authentication middleware hands to the tool handlers, through the request's
+/// extensions (rmcp passes the HTTP request parts into every handler's context).
+#[derive(Clone, Debug)]
+pub struct GatewayCtx {
+    pub tenant: TenantRef,
+    pub workspace: Workspace,
+    pub document: Arc<Document>,
+    pub actor_kind: &'static str,
+    pub actor_id: String,
+    pub request_id: Option<String>,
+}
+
+/// The endpoint's routes, authenticated by [`authenticate`].
+pub fn router(state: &AppState) -> Router<AppState> {
+    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+    if let Ok(u) = url::Url::parse(&state.config.public_url)
+        && let Some(host) = u.host_str() {
+            hosts.push(host.to_owned());
+        }
+    let config =
+        StreamableHttpServerConfig::default().with_legacy_session_mode(false).with_json_response(true).with_allowed_hosts(hosts);
+    let for_handlers = state.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(Gateway { state: for_handlers.clone() }),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .route_service("/t/{tenant}/w/{workspace}/mcp", service)
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+}
+
+/// Origin check (DNS-rebinding protection), machine authentication, the caller's
+/// `connector_access`, and the workspace's bound configuration, in that order.
+async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    if let Some(origin) = parts.headers.get(header::ORIGIN)
+        && origin.as_bytes() != state.config.public_origin().as_bytes() {
+            return problem(StatusCode::FORBIDDEN, "origin_mismatch", "cross-origin request refused", None);
+        }
+    let ctx = match TenantCtx::from_request_parts(&mut parts, &state).await {
+        Ok(ctx) => ctx,
+        Err(e) => return e.into_response(),
+    };
+    let actor_id = match &ctx.actor {
+        Actor::Machine { token_id, .. } => token_id.to_string(),
+        Actor::Person { .. } => {
+            return Error::Forbidden {
+                code: "machine_credentials_required",
+                message: "the MCP endpoint takes machine credentials".into(),
+            }
+            .into_response();
+        }
+    };
+    if let Err(e) = ctx.require(Permission::ConnectorAccess) {
+        return e.into_response();
+    }
+    let slug = match RawPathParams::from_request_parts(&mut parts, &state).await {
+        Ok(params) => params.iter().find(|(k, _)| *k == "workspace").map(|(_, v)| v.to_owned()).unwrap_or_default(),
+        Err(_) => return Error::NotFound { what: "workspace" }.into_response(),
+    };
+    let bound = match workspaces::bound(&state.db, ctx.tenant.id, &slug).await {
+        Ok(bound) => bound,
+        Err(e) => return e.into_response(),
+    };
+    match bound.workspace.status.as_str() {
+        "active" => {}
+        "suspended" => {
+            return Error::Forbidden { code: "workspace_suspended", message: "this workspace is suspended".into() }
+                .into_response();
+        }
+        _ => return Error::NotFound { what: "workspace" }.into_response(),
+    }
+    tracing::Span::current().record("tenant_id", tracing::field::display(ctx.tenant.id.0));
+    parts.extensions.insert(GatewayCtx {
+        tenant: ctx.tenant.clone(),
+        workspace: bound.workspace,
+        document: Arc::new(bound.document),
+        actor_kind: "token",
+        actor_id,
+        request_id: ctx.audit.request_id.clone(),
+    });
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// The MCP server handler; one per request (stateless).
+#[derive(Clone)]
+pub struct Gateway {
+    state: AppState,
+}
+
+fn gateway_ctx(cx: &RequestContext<RoleServer>) -> Result<GatewayCtx, McpError> {
+    cx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<GatewayCtx>())
+        .cloned()
+        .ok_or_else(|| McpError::internal_error("request not authenticated", None))
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
+            .with_instructions(surface::INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        gateway_ctx(&cx)?;
+        Ok(ListToolsResult::with_all_items(surface::tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let ctx = gateway_ctx(&cx)?;
+        let started = Instant::now();
+        let args = request.arguments.unwrap_or_default();
+        let outcome = surface::dispatch(&self.state, &ctx, &request.name, args).await;
+        let client = cx.client_info();
+        self.state.activity.record(activity::Row {
+            tenant_id: ctx.tenant.id.0,
+            occurred_at: chrono::Utc::now(),
+            id: Uuid::now_v7(),
+            workspace_id: ctx.workspace.id.0,
+            request_id: ctx.request_id.clone(),
+            actor_kind: ctx.actor_kind,
+            actor_id: ctx.actor_id.clone(),
+            connector: outcome.connector.clone(),
+            tool: outcome.tool.clone().unwrap_or_else(|| request.name.to_string()),
+            source: "mcp",
+            outcome: if outcome.error_code.is_some() { "error" } else { "ok" },
+            duration_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
+            error_code: outcome.error_code.clone(),
+            classification: outcome.classification,
+            result_bytes: outcome.result_bytes,
+            client_name: client.as_ref().map(|c| c.name.clone()),
+            client_version: client.as_ref().map(|c| c.version.clone()),
+            pool: None,
+        });
+        Ok(outcome.result.into())
+    }
+}

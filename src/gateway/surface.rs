@@ -1,0 +1,328 @@
+//! The tool surface every workspace endpoint serves: `search_tools`, `call_tool`,
+//! `call_destructive_tool`, `authorize_connector`, `skills`. Writes are classified
+//! fail-closed: a tool is a read only when the workspace says so, or when the downstream
+//! declares `readOnlyHint: true` without `destructiveHint: true`.
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde_json::{Value, json};
+
+use super::{
+    GatewayCtx,
+    downstream::{self, Failure},
+};
+use crate::{
+    AppState,
+    workspaces::{Connector, Document, config::Class},
+};
+
+pub const INSTRUCTIONS: &str = "Gatehouse serves this workspace's tools through five tools. Find a tool with \
+search_tools, call a read with call_tool, and a write with call_destructive_tool (your client should ask the \
+human first). Read the `usage` skill for the routing rules.";
+
+/// Caller-authored text echoed back in errors is capped at this many bytes.
+const ECHO_CAP: usize = 512;
+
+const USAGE: &str = "# Using this Gatehouse workspace\n\n\
+Tools are addressed as `<connector>.<tool>`.\n\n\
+- Unsure which tool? `search_tools` with a few words (filters: `connector`, `safety` = read|write; `limit` 1-100, default 8; `offset`).\n\
+- One known read: `call_tool` with `address` and `args`.\n\
+- A write (anything not declared read-only): `call_destructive_tool` with the same arguments; clients ask the human first. \
+`call_tool` refuses writes with `destructive_tool_requires_approval` and names the exact call to make instead.\n\
+- A connector that needs credentials: `authorize_connector` says how to repair it.\n\n\
+Errors carry a stable `code`; `unavailable`, `timeout` and `rate_limited` are worth retrying.\n";
+
+fn schema(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn tool(name: &'static str, description: &'static str, input: Value, read_only: bool) -> Tool {
+    let annotations = ToolAnnotations::new().read_only(read_only).destructive(!read_only);
+    Tool::new(name, description, schema(input)).with_annotations(annotations)
+}
+
+/// The surface, as `tools/list` shows it.
+pub fn tools() -> Vec<Tool> {
+    let call_args = json!({
+        "type": "object",
+        "properties": {
+            "address": { "type": "string", "description": "<connector>.<tool>" },
+            "args": { "type": "object", "description": "the tool's arguments" }
+        },
+        "required": ["address"],
+        "additionalProperties": false
+    });
+    vec![
+        tool(
+            "search_tools",
+            "Find tools of this workspace by words in their connector, name, title and description.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": { "type": "string" },
+                    "connector": { "type": "string" },
+                    "safety": { "type": "string", "enum": ["read", "write"] },
+                    "limit": { "type": "integer", "minimum": 1, "maximum": 100, "default": 8 },
+                    "offset": { "type": "integer", "minimum": 0, "default": 0 }
+                },
+                "additionalProperties": false
+            }),
+            true,
+        ),
+        tool(
+            "call_tool",
+            "Call a read-only tool by address. Writes are refused: use call_destructive_tool.",
+            call_args.clone(),
+            true,
+        ),
+        tool("call_destructive_tool", "Call a tool that may change something. Ask the human before using it.", call_args, false),
+        tool(
+            "authorize_connector",
+            "Say how to repair a connector's authorization.",
+            json!({ "type": "object", "properties": { "connector": { "type": "string" } }, "required": ["connector"], "additionalProperties": false }),
+            true,
+        ),
+        tool(
+            "skills",
+            "The built-in usage guide of this gateway.",
+            json!({ "type": "object", "properties": { "name": { "type": "string", "default": "usage" } }, "additionalProperties": false }),
+            true,
+        ),
+    ]
+}
+
+/// A call's result plus what its activity row records.
+pub struct Outcome {
+    pub result: CallToolResult,
+    pub connector: Option<String>,
+    pub tool: Option<String>,
+    pub error_code: Option<String>,
+    pub classification: Option<&'static str>,
+    pub result_bytes: i32,
+}
+
+impl Outcome {
+    fn ok(value: Value) -> Outcome {
+        let text = value.to_string();
+        let bytes = text.len() as i32;
+        Outcome {
+            result: CallToolResult::success(vec![ContentBlock::text(text)]),
+            connector: None,
+            tool: None,
+            error_code: None,
+            classification: None,
+            result_bytes: bytes,
+        }
+    }
+
+    fn error(code: &str, message: String, extra: Option<Value>) -> Outcome {
+        let mut error = json!({ "code": code, "message": message });
+        if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut error) {
+            map.extend(extra);
+        }
+        Outcome {
+            result: CallToolResult::error(vec![ContentBlock::text(json!({ "error": error }).to_string())]),
+            connector: None,
+            tool: None,
+            error_code: Some(code.to_owned()),
+            classification: None,
+            result_bytes: 0,
+        }
+    }
+
+    fn about(mut self, connector: &str, tool: &str) -> Outcome {
+        self.connector = Some(connector.to_owned());
+        self.tool = Some(tool.to_owned());
+        self
+    }
+}
+
+/// Caps caller-authored text echoed back in an error.
+fn echo(text: &str) -> String {
+    let mut end = text.len().min(ECHO_CAP);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+fn failure(f: Failure) -> Outcome {
+    match f {
+        Failure::Unavailable(detail) => {
+            tracing::info!(detail, "downstream unavailable");
+            Outcome::error(
+                "unavailable",
+                "the connector's server cannot be reached; retry shortly".into(),
+                Some(json!({ "retryable": true })),
+            )
+        }
+        Failure::Timeout(ms) => Outcome::error(
+            "timeout",
+            format!("the connector's server did not answer within {ms} ms"),
+            Some(json!({ "retryable": true })),
+        ),
+        Failure::Rejected(message) => Outcome::error("downstream_error", message, None),
+    }
+}
+
+/// The read/write classification of a downstream tool, fail-closed.
+pub fn classify(document: &Document, connector: &str, tool: &Tool) -> Class {
+    if let Some(class) = document.classification.get(&format!("{connector}.{}", tool.name)) {
+        return *class;
+    }
+    let annotations = tool.annotations.as_ref();
+    let read_only = annotations.and_then(|a| a.read_only_hint) == Some(true);
+    let destructive = annotations.and_then(|a| a.destructive_hint) == Some(true);
+    if read_only && !destructive { Class::Read } else { Class::Write }
+}
+
+fn class_name(class: Class) -> &'static str {
+    match class {
+        Class::Read => "read",
+        Class::Write => "write",
+    }
+}
+
+pub async fn dispatch(state: &AppState, ctx: &GatewayCtx, name: &str, args: JsonObject) -> Outcome {
+    match name {
+        "search_tools" => search(state, ctx, &args).await,
+        "call_tool" => call(state, ctx, &args, false).await,
+        "call_destructive_tool" => call(state, ctx, &args, true).await,
+        "authorize_connector" => authorize(ctx, &args),
+        "skills" => match args.get("name").and_then(Value::as_str).unwrap_or("usage") {
+            "usage" => Outcome::ok(json!({ "name": "usage", "text": USAGE })),
+            other => Outcome::error("unknown_skill", format!("no skill named `{}`; try `usage`", echo(other)), None),
+        },
+        other => Outcome::error("unknown_tool", format!("this endpoint has no tool `{}`", echo(other)), None),
+    }
+}
+
+fn connector<'d>(ctx: &'d GatewayCtx, id: &str) -> Option<&'d Connector> {
+    ctx.document.connectors.get(id)
+}
+
+async fn catalog(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
+    let key = downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c);
+    state.downstreams.catalog(&key, c).await
+}
+
+async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
+    let query = args.get("query").and_then(Value::as_str).unwrap_or("").to_lowercase();
+    let only = args.get("connector").and_then(Value::as_str);
+    let safety = args.get("safety").and_then(Value::as_str);
+    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(8);
+    let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize;
+    if !(1..=100).contains(&limit) {
+        return Outcome::error("invalid_args", "limit is from 1 to 100".into(), None);
+    }
+    if safety.is_some_and(|s| s != "read" && s != "write") {
+        return Outcome::error("invalid_args", "safety is `read` or `write`".into(), None);
+    }
+    let words: Vec<&str> = query.split_whitespace().collect();
+    let mut hits: Vec<(u32, String, Value)> = Vec::new();
+    let mut unavailable = Vec::new();
+    for (id, c) in ctx.document.connectors.iter().filter(|(id, _)| only.is_none_or(|o| o == id.as_str())) {
+        let tools = match catalog(state, ctx, id, c).await {
+            Ok(tools) => tools,
+            Err(f) => {
+                unavailable.push(json!({ "connector": id, "code": failure(f).error_code }));
+                continue;
+            }
+        };
+        for t in tools.iter() {
+            let class = class_name(classify(&ctx.document, id, t));
+            if safety.is_some_and(|s| s != class) {
+                continue;
+            }
+            let name = t.name.to_lowercase();
+            let title = t.title.clone().unwrap_or_default().to_lowercase();
+            let description = t.description.as_deref().unwrap_or("").to_lowercase();
+            let score: u32 = words
+                .iter()
+                .map(|w| {
+                    (if name == *w { 10 } else { 0 })
+                        + (if name.contains(w) { 5 } else { 0 })
+                        + (if id.contains(w) { 3 } else { 0 })
+                        + (if title.contains(w) { 3 } else { 0 })
+                        + (if description.contains(w) { 1 } else { 0 })
+                })
+                .sum();
+            if words.is_empty() || score > 0 {
+                let address = format!("{id}.{}", t.name);
+                let entry = json!({ "address": address, "title": t.title, "description": t.description, "safety": class, "inputSchema": t.input_schema });
+                hits.push((score, address, entry));
+            }
+        }
+    }
+    hits.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let total = hits.len();
+    let results: Vec<Value> = hits.into_iter().skip(offset).take(limit as usize).map(|(_, _, e)| e).collect();
+    Outcome::ok(json!({ "results": results, "total": total, "offset": offset, "limit": limit, "unavailable": unavailable }))
+}
+
+async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive: bool) -> Outcome {
+    let Some(address) = args.get("address").and_then(Value::as_str) else {
+        return Outcome::error("invalid_args", "`address` (<connector>.<tool>) is required".into(), None);
+    };
+    let tool_args = match args.get("args") {
+        None | Some(Value::Null) => JsonObject::new(),
+        Some(Value::Object(map)) => map.clone(),
+        Some(_) => return Outcome::error("invalid_args", "`args` must be an object".into(), None),
+    };
+    let unknown = || Outcome::error("unknown_tool", format!("no tool `{}` here; use search_tools", echo(address)), None);
+    let Some((id, name)) = address.split_once('.') else { return unknown() };
+    let Some(c) = connector(ctx, id) else { return unknown() };
+    let tools = match catalog(state, ctx, id, c).await {
+        Ok(tools) => tools,
+        Err(f) => return failure(f).about(id, name),
+    };
+    let Some(tool) = tools.iter().find(|t| t.name == name) else { return unknown().about(id, name) };
+    let class = classify(&ctx.document, id, tool);
+    if class == Class::Write && !destructive {
+        let call = json!({ "address": address, "args": tool_args });
+        let mut next = json!({ "tool": "call_destructive_tool" });
+        if call.to_string().len() <= ECHO_CAP {
+            next["arguments"] = call;
+        }
+        let mut out = Outcome::error(
+            "destructive_tool_requires_approval",
+            format!("`{}` may change something; call it with call_destructive_tool after the human approves", echo(address)),
+            Some(json!({ "nextAction": next })),
+        )
+        .about(id, name);
+        out.classification = Some("write");
+        return out;
+    }
+    let key = downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c);
+    let mut out = match state.downstreams.call(&key, c, name, tool_args).await {
+        Ok(result) => {
+            let bytes = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
+            Outcome {
+                error_code: result.is_error.unwrap_or(false).then(|| "tool_error".to_owned()),
+                result,
+                connector: None,
+                tool: None,
+                classification: None,
+                result_bytes: bytes.min(i32::MAX as usize) as i32,
+            }
+        }
+        Err(f) => failure(f),
+    }
+    .about(id, name);
+    out.classification = Some(class_name(class));
+    out
+}
+
+fn authorize(ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
+    let id = args.get("connector").and_then(Value::as_str).unwrap_or("");
+    match connector(ctx, id) {
+        None => Outcome::error("unknown_connector", format!("this workspace has no connector `{}`", echo(id)), None),
+        Some(Connector::RemoteMcp { .. }) => Outcome::ok(json!({
+            "connector": id,
+            "status": "no_credentials",
+            "message": "This connector is configured without credentials, so there is nothing to authorize. If its server refuses calls, an operator must change the connector's configuration.",
+        })),
+    }
+}

@@ -1,0 +1,216 @@
+//! The configuration document a workspace version holds, and its validation.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, FieldIssue, Result};
+
+pub const MAX_CONNECTORS: usize = 64;
+pub const MAX_HEADERS: usize = 16;
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Document {
+    #[serde(default)]
+    pub connectors: BTreeMap<String, Connector>,
+    /// Explicit classification of `connector.tool` addresses; everything else is classified
+    /// from the downstream's annotations, fail-closed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classification: BTreeMap<String, Class>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    Read,
+    Write,
+}
+
+/// How the gateway authenticates to a downstream.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case", tag = "type", deny_unknown_fields)]
+pub enum Auth {
+    /// No credentials (static, non-secret headers may still be sent).
+    #[default]
+    None,
+    /// A credential slot of the vault (arrives with the vault issue).
+    Slot { slot: String },
+    /// OAuth to the downstream's authorization server (arrives with the vault issue).
+    Oauth,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Connector {
+    /// A remote MCP server over streamable HTTP.
+    RemoteMcp {
+        url: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+        #[serde(default)]
+        auth: Auth,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
+}
+
+impl Connector {
+    pub fn timeout_ms(&self) -> u64 {
+        match self {
+            Connector::RemoteMcp { timeout_ms, .. } => timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+        }
+    }
+}
+
+/// Header names that carry secrets: those belong in a credential slot, sealed by the vault,
+/// never in a configuration document.
+fn secret_looking(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["authorization", "cookie", "proxy-authorization"].contains(&n.as_str())
+        || ["token", "secret", "key", "password", "auth"].iter().any(|w| n.contains(w))
+}
+
+/// Checks a connector id: `[a-z0-9_-]{1,64}`.
+pub fn valid_connector_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+impl Document {
+    /// Every problem, each naming its field.
+    pub fn issues(&self) -> Vec<FieldIssue> {
+        let mut issues = Vec::new();
+        let mut bad = |field: String, message: &str| issues.push(FieldIssue { field, message: message.to_owned() });
+        if self.connectors.len() > MAX_CONNECTORS {
+            bad("connectors".into(), "at most 64 connectors");
+        }
+        for (id, connector) in &self.connectors {
+            let at = |f: &str| format!("connectors.{id}.{f}");
+            if !valid_connector_id(id) {
+                bad(format!("connectors.{id}"), "a connector id is 1 to 64 characters of a-z, 0-9, '_' and '-'");
+            }
+            match connector {
+                Connector::RemoteMcp { url, headers, auth, timeout_ms } => {
+                    match url::Url::parse(url) {
+                        Ok(u) if !matches!(u.scheme(), "http" | "https") => bad(at("url"), "must be an http:// or https:// URL"),
+                        Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+                            bad(at("url"), "must not carry credentials; use a credential slot")
+                        }
+                        Ok(u) if u.host_str().is_none() => bad(at("url"), "must name a host"),
+                        Ok(_) => {}
+                        Err(_) => bad(at("url"), "is not a URL"),
+                    }
+                    if headers.len() > MAX_HEADERS {
+                        bad(at("headers"), "at most 16 headers");
+                    }
+                    for (name, value) in headers {
+                        let field = format!("connectors.{id}.headers.{name}");
+                        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                            bad(field, "is not a header name");
+                        } else if secret_looking(name) {
+                            bad(
+                                field,
+                                "looks like a secret: secrets go in a credential slot (the vault), never in configuration",
+                            );
+                        } else if value.len() > 1024 || !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                            bad(field, "a header value is at most 1024 visible ASCII characters");
+                        } else if ["host", "content-length", "accept", "mcp-session-id", "mcp-protocol-version"]
+                            .contains(&name.to_ascii_lowercase().as_str())
+                        {
+                            bad(field, "is set by the gateway itself");
+                        }
+                    }
+                    match auth {
+                        Auth::None => {}
+                        Auth::Slot { .. } | Auth::Oauth => {
+                            bad(at("auth"), "credential slots and OAuth are not supported yet (they arrive with the vault)")
+                        }
+                    }
+                    if timeout_ms.is_some_and(|t| !(100..=300_000).contains(&t)) {
+                        bad(at("timeout_ms"), "from 100 to 300000");
+                    }
+                }
+            }
+        }
+        for address in self.classification.keys() {
+            let known = address.split_once('.').is_some_and(|(c, tool)| self.connectors.contains_key(c) && !tool.is_empty());
+            if !known {
+                bad(format!("classification.{address}"), "names no connector of this workspace (use connector.tool)");
+            }
+        }
+        issues
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let issues = self.issues();
+        if issues.is_empty() { Ok(()) } else { Err(Error::InvalidConfig { issues }) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn remote(url: &str) -> Connector {
+        Connector::RemoteMcp { url: url.into(), headers: BTreeMap::new(), auth: Auth::None, timeout_ms: None }
+    }
+
+    #[test]
+    fn field_level_issues() {
+        let mut d = Document::default();
+        d.connectors.insert("Bad Id".into(), remote("ftp://x"));
+        d.connectors.insert(
+            "ok".into(),
+            Connector::RemoteMcp {
+                url: "https://user:pw@mcp.example/mcp".into(),
+                headers: BTreeMap::from([("Authorization".into(), "Bearer x".into()), ("X-Team".into(), "blue".into())]),
+                auth: Auth::Oauth,
+                timeout_ms: Some(5),
+            },
+        );
+        d.classification.insert("nope.tool".into(), Class::Read);
+        let fields: Vec<_> = d.issues().into_iter().map(|i| i.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "connectors.Bad Id",
+                "connectors.Bad Id.url",
+                "connectors.ok.url",
+                "connectors.ok.headers.Authorization",
+                "connectors.ok.auth",
+                "connectors.ok.timeout_ms",
+                "classification.nope.tool",
+            ]
+        );
+        let mut good = Document::default();
+        good.connectors.insert("everything".into(), remote("http://127.0.0.1:3001/mcp"));
+        good.classification.insert("everything.echo".into(), Class::Write);
+        assert!(good.validate().is_ok());
+    }
+
+    #[test]
+    fn documents_round_trip_and_refuse_unknown_fields() {
+        let json = r#"{"connectors":{"gh":{"kind":"remote_mcp","url":"https://mcp.example/mcp","headers":{"X-Org":"acme"}}}}"#;
+        let d: Document = serde_json::from_str(json).unwrap();
+        assert_eq!(serde_json::from_value::<Document>(serde_json::to_value(&d).unwrap()).unwrap(), d);
+        assert!(serde_json::from_str::<Document>(r#"{"connectors":{},"extra":1}"#).is_err());
+        assert!(serde_json::from_str::<Document>(r#"{"connectors":{"a":{"kind":"carrier_pigeon"}}}"#).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn connector_ids(id in "\\PC{0,70}") {
+            let ok = valid_connector_id(&id);
+            prop_assert_eq!(ok, !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'));
+        }
+
+        #[test]
+        fn validation_never_panics(url in "\\PC{0,40}", header in "\\PC{0,20}", value in "\\PC{0,20}") {
+            let mut d = Document::default();
+            d.connectors.insert("c".into(), Connector::RemoteMcp { url, headers: BTreeMap::from([(header, value)]), auth: Auth::None, timeout_ms: None });
+            let _ = d.issues();
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! `/api/v1/tenants/{t}/workspaces` and their connectors. Reading needs membership (or a
+//! token); changing needs a person with `credential_administration`.
+
+use axum::{
+    Json, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    routing::{delete, get},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Bound, Connector, Workspace};
+
+use crate::{
+    AppState,
+    auth::TenantCtx,
+    error::{Error, FieldIssue, Result},
+    http::ApiJson,
+    members::Permission,
+    workspaces::{self, config::valid_connector_id},
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateWorkspace {
+    slug: String,
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddConnector {
+    id: String,
+    /// The version the editor read; the edit is refused with 412 if it moved on.
+    expected_version: Option<i32>,
+    #[serde(flatten)]
+    connector: Value,
+}
+
+async fn list_workspaces(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Vec<Workspace>>> {
+    Ok(Json(workspaces::list(&state.db, ctx.tenant.id).await?))
+}
+
+async fn create_workspace(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateWorkspace>,
+) -> Result<(StatusCode, Json<Workspace>)> {
+    ctx.require_person(Permission::CredentialAdministration)?;
+    let ws = workspaces::create(&state.db, ctx.tenant.id, &ctx.audit, &body.slug, body.name.as_deref()).await?;
+    Ok((StatusCode::CREATED, Json(ws)))
+}
+
+async fn get_workspace(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, slug)): Path<(String, String)>,
+) -> Result<Json<Bound>> {
+    Ok(Json(workspaces::bound(&state.db, ctx.tenant.id, &slug).await?))
+}
+
+/// Parses a connector from its JSON form, naming the field that is wrong.
+pub fn parse_connector(id: &str, value: Value) -> Result<Connector> {
+    if !valid_connector_id(id) {
+        return Err(Error::InvalidConfig {
+            issues: vec![FieldIssue {
+                field: "id".into(),
+                message: "a connector id is 1 to 64 characters of a-z, 0-9, '_' and '-'".into(),
+            }],
+        });
+    }
+    if value.get("kind").and_then(Value::as_str) == Some("http_api") {
+        return Err(Error::InvalidConfig {
+            issues: vec![FieldIssue { field: "kind".into(), message: "http_api connectors are not supported yet".into() }],
+        });
+    }
+    serde_json::from_value(value)
+        .map_err(|e| Error::InvalidConfig { issues: vec![FieldIssue { field: "connector".into(), message: e.to_string() }] })
+}
+
+async fn add_connector(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, slug)): Path<(String, String)>,
+    ApiJson(body): ApiJson<AddConnector>,
+) -> Result<(StatusCode, Json<Bound>)> {
+    ctx.require_person(Permission::CredentialAdministration)?;
+    let connector = parse_connector(&body.id, body.connector)?;
+    let bound =
+        workspaces::add_connector(&state.db, ctx.tenant.id, &ctx.audit, &slug, body.expected_version, &body.id, connector)
+            .await?;
+    Ok((StatusCode::CREATED, Json(bound)))
+}
+
+async fn remove_connector(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, slug, id)): Path<(String, String, String)>,
+) -> Result<Json<Bound>> {
+    ctx.require_person(Permission::CredentialAdministration)?;
+    Ok(Json(workspaces::remove_connector(&state.db, ctx.tenant.id, &ctx.audit, &slug, None, &id).await?))
+}
+
+async fn list_connectors(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, slug)): Path<(String, String)>,
+) -> Result<Json<Value>> {
+    let bound = workspaces::bound(&state.db, ctx.tenant.id, &slug).await?;
+    Ok(Json(json!({ "version": bound.workspace.bound_version, "connectors": bound.document.connectors })))
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/tenants/{tenant}/workspaces", get(list_workspaces).post(create_workspace))
+        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}", get(get_workspace))
+        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", get(list_connectors).post(add_connector))
+        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", delete(remove_connector))
+}

@@ -1,0 +1,206 @@
+//! Workspaces: one gateway instance inside a tenant, running exactly one immutable
+//! configuration version. Every edit (a connector added or removed …) writes the next version
+//! of the workspace's lineage and binds it by compare-and-set on the version the editor read,
+//! so two concurrent edits never silently overwrite each other.
+
+pub mod config;
+pub mod http;
+pub mod store;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+pub use config::{Connector, Document};
+
+use crate::{
+    admin_log::{self, Audit, Entry},
+    db::{Db, Scope},
+    error::{Error, Result},
+    tenants::{TenantId, validate_slug},
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, sqlx::Type)]
+#[sqlx(transparent)]
+pub struct WorkspaceId(pub Uuid);
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Workspace {
+    pub id: WorkspaceId,
+    pub slug: String,
+    pub name: String,
+    pub status: String,
+    /// The configuration version this workspace runs.
+    pub bound_version: i32,
+    /// Bumped by every change of the workspace row (binds, lifecycle transitions).
+    pub revision: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A workspace with the configuration it runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Bound {
+    pub workspace: Workspace,
+    pub document: Document,
+}
+
+/// The digest of a configuration document: SHA-256 of its canonical JSON.
+pub fn digest(document: &Document) -> Result<String> {
+    let canonical =
+        serde_json::to_vec(&serde_json::to_value(document).map_err(anyhow::Error::from)?).map_err(anyhow::Error::from)?;
+    Ok(hex::encode(Sha256::digest(&canonical)))
+}
+
+/// Creates a workspace bound to version 1, an empty configuration.
+pub async fn create(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, name: Option<&str>) -> Result<Workspace> {
+    validate_slug(slug)?;
+    let name = name
+        .map(|n| n.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| slug.to_owned());
+    if name.chars().count() > 200 {
+        return Err(Error::invalid("invalid_name", Some("name"), "a name is 1 to 200 characters"));
+    }
+    let document = Document::default();
+    let digest = digest(&document)?;
+    db.serializable(Scope::Tenant(tenant), |conn, _| {
+        let (name, document, digest) = (name.clone(), document.clone(), digest.clone());
+        Box::pin(async move {
+            let id = WorkspaceId(Uuid::now_v7());
+            let ws = store::insert(&mut *conn, tenant, id, slug, &name).await.map_err(|e| {
+                e.on_constraint("workspaces_slug_key", || Error::Conflict {
+                    code: "slug_taken",
+                    message: format!("this tenant already has a workspace `{slug}`"),
+                })
+            })?;
+            store::insert_version(&mut *conn, tenant, id, 1, &document, &digest, &audit.actor).await?;
+            let after = Some(json!({ "slug": ws.slug, "name": ws.name, "version": 1, "digest": digest }));
+            admin_log::record(
+                conn,
+                Entry {
+                    tenant: Some(tenant),
+                    audit,
+                    action: "workspace.create",
+                    target: format!("workspace:{slug}"),
+                    before: None,
+                    after,
+                },
+            )
+            .await?;
+            Ok(ws)
+        })
+    })
+    .await
+}
+
+pub async fn list(db: &Db, tenant: TenantId) -> Result<Vec<Workspace>> {
+    db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant))).await
+}
+
+/// The workspace and the configuration it runs; another tenant's answers `not_found`.
+pub async fn bound(db: &Db, tenant: TenantId, slug: &str) -> Result<Bound> {
+    db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::bound(conn, tenant, slug)))
+        .await?
+        .ok_or(Error::NotFound { what: "workspace" })
+}
+
+/// Edits the configuration: `change` turns the bound document into the next one, which is
+/// stored as version n+1 and bound only if the workspace still runs version n (the one read,
+/// or `expected` when the editor says which version it read). A lost race answers 412.
+pub async fn edit<F>(
+    db: &Db,
+    tenant: TenantId,
+    audit: &Audit,
+    slug: &str,
+    expected: Option<i32>,
+    action: &str,
+    change: F,
+) -> Result<Bound>
+where
+    F: Fn(&mut Document) -> Result<serde_json::Value> + Send + Sync,
+{
+    let change = &change;
+    db.serializable(Scope::Tenant(tenant), move |conn, _| {
+        Box::pin(async move {
+            let current = store::bound(&mut *conn, tenant, slug).await?.ok_or(Error::NotFound { what: "workspace" })?;
+            let read = current.workspace.bound_version;
+            if expected.is_some_and(|e| e != read) {
+                return Err(binding_changed());
+            }
+            if current.workspace.status != "active" {
+                return Err(Error::Conflict {
+                    code: "workspace_not_active",
+                    message: format!("the workspace is {}", current.workspace.status),
+                });
+            }
+            let mut next = current.document.clone();
+            let detail = change(&mut next)?;
+            next.validate()?;
+            let digest = digest(&next)?;
+            let id = current.workspace.id;
+            store::insert_version(&mut *conn, tenant, id, read + 1, &next, &digest, &audit.actor).await?;
+            let workspace = store::bind(&mut *conn, tenant, id, read, read + 1).await?.ok_or_else(binding_changed)?;
+            let entry = Entry {
+                tenant: Some(tenant),
+                audit,
+                action,
+                target: format!("workspace:{slug}"),
+                before: Some(json!({ "version": read })),
+                after: Some(json!({ "version": read + 1, "digest": digest, "change": detail })),
+            };
+            admin_log::record(conn, entry).await?;
+            Ok(Bound { workspace, document: next })
+        })
+    })
+    .await
+}
+
+fn binding_changed() -> Error {
+    Error::Precondition { code: "binding_changed", message: "the workspace's configuration changed; reload and retry".into() }
+}
+
+/// Adds a connector (a new configuration version); an existing id is a conflict.
+pub async fn add_connector(
+    db: &Db,
+    tenant: TenantId,
+    audit: &Audit,
+    slug: &str,
+    expected: Option<i32>,
+    id: &str,
+    connector: Connector,
+) -> Result<Bound> {
+    edit(db, tenant, audit, slug, expected, "connector.add", |doc| {
+        if doc.connectors.contains_key(id) {
+            return Err(Error::Conflict {
+                code: "connector_exists",
+                message: format!("this workspace already has a connector `{id}`"),
+            });
+        }
+        doc.connectors.insert(id.to_owned(), connector.clone());
+        Ok(json!({ "connector": id, "config": connector }))
+    })
+    .await
+}
+
+/// Removes a connector (a new configuration version) and its classification overrides.
+pub async fn remove_connector(
+    db: &Db,
+    tenant: TenantId,
+    audit: &Audit,
+    slug: &str,
+    expected: Option<i32>,
+    id: &str,
+) -> Result<Bound> {
+    edit(db, tenant, audit, slug, expected, "connector.remove", |doc| {
+        if doc.connectors.remove(id).is_none() {
+            return Err(Error::NotFound { what: "connector" });
+        }
+        let prefix = format!("{id}.");
+        doc.classification.retain(|address, _| !address.starts_with(&prefix));
+        Ok(json!({ "connector": id }))
+    })
+    .await
+}
