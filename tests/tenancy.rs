@@ -117,6 +117,10 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO access_tokens (tenant_id, id, token_hash, prefix, name, created_by) VALUES ($1, gen_random_uuid(), convert_to($2, 'UTF8'), 'gth_', 'n', 'test')",
         "INSERT INTO token_quotas (tenant_id, live) SELECT $1, length($2)",
         "INSERT INTO permission_overrides (tenant_id, role, permission, allowed) SELECT $1, 'member', 'activity_access', $2 <> ''",
+        "INSERT INTO workspaces (tenant_id, id, slug, name, bound_version) VALUES ($1, $1, 'ws-' || $2, 'w', 1)",
+        "INSERT INTO workspace_versions (tenant_id, workspace_id, version, document, digest, created_by) VALUES ($1, $1, 1, '{}', $2, 'test')",
+        "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, actor_kind, actor_id, tool, source, outcome, duration_ms)
+         VALUES ($1, now(), gen_random_uuid(), $1, 'token', $2, 't', 'mcp', 'ok', 1)",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

@@ -99,9 +99,10 @@ impl Downstreams {
 
     async fn session(&self, key: &str, connector: &Connector) -> Result<Session, Failure> {
         if let Some(s) = self.sessions.lock().await.get(key)
-            && !s.is_closed() {
-                return Ok(s.clone());
-            }
+            && !s.is_closed()
+        {
+            return Ok(s.clone());
+        }
         let fresh = self.connect(connector).await?;
         let mut sessions = self.sessions.lock().await;
         if sessions.len() >= MAX_SESSIONS {
@@ -118,9 +119,10 @@ impl Downstreams {
     /// The connector's tools, from the replica's cache when fresh.
     pub async fn catalog(&self, key: &str, connector: &Connector) -> Result<Arc<Vec<Tool>>, Failure> {
         if let Some((at, tools)) = self.catalogs.lock().await.get(key)
-            && at.elapsed() < CATALOG_TTL {
-                return Ok(tools.clone());
-            }
+            && at.elapsed() < CATALOG_TTL
+        {
+            return Ok(tools.clone());
+        }
         let session = self.session(key, connector).await?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         let tools = match tokio::time::timeout(deadline, session.list_all_tools()).await {

@@ -49,9 +49,10 @@ pub struct GatewayCtx {
 pub fn router(state: &AppState) -> Router<AppState> {
     let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
     if let Ok(u) = url::Url::parse(&state.config.public_url)
-        && let Some(host) = u.host_str() {
-            hosts.push(host.to_owned());
-        }
+        && let Some(host) = u.host_str()
+    {
+        hosts.push(host.to_owned());
+    }
     let config =
         StreamableHttpServerConfig::default().with_legacy_session_mode(false).with_json_response(true).with_allowed_hosts(hosts);
     let for_handlers = state.clone();
@@ -70,9 +71,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
 async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     if let Some(origin) = parts.headers.get(header::ORIGIN)
-        && origin.as_bytes() != state.config.public_origin().as_bytes() {
-            return problem(StatusCode::FORBIDDEN, "origin_mismatch", "cross-origin request refused", None);
-        }
+        && origin.as_bytes() != state.config.public_origin().as_bytes()
+    {
+        return problem(StatusCode::FORBIDDEN, "origin_mismatch", "cross-origin request refused", None);
+    }
     let ctx = match TenantCtx::from_request_parts(&mut parts, &state).await {
         Ok(ctx) => ctx,
         Err(e) => return e.into_response(),

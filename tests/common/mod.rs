@@ -294,3 +294,54 @@ impl OidcPeer {
         OidcPeer { child, issuer }
     }
 }
+
+/// `@modelcontextprotocol/server-everything` over streamable HTTP on loopback.
+pub struct Everything {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Everything {
+    pub async fn start() -> Everything {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers");
+        let script = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+        assert!(script.exists(), "the MCP peers are not installed: run `npm ci --prefix tests/peers` (.ci/run does)");
+        let port = free_port();
+        let child = Command::new("node")
+            .arg(&script)
+            .arg("streamableHttp")
+            .current_dir(&dir)
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start node (server-everything)");
+        let up =
+            eventually(
+                Duration::from_secs(30),
+                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
+            )
+            .await;
+        assert!(up, "server-everything did not start");
+        Everything { child, url: format!("http://127.0.0.1:{port}/mcp") }
+    }
+}
+
+/// Runs the official Python MCP SDK agent (tests/peers/agent.py) against `url`.
+pub async fn python_agent(url: &str, m: &Machine, calls: serde_json::Value) -> serde_json::Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/agent.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(url)
+        .arg(calls.to_string())
+        .env("GATEHOUSE_CLIENT_ID", &m.client_id)
+        .env("GATEHOUSE_CLIENT_SECRET", &m.client_secret)
+        .env("GATEHOUSE_TOKEN", &m.token)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run python3 (the MCP SDK agent; pip install -r tests/peers/requirements.txt)");
+    assert!(out.status.success(), "agent failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("agent prints JSON")
+}

@@ -1,0 +1,333 @@
+//! The MCP gateway against real peers: `@modelcontextprotocol/server-everything` as the
+//! downstream, the official Python MCP SDK as the agent, raw JSON-RPC for the refusals.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Everything, Machine, Served, TestDb, cli, eventually, gatehouse, http, provision, python_agent};
+use futures::future::join_all;
+use serde_json::{Value, json};
+use sqlx::{Connection, Executor};
+
+struct Setup {
+    t: TestDb,
+    machine: Machine,
+    _everything: Everything,
+}
+
+async fn setup() -> Setup {
+    let everything = Everything::start().await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    cli(
+        &t.url,
+        &[
+            "connector",
+            "add",
+            "--tenant",
+            "acme",
+            "--workspace",
+            "main",
+            "--id",
+            "everything",
+            "--kind",
+            "remote_mcp",
+            "--url",
+            &everything.url,
+        ],
+    )
+    .await;
+    let machine = provision(&t.url, "acme").await;
+    Setup { t, machine, _everything: everything }
+}
+
+/// One raw JSON-RPC request to an MCP endpoint (protocol 2025-11-25, stateless).
+async fn rpc(url: &str, m: &Machine, method: &str, params: Value) -> (u16, Value) {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    let r = m
+        .headers(http().post(url))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The JSON a gateway tool answered (its single text block), and whether it is an error.
+async fn tool(url: &str, m: &Machine, name: &str, arguments: Value) -> (bool, Value) {
+    let (status, body) = rpc(url, m, "tools/call", json!({ "name": name, "arguments": arguments })).await;
+    assert_eq!(status, 200, "{body}");
+    let result = &body["result"];
+    let text = result["content"][0]["text"].as_str().unwrap_or("");
+    (result["isError"] == true, serde_json::from_str(text).unwrap_or(Value::String(text.to_owned())))
+}
+
+#[tokio::test]
+async fn the_python_sdk_agent_works_through_the_gateway() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let out = python_agent(
+        &url,
+        &s.machine,
+        json!([
+            ["search_tools", { "query": "echo" }],
+            ["call_tool", { "address": "everything.echo", "args": { "message": "hello through the gateway" } }],
+            ["call_tool", { "address": "everything.toggle-simulated-logging", "args": {} }],
+            ["call_destructive_tool", { "address": "everything.toggle-simulated-logging", "args": {} }],
+            ["skills", {}]
+        ]),
+    )
+    .await;
+    assert_eq!(out["server"], "gatehouse");
+    assert_eq!(out["protocol"], "2025-11-25");
+    assert_eq!(out["tools"], json!(["search_tools", "call_tool", "call_destructive_tool", "authorize_connector", "skills"]));
+    let calls = out["calls"].as_array().unwrap();
+    let search: Value = serde_json::from_str(calls[0]["text"][0].as_str().unwrap()).unwrap();
+    assert_eq!(search["results"][0]["address"], "everything.echo");
+    assert_eq!(search["results"][0]["safety"], "read");
+    assert_eq!(calls[1], json!({ "isError": false, "text": ["Echo: hello through the gateway"] }));
+    assert_eq!(calls[2]["isError"], true, "a write through call_tool is refused");
+    let refusal: Value = serde_json::from_str(calls[2]["text"][0].as_str().unwrap()).unwrap();
+    assert_eq!(refusal["error"]["code"], "destructive_tool_requires_approval");
+    assert_eq!(refusal["error"]["nextAction"]["tool"], "call_destructive_tool");
+    assert_eq!(refusal["error"]["nextAction"]["arguments"]["address"], "everything.toggle-simulated-logging");
+    assert_eq!(calls[3]["isError"], false, "the same call through call_destructive_tool goes through");
+    assert!(calls[4]["text"][0].as_str().unwrap().contains("call_destructive_tool"));
+
+    // One payload-free activity row per call, written off the request path.
+    let mut owner = s.t.owner_conn().await;
+    let counted = eventually(Duration::from_secs(10), || {
+        let url = s.t.url.clone();
+        async move {
+            let mut c = sqlx::PgConnection::connect(url.expose()).await.unwrap();
+            let mut tx = c.begin().await.unwrap();
+            tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM activity").fetch_one(&mut *tx).await.unwrap();
+            n == 5
+        }
+    })
+    .await;
+    assert!(counted, "five activity rows");
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    let rows: Vec<(String, String, Option<String>, Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT tool, outcome, connector, error_code, classification FROM activity ORDER BY occurred_at, id")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    assert_eq!(rows[1], ("echo".into(), "ok".into(), Some("everything".into()), None, Some("read".into())));
+    assert_eq!(rows[2].3.as_deref(), Some("destructive_tool_requires_approval"));
+    assert_eq!(rows[3].4.as_deref(), Some("write"));
+    let all: Vec<String> = sqlx::query_scalar("SELECT row_to_json(a)::text FROM activity a").fetch_all(&mut *tx).await.unwrap();
+    assert!(!all.join("\n").contains("hello through the gateway"), "activity rows carry no payload");
+    assert_eq!(served.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn refusals_are_typed_and_nothing_hangs() {
+    let s = setup().await;
+    // A dead downstream (nothing listens) and a silent one (accepts, never answers).
+    let dead = format!("http://127.0.0.1:{}/mcp", common::free_port());
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}/mcp", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let add = |id: &'static str, url: String, extra: Value| {
+        let t = &s.t;
+        async move {
+            let file = std::env::temp_dir().join(format!("connector-{}.json", uuid::Uuid::new_v4().simple()));
+            std::fs::write(&file, extra.to_string()).unwrap();
+            cli(
+                &t.url,
+                &[
+                    "connector",
+                    "add",
+                    "--tenant",
+                    "acme",
+                    "--workspace",
+                    "main",
+                    "--id",
+                    id,
+                    "--kind",
+                    "remote_mcp",
+                    "--url",
+                    &url,
+                    "--config",
+                    file.to_str().unwrap(),
+                ],
+            )
+            .await;
+        }
+    };
+    add("dead", dead, json!({})).await;
+    add("silent", silent_url, json!({ "timeout_ms": 500 })).await;
+    cli(&s.t.url, &["tenant", "create", "globex", "--name", "Globex"]).await;
+    cli(&s.t.url, &["workspace", "create", "--tenant", "globex", "main"]).await;
+    let globex = provision(&s.t.url, "globex").await;
+
+    let mut cmd = gatehouse(Some(&s.t.url));
+    cmd.env("GATEHOUSE_BODY_LIMIT_BYTES", "65536");
+    let served = Served::start(cmd).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let m = &s.machine;
+
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "everything.nope", "args": {} })).await;
+    assert!(err && body["error"]["code"] == "unknown_tool", "{body}");
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "no-dot" })).await;
+    assert!(err && body["error"]["code"] == "unknown_tool", "{body}");
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "everything.echo", "args": "not an object" })).await;
+    assert!(err && body["error"]["code"] == "invalid_args", "{body}");
+    let (err, body) = tool(&url, m, "no_such_surface_tool", json!({})).await;
+    assert!(err && body["error"]["code"] == "unknown_tool", "{body}");
+    let long = "x".repeat(5000);
+    let (_, body) = tool(&url, m, "call_tool", json!({ "address": format!("everything.{long}") })).await;
+    assert!(body["error"]["message"].as_str().unwrap().len() < 700, "caller text echoed back is capped");
+
+    let started = std::time::Instant::now();
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "dead.anything" })).await;
+    assert!(err && body["error"]["code"] == "unavailable" && body["error"]["retryable"] == true, "{body}");
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "silent.anything" })).await;
+    assert!(err && body["error"]["code"] == "timeout", "{body}");
+    assert!(started.elapsed() < Duration::from_secs(15), "dead and silent downstreams answer within their deadlines");
+    let (err, body) = tool(&url, m, "search_tools", json!({ "query": "echo" })).await;
+    assert!(!err, "one broken connector does not break search: {body}");
+    assert_eq!(body["results"][0]["address"], "everything.echo");
+    assert_eq!(body["unavailable"].as_array().unwrap().len(), 2);
+
+    // Unauthenticated: 401 with a challenge. Another tenant's workspace: 404.
+    let r = http().post(&url).header("accept", "application/json, text/event-stream").json(&json!({})).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().contains_key("www-authenticate"));
+    let (status, _) = rpc(&url, &globex, "tools/list", json!({})).await;
+    assert_eq!(status, 404, "globex's credentials on acme's workspace");
+    let (status, _) = rpc(&format!("{}/t/acme/w/nope/mcp", served.base), m, "tools/list", json!({})).await;
+    assert_eq!(status, 404);
+    // A foreign Origin (DNS rebinding) is refused; an oversized body is refused.
+    let r = m.headers(http().post(&url)).header("origin", "http://evil.example").json(&json!({})).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r =
+        m.headers(http().post(&url)).header("content-type", "application/json").body(vec![b' '; 70_000]).send().await.unwrap();
+    assert_eq!(r.status(), 413);
+    assert_eq!(served.terminate().await, 0);
+}
+
+/// No replica affinity: a client alternates between two server processes on every request,
+/// on both protocol revisions.
+#[tokio::test]
+async fn a_client_may_alternate_between_replicas_on_both_revisions() {
+    let s = setup().await;
+    let a = Served::start(gatehouse(Some(&s.t.url))).await;
+    let b = Served::start(gatehouse(Some(&s.t.url))).await;
+    let urls = [format!("{}/t/acme/w/main/mcp", a.base), format!("{}/t/acme/w/main/mcp", b.base)];
+    let (status, init) = rpc(
+        &urls[0],
+        &s.machine,
+        "initialize",
+        json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } }),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    for i in 0..6 {
+        let (err, body) = tool(
+            &urls[i % 2],
+            &s.machine,
+            "call_tool",
+            json!({ "address": "everything.echo", "args": { "message": format!("m{i}") } }),
+        )
+        .await;
+        assert!(!err, "{body}");
+        assert_eq!(body, Value::String(format!("Echo: m{i}")));
+    }
+    // The stateless 2026-07-28 revision: no handshake, routing headers and per-request _meta.
+    for url in &urls {
+        let body = json!({
+            "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {
+                "name": "call_tool",
+                "arguments": { "address": "everything.echo", "args": { "message": "stateless" } },
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
+                    "io.modelcontextprotocol/clientCapabilities": {}
+                }
+            }
+        });
+        let r = s
+            .machine
+            .headers(http().post(url))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "call_tool")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["result"]["content"][0]["text"], "Echo: stateless", "{v}");
+    }
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
+
+/// Three processes edit one workspace having read the same version: one edit binds, the
+/// others are refused with binding_changed and write nothing.
+#[tokio::test]
+async fn concurrent_configuration_edits_never_overwrite_each_other() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    for round in 0..5 {
+        let version = (round + 1).to_string();
+        let runs =
+            (0..3).map(|i| {
+                let mut c = gatehouse(Some(&t.url));
+                let id = format!("c{round}-{i}");
+                c.args(["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", &id, "--kind", "remote_mcp"])
+                    .args(["--url", "http://127.0.0.1:9/mcp", "--expected-version", &version]);
+                common::run(c)
+            });
+        let results = join_all(runs).await;
+        let winners = results.iter().filter(|r| r.0 == 0).count();
+        assert_eq!(winners, 1, "round {round}: {results:?}");
+        for r in results.iter().filter(|r| r.0 != 0) {
+            assert!(r.2.contains("binding_changed"), "{r:?}");
+        }
+    }
+    let listed = cli(&t.url, &["connector", "list", "--tenant", "acme", "--workspace", "main"]).await;
+    assert_eq!(listed.len(), 5);
+    let ws = cli(&t.url, &["workspace", "list", "--tenant", "acme"]).await;
+    assert!(ws[0].starts_with("main\tactive\t6\t"), "{ws:?}");
+    // Invalid configuration is refused field by field, and writes nothing.
+    let mut c = gatehouse(Some(&t.url));
+    c.args([
+        "connector",
+        "add",
+        "--tenant",
+        "acme",
+        "--workspace",
+        "main",
+        "--id",
+        "BAD",
+        "--kind",
+        "remote_mcp",
+        "--url",
+        "ftp://x",
+    ]);
+    let (code, _, err) = common::run(c).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("invalid_config"), "{err}");
+    assert!(cli(&t.url, &["workspace", "list", "--tenant", "acme"]).await[0].starts_with("main\tactive\t6\t"));
+}
