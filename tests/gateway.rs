@@ -10,6 +10,9 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
 
+/// tool, outcome, connector, error code, classification
+type ActivityRow = (String, String, Option<String>, Option<String>, Option<String>);
+
 struct Setup {
     t: TestDb,
     machine: Machine,
@@ -116,7 +119,7 @@ async fn the_python_sdk_agent_works_through_the_gateway() {
     assert!(counted, "five activity rows");
     let mut tx = owner.begin().await.unwrap();
     tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
-    let rows: Vec<(String, String, Option<String>, Option<String>, Option<String>)> =
+    let rows: Vec<ActivityRow> =
         sqlx::query_as("SELECT tool, outcome, connector, error_code, classification FROM activity ORDER BY occurred_at, id")
             .fetch_all(&mut *tx)
             .await
