@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# call_tool through the gateway next to calling the same fast downstream directly, in one
+# run, with the shared wrk driver (../shared/perf/wrk_mcp.sh); plus the gateway's RSS idle
+# and under load.
+#
+#   bash bench/gateway.sh [DURATION]    # default 10s per figure; needs wrk
+# Builds target/release/gatehouse and target/fastecho/release/fastecho when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+duration=${1:-10s}
+shared=$(cd ../shared && pwd)
+bin=target/release/gatehouse
+echo_bin=target/fastecho/release/fastecho
+[[ -x $bin ]] || cargo build --release --locked --bin gatehouse
+[[ -x $echo_bin ]] || cargo build --release --manifest-path "$shared/perf/fastecho/Cargo.toml" --target-dir target/fastecho
+port=18393
+dir=$(mktemp -d /tmp/gatehouse-gwbench-XXXXXX)
+chmod 755 "$dir" # the embedded cluster runs as an unprivileged user when we are root
+"$echo_bin" 127.0.0.1:9401 2>/dev/null &
+echo_pid=$!
+export GATEHOUSE_DATA_DIR=$dir GATEHOUSE_LISTEN=127.0.0.1:$port RUST_LOG=warn
+"$bin" serve 2>/dev/null &
+pid=$!
+trap 'kill $echo_pid 2>/dev/null; kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz"; do
+  kill -0 "$pid" 2>/dev/null || { echo "gatehouse serve exited" >&2; exit 1; }
+  sleep 0.05
+done
+"$bin" tenant create bench --name Bench >/dev/null
+"$bin" workspace create --tenant bench main >/dev/null
+"$bin" connector add --tenant bench --workspace main --id fastecho --kind remote_mcp --url http://127.0.0.1:9401/mcp >/dev/null
+mapfile -t sc < <("$bin" service-credential create --tenant bench --name bench)
+mapfile -t tok < <("$bin" token create --tenant bench --name bench)
+headers=$(printf '{"Gatehouse-Client-Id":"%s","Gatehouse-Client-Secret":"%s","Authorization":"Bearer %s"}' "${sc[1]}" "${sc[2]}" "${tok[1]}")
+gw="http://127.0.0.1:$port/t/bench/w/main/mcp"
+rss() { awk '/VmRSS/ {print int($2/1024)}' "/proc/$pid/status"; }
+
+run() { # run LABEL URL HEADERS C TOOL ARGS EXPECT
+  local out
+  out=$(bash "$shared/perf/wrk_mcp.sh" "$2" "$3" "$4" "$duration" "$5" "$6" "$7" | grep WRK_RESULT)
+  echo "$1 c=$4 $out"
+}
+# Warm up the gateway's downstream session and catalog.
+bash "$shared/perf/wrk_mcp.sh" "$gw" "$headers" 1 2s call_tool '{"address":"fastecho.echo","args":{"message":"hello"}}' hello >/dev/null
+echo "gateway RSS idle: $(rss) MiB"
+peak=0
+for c in 1 8 32; do
+  run direct http://127.0.0.1:9401/mcp '{}' "$c" echo '{"message":"hello"}' hello
+  ( while sleep 0.5; do rss; done ) > "$dir/rss.$c" &
+  sampler=$!
+  run gateway "$gw" "$headers" "$c" call_tool '{"address":"fastecho.echo","args":{"message":"hello"}}' hello
+  kill $sampler 2>/dev/null || true
+  p=$(sort -n "$dir/rss.$c" | tail -1)
+  (( ${p:-0} > peak )) && peak=$p
+done
+echo "gateway RSS peak under load: $peak MiB"
