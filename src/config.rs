@@ -53,6 +53,8 @@ pub struct Config {
     pub db_max_connections: u32,
     /// Live access tokens a tenant may hold (`GATEHOUSE_TOKEN_CAP`, 1–1000).
     pub token_cap: i32,
+    /// Downstream calls one tenant may have in flight per replica (`GATEHOUSE_TENANT_CONCURRENCY`).
+    pub tenant_concurrency: usize,
 }
 
 impl Config {
@@ -174,6 +176,7 @@ impl Config {
         let body_limit_bytes = number("GATEHOUSE_BODY_LIMIT_BYTES", 1 << 20, 1024, 64 << 20) as usize;
         let db_max_connections = number("GATEHOUSE_DB_MAX_CONNECTIONS", 16, 1, 1000) as u32;
         let token_cap = number("GATEHOUSE_TOKEN_CAP", 100, 1, 1000) as i32;
+        let tenant_concurrency = number("GATEHOUSE_TENANT_CONCURRENCY", 32, 1, 10_000) as usize;
 
         let config = Config {
             database_url,
@@ -191,6 +194,7 @@ impl Config {
             body_limit_bytes,
             db_max_connections,
             token_cap,
+            tenant_concurrency,
         };
         if problems.is_empty() { Ok(config) } else { Err(ConfigError(problems)) }
     }

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod config;
 pub mod db;
 pub mod dev_idp;
+pub mod doctor;
 pub mod error;
 pub mod gateway;
 pub mod http;

@@ -27,6 +27,13 @@ enum Command {
     Serve,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Check a running deployment end to end (credentials from GATEHOUSE_CLIENT_ID,
+    /// GATEHOUSE_CLIENT_SECRET and GATEHOUSE_TOKEN). Prints one verdict line.
+    Doctor {
+        /// The workspace's MCP endpoint, e.g. https://gw.example.com/t/acme/w/main/mcp
+        #[arg(long)]
+        url: String,
+    },
     /// Provision tenants.
     #[command(subcommand)]
     Tenant(TenantCommand),
@@ -61,6 +68,16 @@ enum WorkspaceCommand {
     List {
         #[command(flatten)]
         t: TenantArg,
+    },
+    /// Replace classification overrides and/or grants from a JSON file
+    /// (`{"classification": {...}, "grants": [...]}`); prints the new version.
+    Configure {
+        #[command(flatten)]
+        w: WorkspaceArg,
+        #[arg(long)]
+        file: std::path::PathBuf,
+        #[arg(long)]
+        expected_version: Option<i32>,
     },
 }
 
@@ -273,6 +290,7 @@ async fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve => server::serve(config).await.map(|_| Outcome::Ok),
+        Command::Doctor { url } => doctor(&url).await,
         command => run_command(config, command).await,
     };
     match result {
@@ -281,6 +299,11 @@ async fn main() -> ExitCode {
         Ok(Outcome::Absent) => ExitCode::from(4),
         Err(e) => {
             match e.downcast_ref::<Error>() {
+                Some(Error::InvalidConfig { issues }) => {
+                    for issue in issues {
+                        eprintln!("error (invalid_config): {}: {}", issue.field, issue.message);
+                    }
+                }
                 Some(api) if !matches!(api, Error::Database(_) | Error::Internal(_)) => {
                     eprintln!("error ({}): {api}", api.code())
                 }
@@ -289,6 +312,16 @@ async fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+async fn doctor(url: &str) -> anyhow::Result<Outcome> {
+    let var = |k: &str| std::env::var(k).map_err(|_| anyhow::anyhow!("{k} is not set"));
+    let verdict =
+        gatehouse::doctor::run(url, &var("GATEHOUSE_CLIENT_ID")?, &var("GATEHOUSE_CLIENT_SECRET")?, &var("GATEHOUSE_TOKEN")?)
+            .await
+            .map_err(|e| anyhow::anyhow!("doctor: {e:#}"))?;
+    println!("{verdict}");
+    Ok(Outcome::Ok)
 }
 
 /// Every CLI command uses the same database as `serve`: `DATABASE_URL`, or the embedded
@@ -313,7 +346,7 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<Outcome
 async fn dispatch(db: &Db, token_cap: i32, command: Command) -> anyhow::Result<Outcome> {
     let audit = Audit::cli();
     match command {
-        Command::Serve | Command::Migrate => unreachable!("handled by the caller"),
+        Command::Serve | Command::Migrate | Command::Doctor { .. } => unreachable!("handled by the caller"),
         Command::Tenant(TenantCommand::Create { slug, name, owner_email }) => {
             let t = tenants::create(db, &audit, &slug, &name).await?;
             if let Some(email) = owner_email {
@@ -418,6 +451,13 @@ async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> any
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;
             let ws = workspaces::create(db, tenant, audit, &slug, name.as_deref()).await?;
             println!("{}\t{}", ws.slug, ws.id.0);
+        }
+        WorkspaceCommand::Configure { w, file, expected_version } => {
+            let tenant = tenants::by_slug(db, &w.tenant).await?.id;
+            let patch: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file)?)
+                .map_err(|e| Error::invalid("invalid_json", Some("file"), format!("{} is not JSON: {e}", file.display())))?;
+            let bound = workspaces::configure(db, tenant, audit, &w.workspace, expected_version, &patch).await?;
+            println!("{}", bound.workspace.bound_version);
         }
         WorkspaceCommand::List { t } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;

@@ -84,7 +84,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let grace = Duration::from_millis(config.shutdown_grace_ms);
     let listen = listener.local_addr()?;
     let (rp, dev_idp) = sign_in(&config)?;
-    let downstreams = Arc::new(crate::gateway::downstream::Downstreams::new(crate::oidc::http_client_for_streams()?));
+    let downstreams = Arc::new(crate::gateway::downstream::Downstreams::new(
+        crate::oidc::http_client_for_streams()?,
+        config.tenant_concurrency,
+    ));
     let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone());
     let state = AppState { db: db.clone(), config: Arc::new(config), rp, dev_idp, downstreams, activity };
     let app = crate::http::router(state);

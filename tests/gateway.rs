@@ -334,3 +334,104 @@ async fn concurrent_configuration_edits_never_overwrite_each_other() {
     assert!(err.contains("invalid_config"), "{err}");
     assert!(cli(&t.url, &["workspace", "list", "--tenant", "acme"]).await[0].starts_with("main\tactive\t6\t"));
 }
+
+#[tokio::test]
+async fn doctor_checks_a_live_deployment_and_refuses_unsafe_urls() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let doctor = |url: String, token: String| {
+        let m = s.machine.clone();
+        async move {
+            let mut c = gatehouse(None);
+            c.args(["doctor", "--url", &url])
+                .env("GATEHOUSE_CLIENT_ID", &m.client_id)
+                .env("GATEHOUSE_CLIENT_SECRET", &m.client_secret)
+                .env("GATEHOUSE_TOKEN", token);
+            common::run(c).await
+        }
+    };
+    let (code, out, err) = doctor(url.clone(), s.machine.token.clone()).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ok: ") && out.lines().count() == 1, "{out}");
+    let (code, _, err) = doctor(url.clone(), format!("gth_{}", "A".repeat(43))).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("401"), "{err}");
+    let with_userinfo = url.replace("http://", "http://user:pw@");
+    let (code, _, err) = doctor(with_userinfo, s.machine.token.clone()).await;
+    assert!(code == 1 && err.contains("user information"), "{err}");
+    let (code, _, err) = doctor("http://gw.example.com/t/acme/w/main/mcp".into(), s.machine.token.clone()).await;
+    assert!(code == 1 && err.contains("plain http"), "{err}");
+    assert_eq!(served.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn grants_narrow_what_a_caller_sees_and_ungranted_tools_look_missing() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let configure = |grants: Value| {
+        let t = &s.t;
+        async move {
+            let file = std::env::temp_dir().join(format!("grants-{}.json", uuid::Uuid::new_v4().simple()));
+            std::fs::write(&file, json!({ "grants": grants }).to_string()).unwrap();
+            cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()])
+                .await;
+        }
+    };
+    // Granted to people of role member only: this CLI-made token (no person) sees nothing.
+    configure(json!([{ "to": "role:member", "tools": ["everything.echo"] }])).await;
+    let (_, found) = tool(&url, &s.machine, "search_tools", json!({ "limit": 100 })).await;
+    assert_eq!(found["total"], 0, "{found}");
+    let (err, body) =
+        tool(&url, &s.machine, "call_tool", json!({ "address": "everything.echo", "args": { "message": "x" } })).await;
+    assert!(err && body["error"]["code"] == "unknown_tool", "ungranted reads exactly like missing: {body}");
+    let (err, body) = tool(&url, &s.machine, "authorize_connector", json!({ "connector": "everything" })).await;
+    assert!(err && body["error"]["code"] == "unknown_connector", "{body}");
+
+    // Granted to machines, one exact tool: only that tool exists for them.
+    configure(json!([{ "to": "machines", "tools": ["everything.echo"] }])).await;
+    let (_, found) = tool(&url, &s.machine, "search_tools", json!({ "limit": 100 })).await;
+    assert_eq!(found["total"], 1, "{found}");
+    assert_eq!(found["results"][0]["address"], "everything.echo");
+    let (err, _) = tool(&url, &s.machine, "call_tool", json!({ "address": "everything.echo", "args": { "message": "x" } })).await;
+    assert!(!err);
+    let (err, body) =
+        tool(&url, &s.machine, "call_tool", json!({ "address": "everything.get-sum", "args": { "a": 1, "b": 2 } })).await;
+    assert!(err && body["error"]["code"] == "unknown_tool", "{body}");
+
+    // Removing the grants opens everything again.
+    configure(Value::Null).await;
+    let (_, found) = tool(&url, &s.machine, "search_tools", json!({ "limit": 100 })).await;
+    assert!(found["total"].as_u64().unwrap() > 5);
+    // A grant naming an unknown connector is refused field by field, writing nothing.
+    let file = std::env::temp_dir().join(format!("grants-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, json!({ "grants": [{ "to": "everyone", "tools": ["nope"] }] }).to_string()).unwrap();
+    let mut c = gatehouse(Some(&s.t.url));
+    c.args(["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]);
+    let (code, _, err) = common::run(c).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("grants.0.to") && err.contains("grants.0.tools.nope"), "{err}");
+    assert_eq!(served.terminate().await, 0);
+}
+
+/// One tenant's calls in flight are bounded per replica: past the share, a call is refused at
+/// once with `rate_limited` and `retryAfterMs` instead of queueing.
+#[tokio::test]
+async fn a_tenant_cannot_take_every_downstream_slot() {
+    let s = setup().await;
+    let mut cmd = gatehouse(Some(&s.t.url));
+    cmd.env("GATEHOUSE_TENANT_CONCURRENCY", "1");
+    let served = Served::start(cmd).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let (err, _) = tool(&url, &s.machine, "search_tools", json!({})).await;
+    assert!(!err, "the catalog is cached first");
+    let slow = json!({ "address": "everything.trigger-long-running-operation", "args": { "duration": 2, "steps": 2 } });
+    let calls = (0..4).map(|_| tool(&url, &s.machine, "call_tool", slow.clone()));
+    let results = join_all(calls).await;
+    let limited: Vec<_> = results.iter().filter(|(err, b)| *err && b["error"]["code"] == "rate_limited").collect();
+    let done = results.iter().filter(|(err, _)| !*err).count();
+    assert_eq!((done, limited.len()), (1, 3), "{results:?}");
+    assert_eq!(limited[0].1["error"]["retryAfterMs"], 250);
+    assert_eq!(served.terminate().await, 0);
+}

@@ -41,6 +41,8 @@ pub enum Failure {
     Timeout(u64),
     /// The downstream answered with a JSON-RPC error (its own message, capped).
     Rejected(String),
+    /// The tenant already has its share of downstream calls in flight on this replica.
+    RateLimited,
 }
 
 /// The key of a session or catalog: who it serves and exactly which configuration.
@@ -52,6 +54,10 @@ pub fn key(tenant: uuid::Uuid, workspace: uuid::Uuid, connector_id: &str, connec
 #[derive(Default)]
 pub struct Downstreams {
     http: Option<reqwest::Client>,
+    /// Downstream calls one tenant may have in flight on this replica, so one tenant's slow
+    /// downstream cannot take every connection and task from the others.
+    per_tenant: usize,
+    limits: std::sync::Mutex<HashMap<uuid::Uuid, Arc<tokio::sync::Semaphore>>>,
     sessions: Mutex<HashMap<String, Session>>,
     catalogs: Mutex<HashMap<String, Catalog>>,
 }
@@ -67,8 +73,17 @@ fn cap(text: &str) -> String {
 }
 
 impl Downstreams {
-    pub fn new(http: reqwest::Client) -> Self {
-        Downstreams { http: Some(http), ..Default::default() }
+    pub fn new(http: reqwest::Client, per_tenant: usize) -> Self {
+        Downstreams { http: Some(http), per_tenant, ..Default::default() }
+    }
+
+    /// A slot of the tenant's share, or `RateLimited` at once (never a queue).
+    fn admit(&self, tenant: uuid::Uuid) -> Result<tokio::sync::OwnedSemaphorePermit, Failure> {
+        let semaphore = {
+            let mut limits = self.limits.lock().unwrap_or_else(|p| p.into_inner());
+            limits.entry(tenant).or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.per_tenant))).clone()
+        };
+        semaphore.try_acquire_owned().map_err(|_| Failure::RateLimited)
     }
 
     async fn connect(&self, connector: &Connector) -> Result<Session, Failure> {
@@ -117,12 +132,13 @@ impl Downstreams {
     }
 
     /// The connector's tools, from the replica's cache when fresh.
-    pub async fn catalog(&self, key: &str, connector: &Connector) -> Result<Arc<Vec<Tool>>, Failure> {
+    pub async fn catalog(&self, tenant: uuid::Uuid, key: &str, connector: &Connector) -> Result<Arc<Vec<Tool>>, Failure> {
         if let Some((at, tools)) = self.catalogs.lock().await.get(key)
             && at.elapsed() < CATALOG_TTL
         {
             return Ok(tools.clone());
         }
+        let _slot = self.admit(tenant)?;
         let session = self.session(key, connector).await?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         let tools = match tokio::time::timeout(deadline, session.list_all_tools()).await {
@@ -139,7 +155,15 @@ impl Downstreams {
 
     /// Calls one tool under the connector's deadline. A broken session is dropped so the
     /// next call reconnects.
-    pub async fn call(&self, key: &str, connector: &Connector, tool: &str, args: JsonObject) -> Result<CallToolResult, Failure> {
+    pub async fn call(
+        &self,
+        tenant: uuid::Uuid,
+        key: &str,
+        connector: &Connector,
+        tool: &str,
+        args: JsonObject,
+    ) -> Result<CallToolResult, Failure> {
+        let _slot = self.admit(tenant)?;
         let session = self.session(key, connector).await?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);

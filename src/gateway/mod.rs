@@ -43,6 +43,8 @@ pub struct GatewayCtx {
     pub actor_kind: &'static str,
     pub actor_id: String,
     pub request_id: Option<String>,
+    /// The caller as grants see it (the token's person, if any).
+    pub caller: workspaces::config::Caller,
 }
 
 /// The endpoint's routes, authenticated by [`authenticate`].
@@ -79,8 +81,10 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         Ok(ctx) => ctx,
         Err(e) => return e.into_response(),
     };
-    let actor_id = match &ctx.actor {
-        Actor::Machine { token_id, .. } => token_id.to_string(),
+    let (actor_id, caller) = match &ctx.actor {
+        Actor::Machine { token_id, role, member_id, .. } => {
+            (token_id.to_string(), workspaces::config::Caller { role: *role, member_id: *member_id })
+        }
         Actor::Person { .. } => {
             return Error::Forbidden {
                 code: "machine_credentials_required",
@@ -116,6 +120,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         actor_kind: "token",
         actor_id,
         request_id: ctx.audit.request_id.clone(),
+        caller,
     });
     next.run(Request::from_parts(parts, body)).await
 }

@@ -164,6 +164,11 @@ fn failure(f: Failure) -> Outcome {
             Some(json!({ "retryable": true })),
         ),
         Failure::Rejected(message) => Outcome::error("downstream_error", message, None),
+        Failure::RateLimited => Outcome::error(
+            "rate_limited",
+            "this tenant has too many calls in flight; retry shortly".into(),
+            Some(json!({ "retryable": true, "retryAfterMs": 250 })),
+        ),
     }
 }
 
@@ -199,13 +204,14 @@ pub async fn dispatch(state: &AppState, ctx: &GatewayCtx, name: &str, args: Json
     }
 }
 
+/// A connector the caller may see (has at least one granted tool of).
 fn connector<'d>(ctx: &'d GatewayCtx, id: &str) -> Option<&'d Connector> {
-    ctx.document.connectors.get(id)
+    ctx.document.connectors.get(id).filter(|_| ctx.document.granted(&ctx.caller, id, None))
 }
 
 async fn catalog(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
     let key = downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c);
-    state.downstreams.catalog(&key, c).await
+    state.downstreams.catalog(ctx.tenant.id.0, &key, c).await
 }
 
 async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
@@ -223,7 +229,8 @@ async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcom
     let words: Vec<&str> = query.split_whitespace().collect();
     let mut hits: Vec<(u32, String, Value)> = Vec::new();
     let mut unavailable = Vec::new();
-    for (id, c) in ctx.document.connectors.iter().filter(|(id, _)| only.is_none_or(|o| o == id.as_str())) {
+    let visible = ctx.document.connectors.iter().filter(|(id, _)| ctx.document.granted(&ctx.caller, id, None));
+    for (id, c) in visible.filter(|(id, _)| only.is_none_or(|o| o == id.as_str())) {
         let tools = match catalog(state, ctx, id, c).await {
             Ok(tools) => tools,
             Err(f) => {
@@ -231,7 +238,7 @@ async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcom
                 continue;
             }
         };
-        for t in tools.iter() {
+        for t in tools.iter().filter(|t| ctx.document.granted(&ctx.caller, id, Some(&t.name))) {
             let class = class_name(classify(&ctx.document, id, t));
             if safety.is_some_and(|s| s != class) {
                 continue;
@@ -274,6 +281,10 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
     let unknown = || Outcome::error("unknown_tool", format!("no tool `{}` here; use search_tools", echo(address)), None);
     let Some((id, name)) = address.split_once('.') else { return unknown() };
     let Some(c) = connector(ctx, id) else { return unknown() };
+    // Ungranted is indistinguishable from missing, and asks nothing of the downstream.
+    if !ctx.document.granted(&ctx.caller, id, Some(name)) {
+        return unknown();
+    }
     let tools = match catalog(state, ctx, id, c).await {
         Ok(tools) => tools,
         Err(f) => return failure(f).about(id, name),
@@ -296,7 +307,7 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
         return out;
     }
     let key = downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c);
-    let mut out = match state.downstreams.call(&key, c, name, tool_args).await {
+    let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args).await {
         Ok(result) => {
             let bytes = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
             Outcome {

@@ -19,6 +19,50 @@ pub struct Document {
     /// from the downstream's annotations, fail-closed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub classification: BTreeMap<String, Class>,
+    /// Who may use which connectors and tools. Absent: every caller with `connector_access`
+    /// may use every tool. Present: only what a grant names, and an ungranted tool is
+    /// indistinguishable from a missing one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grants: Option<Vec<Grant>>,
+}
+
+/// One grant: `to` is `role:<owner|admin|operator|member>`, `member:<member id>`, or
+/// `machines` (tokens that carry no person); `tools` are connector ids or exact
+/// `connector.tool` addresses.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    pub to: String,
+    pub tools: Vec<String>,
+}
+
+/// Who is calling, for grants.
+#[derive(Clone, Debug, Default)]
+pub struct Caller {
+    pub role: Option<crate::members::Role>,
+    pub member_id: Option<uuid::Uuid>,
+}
+
+impl Document {
+    /// Whether `caller` may see and use `connector.tool` (`tool` `None`: any tool of it).
+    pub fn granted(&self, caller: &Caller, connector: &str, tool: Option<&str>) -> bool {
+        let Some(grants) = &self.grants else { return true };
+        grants.iter().filter(|g| grant_applies(&g.to, caller)).any(|g| {
+            g.tools.iter().any(|t| match t.split_once('.') {
+                None => t == connector,
+                Some((c, name)) => c == connector && tool.is_none_or(|tool| tool == name),
+            })
+        })
+    }
+}
+
+fn grant_applies(to: &str, caller: &Caller) -> bool {
+    match to.split_once(':') {
+        Some(("role", role)) => caller.role.is_some_and(|r| r.as_str() == role),
+        Some(("member", id)) => caller.member_id.is_some_and(|m| m.to_string() == id),
+        None if to == "machines" => caller.role.is_none() && caller.member_id.is_none(),
+        _ => false,
+    }
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -133,6 +177,20 @@ impl Document {
                 }
             }
         }
+        for (i, grant) in self.grants.iter().flatten().enumerate() {
+            let ok_to = grant.to == "machines"
+                || grant.to.strip_prefix("role:").is_some_and(|r| crate::members::Role::parse(r).is_ok())
+                || grant.to.strip_prefix("member:").is_some_and(|m| m.parse::<uuid::Uuid>().is_ok());
+            if !ok_to {
+                bad(format!("grants.{i}.to"), "is role:<role>, member:<member id> or machines");
+            }
+            for t in &grant.tools {
+                let connector = t.split_once('.').map_or(t.as_str(), |(c, _)| c);
+                if !self.connectors.contains_key(connector) {
+                    bad(format!("grants.{i}.tools.{t}"), "names no connector of this workspace");
+                }
+            }
+        }
         for address in self.classification.keys() {
             let known = address.split_once('.').is_some_and(|(c, tool)| self.connectors.contains_key(c) && !tool.is_empty());
             if !known {
@@ -197,6 +255,30 @@ mod tests {
         assert_eq!(serde_json::from_value::<Document>(serde_json::to_value(&d).unwrap()).unwrap(), d);
         assert!(serde_json::from_str::<Document>(r#"{"connectors":{},"extra":1}"#).is_err());
         assert!(serde_json::from_str::<Document>(r#"{"connectors":{"a":{"kind":"carrier_pigeon"}}}"#).is_err());
+    }
+
+    #[test]
+    fn grants_narrow_and_absent_grants_allow() {
+        let mut d = Document::default();
+        d.connectors.insert("gh".into(), remote("https://x.example/mcp"));
+        d.connectors.insert("db".into(), remote("https://y.example/mcp"));
+        let member = Caller { role: Some(crate::members::Role::Member), member_id: None };
+        let machine = Caller::default();
+        assert!(d.granted(&machine, "gh", Some("anything")), "no grants: everything");
+        d.grants = Some(vec![
+            Grant { to: "role:member".into(), tools: vec!["gh.read_issue".into()] },
+            Grant { to: "machines".into(), tools: vec!["db".into()] },
+        ]);
+        assert!(d.validate().is_ok());
+        assert!(d.granted(&member, "gh", Some("read_issue")));
+        assert!(d.granted(&member, "gh", None), "a connector with one granted tool is visible");
+        assert!(!d.granted(&member, "gh", Some("close_issue")));
+        assert!(!d.granted(&member, "db", Some("query")));
+        assert!(d.granted(&machine, "db", Some("query")));
+        assert!(!d.granted(&machine, "gh", Some("read_issue")));
+        d.grants = Some(vec![Grant { to: "everyone".into(), tools: vec!["nope".into()] }]);
+        let fields: Vec<_> = d.issues().into_iter().map(|i| i.field).collect();
+        assert_eq!(fields, ["grants.0.to", "grants.0.tools.nope"]);
     }
 
     proptest! {

@@ -102,6 +102,30 @@ async fn remove_connector(
     Ok(Json(workspaces::remove_connector(&state.db, ctx.tenant.id, &ctx.audit, &slug, None, &id).await?))
 }
 
+#[derive(Deserialize)]
+struct ConfigurePatch {
+    expected_version: Option<i32>,
+    #[serde(flatten)]
+    patch: serde_json::Map<String, Value>,
+}
+
+/// `PATCH …/workspaces/{w}/config` with `classification` and/or `grants` (`null` removes them).
+async fn configure(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, slug)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ConfigurePatch>,
+) -> Result<Json<Bound>> {
+    ctx.require_person(Permission::CredentialAdministration)?;
+    if let Some(unknown) = body.patch.keys().find(|k| !["classification", "grants"].contains(&k.as_str())) {
+        return Err(Error::InvalidConfig {
+            issues: vec![FieldIssue { field: unknown.clone(), message: "unknown field".into() }],
+        });
+    }
+    let patch = Value::Object(body.patch);
+    Ok(Json(workspaces::configure(&state.db, ctx.tenant.id, &ctx.audit, &slug, body.expected_version, &patch).await?))
+}
+
 async fn list_connectors(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -115,6 +139,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/tenants/{tenant}/workspaces", get(list_workspaces).post(create_workspace))
         .route("/api/v1/tenants/{tenant}/workspaces/{workspace}", get(get_workspace))
+        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/config", axum::routing::patch(configure))
         .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", get(list_connectors).post(add_connector))
         .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", delete(remove_connector))
 }

@@ -204,3 +204,40 @@ pub async fn remove_connector(
     })
     .await
 }
+
+/// Replaces the classification overrides and/or the grants (a new configuration version).
+/// In `patch`, a present `classification` replaces the map; a present `grants` replaces the
+/// list, and `null` removes it (everything granted again).
+pub async fn configure(
+    db: &Db,
+    tenant: TenantId,
+    audit: &Audit,
+    slug: &str,
+    expected: Option<i32>,
+    patch: &serde_json::Value,
+) -> Result<Bound> {
+    let bad = |field: &str, e: serde_json::Error| Error::InvalidConfig {
+        issues: vec![crate::error::FieldIssue { field: field.into(), message: e.to_string() }],
+    };
+    let classification = match patch.get("classification") {
+        Some(v) => Some(
+            serde_json::from_value::<std::collections::BTreeMap<String, config::Class>>(v.clone())
+                .map_err(|e| bad("classification", e))?,
+        ),
+        None => None,
+    };
+    let grants = match patch.get("grants") {
+        Some(v) => Some(serde_json::from_value::<Option<Vec<config::Grant>>>(v.clone()).map_err(|e| bad("grants", e))?),
+        None => None,
+    };
+    edit(db, tenant, audit, slug, expected, "workspace.configure", |doc| {
+        if let Some(c) = &classification {
+            doc.classification = c.clone();
+        }
+        if let Some(g) = &grants {
+            doc.grants = g.clone();
+        }
+        Ok(json!({ "classification": doc.classification, "grants": doc.grants }))
+    })
+    .await
+}
