@@ -190,6 +190,13 @@ async fn refusals_are_typed_and_nothing_hangs() {
     assert!(err && body["error"]["code"] == "unknown_tool", "{body}");
     let (err, body) = tool(&url, m, "call_tool", json!({ "address": "everything.echo", "args": "not an object" })).await;
     assert!(err && body["error"]["code"] == "invalid_args", "{body}");
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "everything.echo", "args": { "message": 5, "extra": [1] } })).await;
+    assert!(err && body["error"]["code"] == "invalid_args", "{body}");
+    assert_eq!(body["error"]["issues"][0]["path"], "/message", "checked against the tool's schema before any call: {body}");
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "everything.get-sum", "args": {} })).await;
+    assert!(err && body["error"]["code"] == "invalid_args", "{body}");
+    let issues = body["error"]["issues"].as_array().unwrap();
+    assert!(!issues.is_empty() && issues.len() <= 3, "{body}");
     let (err, body) = tool(&url, m, "no_such_surface_tool", json!({})).await;
     assert!(err && body["error"]["code"] == "unknown_tool", "{body}");
     let long = "x".repeat(5000);

@@ -60,6 +60,8 @@ pub struct Downstreams {
     limits: std::sync::Mutex<HashMap<uuid::Uuid, Arc<tokio::sync::Semaphore>>>,
     sessions: Mutex<HashMap<String, Session>>,
     catalogs: Mutex<HashMap<String, Catalog>>,
+    /// Compiled input schemas, per catalog key and tool; dropped with their catalog.
+    validators: std::sync::Mutex<HashMap<(String, String), Option<Arc<jsonschema::Validator>>>>,
 }
 
 impl std::fmt::Debug for Downstreams {
@@ -150,7 +152,38 @@ impl Downstreams {
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
         self.catalogs.lock().await.insert(key.to_owned(), (Instant::now(), tools.clone()));
+        self.validators.lock().unwrap_or_else(|p| p.into_inner()).retain(|(k, _), _| k != key);
         Ok(tools)
+    }
+
+    /// Checks `args` against the tool's input schema before any downstream call. Returns up
+    /// to three issues (instance path and message). A schema that does not compile is left to
+    /// the downstream to enforce.
+    pub fn validate(&self, key: &str, tool: &Tool, args: &JsonObject) -> Vec<(String, String)> {
+        let id = (key.to_owned(), tool.name.to_string());
+        let validator = {
+            let mut cache = self.validators.lock().unwrap_or_else(|p| p.into_inner());
+            cache
+                .entry(id)
+                .or_insert_with(|| {
+                    let schema = serde_json::Value::Object((*tool.input_schema).clone());
+                    match jsonschema::validator_for(&schema) {
+                        Ok(v) => Some(Arc::new(v)),
+                        Err(e) => {
+                            tracing::info!(tool = %tool.name, error = %e, "downstream input schema does not compile; not validated here");
+                            None
+                        }
+                    }
+                })
+                .clone()
+        };
+        let Some(validator) = validator else { return Vec::new() };
+        let instance = serde_json::Value::Object(args.clone());
+        validator
+            .iter_errors(&instance)
+            .take(3)
+            .map(|e| (e.instance_path().to_string(), cap(&e.to_string())))
+            .collect()
     }
 
     /// Calls one tool under the connector's deadline. A broken session is dropped so the

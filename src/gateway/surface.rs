@@ -307,6 +307,18 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
         return out;
     }
     let key = downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c);
+    let issues = state.downstreams.validate(&key, tool, &tool_args);
+    if !issues.is_empty() {
+        let issues: Vec<Value> = issues.into_iter().map(|(path, message)| json!({ "path": path, "message": message })).collect();
+        let mut out = Outcome::error(
+            "invalid_args",
+            format!("the arguments do not match {}'s input schema", echo(address)),
+            Some(json!({ "issues": issues })),
+        )
+        .about(id, name);
+        out.classification = Some(class_name(class));
+        return out;
+    }
     let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args).await {
         Ok(result) => {
             let bytes = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
