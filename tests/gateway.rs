@@ -190,7 +190,8 @@ async fn refusals_are_typed_and_nothing_hangs() {
     assert!(err && body["error"]["code"] == "unknown_tool", "{body}");
     let (err, body) = tool(&url, m, "call_tool", json!({ "address": "everything.echo", "args": "not an object" })).await;
     assert!(err && body["error"]["code"] == "invalid_args", "{body}");
-    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "everything.echo", "args": { "message": 5, "extra": [1] } })).await;
+    let (err, body) =
+        tool(&url, m, "call_tool", json!({ "address": "everything.echo", "args": { "message": 5, "extra": [1] } })).await;
     assert!(err && body["error"]["code"] == "invalid_args", "{body}");
     assert_eq!(body["error"]["issues"][0]["path"], "/message", "checked against the tool's schema before any call: {body}");
     let (err, body) = tool(&url, m, "call_tool", json!({ "address": "everything.get-sum", "args": {} })).await;
@@ -440,5 +441,83 @@ async fn a_tenant_cannot_take_every_downstream_slot() {
     let done = results.iter().filter(|(err, _)| !*err).count();
     assert_eq!((done, limited.len()), (1, 3), "{results:?}");
     assert_eq!(limited[0].1["error"]["retryAfterMs"], 250);
+    assert_eq!(served.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn activity_is_keyset_paged_and_filtered() {
+    let everything = Everything::start().await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    cli(
+        &t.url,
+        &[
+            "connector",
+            "add",
+            "--tenant",
+            "acme",
+            "--workspace",
+            "main",
+            "--id",
+            "everything",
+            "--kind",
+            "remote_mcp",
+            "--url",
+            &everything.url,
+        ],
+    )
+    .await;
+    let m = provision(&t.url, "acme").await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    for i in 0..5 {
+        tool(&url, &m, "call_tool", json!({ "address": "everything.echo", "args": { "message": format!("m{i}") } })).await;
+    }
+    for _ in 0..2 {
+        tool(&url, &m, "call_tool", json!({ "address": "nope.x" })).await;
+    }
+    let alice = common::browser::Browser::new(&served.base);
+    let fill = |f: &str| (f == "email").then(|| "alice@example.test".to_owned());
+    assert_eq!(alice.walk(&format!("{}/login", served.base), fill).await.status, 200);
+    let api = format!("{}/api/v1/tenants/acme/activity", served.base);
+    let get = |q: String| {
+        let (client, api) = (alice.client.clone(), api.clone());
+        async move { client.get(format!("{api}?{q}")).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            get("limit=100".into()).await["items"].as_array().map_or(0, Vec::len) == 7
+        })
+        .await
+    );
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let q = match &cursor {
+            Some(c) => format!("limit=3&cursor={c}"),
+            None => "limit=3".into(),
+        };
+        let page = get(q).await;
+        for item in page["items"].as_array().unwrap() {
+            seen.push((item["occurred_at"].as_str().unwrap().to_owned(), item["id"].as_str().unwrap().to_owned()));
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 7, "every row exactly once across pages");
+    let mut sorted = seen.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(seen, sorted, "newest first");
+    assert_eq!(get("outcome=error".into()).await["items"].as_array().unwrap().len(), 2);
+    assert_eq!(get("connector=everything".into()).await["items"].as_array().unwrap().len(), 5);
+    assert_eq!(get("workspace=other".into()).await["items"].as_array().unwrap().len(), 0);
+    assert_eq!(get("limit=0".into()).await["code"], "invalid_limit");
+    assert_eq!(get("cursor=garbage".into()).await["code"], "invalid_cursor");
+    let r = m.headers(http().get(&api)).send().await.unwrap();
+    assert_eq!(r.status(), 403, "a token has no activity access");
     assert_eq!(served.terminate().await, 0);
 }

@@ -137,3 +137,119 @@ async fn write(db: &Db, rows: &[Row]) -> crate::error::Result<()> {
     })
     .await
 }
+
+/// `GET /api/v1/tenants/{t}/activity`: newest first, keyset-paged on `(occurred_at, id)`.
+pub mod http {
+    use axum::{
+        Json, Router,
+        extract::{Query, State},
+        routing::get,
+    };
+    use chrono::{DateTime, Utc};
+    use serde::Deserialize;
+    use serde_json::{Value, json};
+    use sqlx::Row;
+    use uuid::Uuid;
+
+    use crate::{
+        AppState,
+        auth::TenantCtx,
+        db::Scope,
+        error::{Error, Result},
+        members::Permission,
+    };
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Filters {
+        cursor: Option<String>,
+        limit: Option<i64>,
+        workspace: Option<String>,
+        connector: Option<String>,
+        outcome: Option<String>,
+        actor: Option<String>,
+        since: Option<DateTime<Utc>>,
+        until: Option<DateTime<Utc>>,
+    }
+
+    /// The cursor is the last row's `occurred_at` (microseconds) and id.
+    fn parse_cursor(raw: &str) -> Result<(DateTime<Utc>, Uuid)> {
+        let bad = || Error::invalid("invalid_cursor", Some("cursor"), "not a cursor this API returned");
+        let (micros, id) = raw.split_once('_').ok_or_else(bad)?;
+        let at = DateTime::from_timestamp_micros(micros.parse().map_err(|_| bad())?).ok_or_else(bad)?;
+        Ok((at, id.parse().map_err(|_| bad())?))
+    }
+
+    async fn list(ctx: TenantCtx, State(state): State<AppState>, Query(f): Query<Filters>) -> Result<Json<Value>> {
+        ctx.require(Permission::ActivityAccess)?;
+        let limit = f.limit.unwrap_or(50);
+        if !(1..=100).contains(&limit) {
+            return Err(Error::invalid("invalid_limit", Some("limit"), "limit is from 1 to 100"));
+        }
+        if f.outcome.as_deref().is_some_and(|o| o != "ok" && o != "error") {
+            return Err(Error::invalid("invalid_outcome", Some("outcome"), "outcome is ok or error"));
+        }
+        let cursor = f.cursor.as_deref().map(parse_cursor).transpose()?;
+        let tenant = ctx.tenant.id;
+        let f = &f;
+        let rows = state
+            .db
+            .single_decision(Scope::Tenant(tenant), move |conn, _| {
+                Box::pin(async move {
+                    Ok(sqlx::query(
+                        "SELECT a.*, w.slug AS workspace FROM activity a
+                         JOIN workspaces w ON w.tenant_id = a.tenant_id AND w.id = a.workspace_id
+                         WHERE a.tenant_id = $1
+                           AND ($2::timestamptz IS NULL OR (a.occurred_at, a.id) < ($2, $3::uuid))
+                           AND ($4::text IS NULL OR w.slug = $4) AND ($5::text IS NULL OR a.connector = $5)
+                           AND ($6::text IS NULL OR a.outcome = $6) AND ($7::text IS NULL OR a.actor_id = $7)
+                           AND ($8::timestamptz IS NULL OR a.occurred_at >= $8) AND ($9::timestamptz IS NULL OR a.occurred_at < $9)
+                         ORDER BY a.occurred_at DESC, a.id DESC LIMIT $10",
+                    )
+                    .bind(tenant)
+                    .bind(cursor.map(|c| c.0))
+                    .bind(cursor.map(|c| c.1))
+                    .bind(&f.workspace)
+                    .bind(&f.connector)
+                    .bind(&f.outcome)
+                    .bind(&f.actor)
+                    .bind(f.since)
+                    .bind(f.until)
+                    .bind(limit)
+                    .fetch_all(&mut *conn)
+                    .await?)
+                })
+            })
+            .await?;
+        let mut items = Vec::with_capacity(rows.len());
+        let mut next = None;
+        for row in &rows {
+            let at: DateTime<Utc> = row.try_get("occurred_at")?;
+            let id: Uuid = row.try_get("id")?;
+            next = Some(format!("{}_{id}", at.timestamp_micros()));
+            items.push(json!({
+                "id": id,
+                "occurred_at": at,
+                "workspace": row.try_get::<String, _>("workspace")?,
+                "request_id": row.try_get::<Option<String>, _>("request_id")?,
+                "actor": { "kind": row.try_get::<String, _>("actor_kind")?, "id": row.try_get::<String, _>("actor_id")? },
+                "connector": row.try_get::<Option<String>, _>("connector")?,
+                "tool": row.try_get::<String, _>("tool")?,
+                "source": row.try_get::<String, _>("source")?,
+                "outcome": row.try_get::<String, _>("outcome")?,
+                "duration_ms": row.try_get::<i32, _>("duration_ms")?,
+                "error_code": row.try_get::<Option<String>, _>("error_code")?,
+                "classification": row.try_get::<Option<String>, _>("classification")?,
+                "result_bytes": row.try_get::<i32, _>("result_bytes")?,
+                "client": { "name": row.try_get::<Option<String>, _>("client_name")?, "version": row.try_get::<Option<String>, _>("client_version")? },
+                "pool": row.try_get::<Option<String>, _>("pool")?,
+            }));
+        }
+        let next = if rows.len() as i64 == limit { next } else { None };
+        Ok(Json(json!({ "items": items, "next_cursor": next })))
+    }
+
+    pub fn router() -> Router<AppState> {
+        Router::new().route("/api/v1/tenants/{tenant}/activity", get(list))
+    }
+}

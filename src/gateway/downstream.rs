@@ -179,11 +179,7 @@ impl Downstreams {
         };
         let Some(validator) = validator else { return Vec::new() };
         let instance = serde_json::Value::Object(args.clone());
-        validator
-            .iter_errors(&instance)
-            .take(3)
-            .map(|e| (e.instance_path().to_string(), cap(&e.to_string())))
-            .collect()
+        validator.iter_errors(&instance).take(3).map(|e| (e.instance_path().to_string(), cap(&e.to_string()))).collect()
     }
 
     /// Calls one tool under the connector's deadline. A broken session is dropped so the
