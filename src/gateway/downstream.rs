@@ -29,6 +29,8 @@ pub const CATALOG_TTL: Duration = Duration::from_secs(300);
 const MAX_SESSIONS: usize = 1024;
 
 type Session = Arc<RunningService<RoleClient, ClientConfig>>;
+/// A tool's compiled input schema; `None` when the downstream's schema does not compile.
+type CompiledSchema = Option<Arc<jsonschema::Validator>>;
 /// A catalog and when it was fetched.
 type Catalog = (Instant, Arc<Vec<Tool>>);
 
@@ -61,7 +63,7 @@ pub struct Downstreams {
     sessions: Mutex<HashMap<String, Session>>,
     catalogs: Mutex<HashMap<String, Catalog>>,
     /// Compiled input schemas, per catalog key and tool; dropped with their catalog.
-    validators: std::sync::Mutex<HashMap<(String, String), Option<Arc<jsonschema::Validator>>>>,
+    validators: std::sync::Mutex<HashMap<(String, String), CompiledSchema>>,
 }
 
 impl std::fmt::Debug for Downstreams {
