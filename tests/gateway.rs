@@ -521,3 +521,48 @@ async fn activity_is_keyset_paged_and_filtered() {
     assert_eq!(r.status(), 403, "a token has no activity access");
     assert_eq!(served.terminate().await, 0);
 }
+
+#[tokio::test]
+async fn pools_narrow_and_native_pools_serve_original_tools() {
+    let s = setup().await;
+    let file = std::env::temp_dir().join(format!("pools-{}.json", uuid::Uuid::new_v4().simple()));
+    let pools = json!({ "pools": {
+        "reads": { "tools": ["everything.echo", "everything.get-sum"] },
+        "native": { "tools": ["everything"], "native": true }
+    }});
+    std::fs::write(&file, pools.to_string()).unwrap();
+    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let base = format!("{}/t/acme/w/main/mcp", served.base);
+
+    let (_, found) = tool(&format!("{base}/reads"), &s.machine, "search_tools", json!({ "limit": 100 })).await;
+    assert_eq!(found["total"], 2, "{found}");
+    let (err, body) =
+        tool(&format!("{base}/reads"), &s.machine, "call_tool", json!({ "address": "everything.get-tiny-image" })).await;
+    assert!(err && body["error"]["code"] == "unknown_tool", "outside the pool looks missing: {body}");
+
+    // An unmodified client (the Python SDK agent) uses the downstream's own tools by name.
+    let out = python_agent(
+        &format!("{base}/native"),
+        &s.machine,
+        json!([["echo", { "message": "native" }], ["get-sum", { "a": 2, "b": 3 }]]),
+    )
+    .await;
+    let names: Vec<&str> = out["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert!(names.contains(&"echo") && names.contains(&"get-sum") && !names.contains(&"call_tool"), "{names:?}");
+    assert_eq!(out["calls"][0]["text"][0], "Echo: native");
+    assert!(out["calls"][1]["text"][0].as_str().unwrap().contains('5'), "{out}");
+
+    // The pool never widens the grants.
+    let grants = std::env::temp_dir().join(format!("grants-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&grants, json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"] }] }).to_string()).unwrap();
+    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", grants.to_str().unwrap()])
+        .await;
+    let (status, listed) = rpc(&format!("{base}/native"), &s.machine, "tools/list", json!({})).await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["echo"]);
+    let (status, _) = rpc(&format!("{base}/nope"), &s.machine, "tools/list", json!({})).await;
+    assert_eq!(status, 404);
+    assert_eq!(served.terminate().await, 0);
+}

@@ -45,6 +45,17 @@ pub struct GatewayCtx {
     pub request_id: Option<String>,
     /// The caller as grants see it (the token's person, if any).
     pub caller: workspaces::config::Caller,
+    /// The pool this request came through (`…/mcp/{pool}`), if any.
+    pub pool: Option<(String, workspaces::config::Pool)>,
+}
+
+impl GatewayCtx {
+    /// Whether the caller may see `connector` (`tool` `None`: any of its tools) here: the
+    /// grants, narrowed by the pool. Never wider than either.
+    pub fn visible(&self, connector: &str, tool: Option<&str>) -> bool {
+        self.document.granted(&self.caller, connector, tool)
+            && self.pool.as_ref().is_none_or(|(_, p)| p.includes(connector, tool))
+    }
 }
 
 /// The endpoint's routes, authenticated by [`authenticate`].
@@ -64,7 +75,8 @@ pub fn router(state: &AppState) -> Router<AppState> {
         config,
     );
     Router::new()
-        .route_service("/t/{tenant}/w/{workspace}/mcp", service)
+        .route_service("/t/{tenant}/w/{workspace}/mcp", service.clone())
+        .route_service("/t/{tenant}/w/{workspace}/mcp/{pool}", service)
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
 }
 
@@ -96,8 +108,11 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     if let Err(e) = ctx.require(Permission::ConnectorAccess) {
         return e.into_response();
     }
-    let slug = match RawPathParams::from_request_parts(&mut parts, &state).await {
-        Ok(params) => params.iter().find(|(k, _)| *k == "workspace").map(|(_, v)| v.to_owned()).unwrap_or_default(),
+    let (slug, pool_name) = match RawPathParams::from_request_parts(&mut parts, &state).await {
+        Ok(params) => {
+            let get = |name: &str| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_owned());
+            (get("workspace").unwrap_or_default(), get("pool"))
+        }
         Err(_) => return Error::NotFound { what: "workspace" }.into_response(),
     };
     let bound = match workspaces::bound(&state.db, ctx.tenant.id, &slug).await {
@@ -112,6 +127,13 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         }
         _ => return Error::NotFound { what: "workspace" }.into_response(),
     }
+    let pool = match pool_name {
+        None => None,
+        Some(name) => match bound.document.pools.get(&name) {
+            Some(p) => Some((name, p.clone())),
+            None => return Error::NotFound { what: "pool" }.into_response(),
+        },
+    };
     tracing::Span::current().record("tenant_id", tracing::field::display(ctx.tenant.id.0));
     parts.extensions.insert(GatewayCtx {
         tenant: ctx.tenant.clone(),
@@ -121,6 +143,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         actor_id,
         request_id: ctx.audit.request_id.clone(),
         caller,
+        pool,
     });
     next.run(Request::from_parts(parts, body)).await
 }
@@ -151,7 +174,10 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        gateway_ctx(&cx)?;
+        let ctx = gateway_ctx(&cx)?;
+        if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
+            return Ok(ListToolsResult::with_all_items(surface::native_tools(&self.state, &ctx).await));
+        }
         Ok(ListToolsResult::with_all_items(surface::tools()))
     }
 
@@ -163,7 +189,11 @@ impl ServerHandler for Gateway {
         let ctx = gateway_ctx(&cx)?;
         let started = Instant::now();
         let args = request.arguments.unwrap_or_default();
-        let outcome = surface::dispatch(&self.state, &ctx, &request.name, args).await;
+        let outcome = if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
+            surface::native_call(&self.state, &ctx, &request.name, args).await
+        } else {
+            surface::dispatch(&self.state, &ctx, &request.name, args).await
+        };
         let client = cx.client_info();
         self.state.activity.record(activity::Row {
             tenant_id: ctx.tenant.id.0,
@@ -183,7 +213,7 @@ impl ServerHandler for Gateway {
             result_bytes: outcome.result_bytes,
             client_name: client.as_ref().map(|c| c.name.clone()),
             client_version: client.as_ref().map(|c| c.version.clone()),
-            pool: None,
+            pool: ctx.pool.as_ref().map(|(name, _)| name.clone()),
         });
         Ok(outcome.result.into())
     }

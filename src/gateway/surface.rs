@@ -206,7 +206,7 @@ pub async fn dispatch(state: &AppState, ctx: &GatewayCtx, name: &str, args: Json
 
 /// A connector the caller may see (has at least one granted tool of).
 fn connector<'d>(ctx: &'d GatewayCtx, id: &str) -> Option<&'d Connector> {
-    ctx.document.connectors.get(id).filter(|_| ctx.document.granted(&ctx.caller, id, None))
+    ctx.document.connectors.get(id).filter(|_| ctx.visible(id, None))
 }
 
 async fn catalog(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
@@ -229,7 +229,7 @@ async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcom
     let words: Vec<&str> = query.split_whitespace().collect();
     let mut hits: Vec<(u32, String, Value)> = Vec::new();
     let mut unavailable = Vec::new();
-    let visible = ctx.document.connectors.iter().filter(|(id, _)| ctx.document.granted(&ctx.caller, id, None));
+    let visible = ctx.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None));
     for (id, c) in visible.filter(|(id, _)| only.is_none_or(|o| o == id.as_str())) {
         let tools = match catalog(state, ctx, id, c).await {
             Ok(tools) => tools,
@@ -238,7 +238,7 @@ async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcom
                 continue;
             }
         };
-        for t in tools.iter().filter(|t| ctx.document.granted(&ctx.caller, id, Some(&t.name))) {
+        for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
             let class = class_name(classify(&ctx.document, id, t));
             if safety.is_some_and(|s| s != class) {
                 continue;
@@ -282,7 +282,7 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
     let Some((id, name)) = address.split_once('.') else { return unknown() };
     let Some(c) = connector(ctx, id) else { return unknown() };
     // Ungranted is indistinguishable from missing, and asks nothing of the downstream.
-    if !ctx.document.granted(&ctx.caller, id, Some(name)) {
+    if !ctx.visible(id, Some(name)) {
         return unknown();
     }
     let tools = match catalog(state, ctx, id, c).await {
@@ -348,4 +348,42 @@ fn authorize(ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
             "message": "This connector is configured without credentials, so there is nothing to authorize. If its server refuses calls, an operator must change the connector's configuration.",
         })),
     }
+}
+
+/// A native pool's tools: the downstream tools themselves under their original names, with
+/// the gateway's fail-closed classification as their annotations. A name two connectors share
+/// is served from the first connector (by id) only.
+pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Vec<Tool> {
+    native_index(state, ctx).await.into_iter().map(|(_, _, t)| t).collect()
+}
+
+async fn native_index(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, Tool, Tool)> {
+    let mut out: Vec<(String, Tool, Tool)> = Vec::new();
+    for (id, c) in ctx.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None)) {
+        let Ok(tools) = catalog(state, ctx, id, c).await else { continue };
+        for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
+            if out.iter().any(|(_, _, seen)| seen.name == t.name) {
+                tracing::warn!(tool = %t.name, connector = %id, "native pool: a tool of this name is already served");
+                continue;
+            }
+            let mut shown = t.clone();
+            let read = classify(&ctx.document, id, t) == Class::Read;
+            shown.annotations = Some(ToolAnnotations::new().read_only(read).destructive(!read));
+            out.push((id.clone(), t.clone(), shown));
+        }
+    }
+    out
+}
+
+/// Calls a native pool's tool by its original name; the same checks as `call_destructive_tool`
+/// (the annotations already told the client which tools change things).
+pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: JsonObject) -> Outcome {
+    let index = native_index(state, ctx).await;
+    let Some((id, _, _)) = index.iter().find(|(_, _, t)| t.name == name) else {
+        return Outcome::error("unknown_tool", format!("this pool has no tool `{}`", echo(name)), None);
+    };
+    let mut wrapped = JsonObject::new();
+    wrapped.insert("address".into(), Value::String(format!("{id}.{name}")));
+    wrapped.insert("args".into(), Value::Object(args));
+    call(state, ctx, &wrapped, true).await
 }

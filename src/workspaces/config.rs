@@ -24,6 +24,30 @@ pub struct Document {
     /// indistinguishable from a missing one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grants: Option<Vec<Grant>>,
+    /// Named subsets of the workspace's tools, each served at `…/mcp/{pool}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pools: BTreeMap<String, Pool>,
+}
+
+/// A pool only ever narrows: its tools, intersected with the caller's grants.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    /// Connector ids or exact `connector.tool` addresses.
+    pub tools: Vec<String>,
+    /// Serve the downstream tools themselves, under their original names, instead of the
+    /// gateway's surface (so an unmodified MCP client can use a downstream through the gateway).
+    #[serde(default)]
+    pub native: bool,
+}
+
+impl Pool {
+    pub fn includes(&self, connector: &str, tool: Option<&str>) -> bool {
+        self.tools.iter().any(|t| match t.split_once('.') {
+            None => t == connector,
+            Some((c, name)) => c == connector && tool.is_none_or(|tool| tool == name),
+        })
+    }
 }
 
 /// One grant: `to` is `role:<owner|admin|operator|member>`, `member:<member id>`, or
@@ -188,6 +212,20 @@ impl Document {
                 let connector = t.split_once('.').map_or(t.as_str(), |(c, _)| c);
                 if !self.connectors.contains_key(connector) {
                     bad(format!("grants.{i}.tools.{t}"), "names no connector of this workspace");
+                }
+            }
+        }
+        for (name, pool) in &self.pools {
+            if !valid_connector_id(name) {
+                bad(format!("pools.{name}"), "a pool name is 1 to 64 characters of a-z, 0-9, '_' and '-'");
+            }
+            if pool.tools.is_empty() {
+                bad(format!("pools.{name}.tools"), "a pool names at least one connector or tool");
+            }
+            for t in &pool.tools {
+                let connector = t.split_once('.').map_or(t.as_str(), |(c, _)| c);
+                if !self.connectors.contains_key(connector) {
+                    bad(format!("pools.{name}.tools.{t}"), "names no connector of this workspace");
                 }
             }
         }

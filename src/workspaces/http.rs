@@ -117,7 +117,7 @@ async fn configure(
     ApiJson(body): ApiJson<ConfigurePatch>,
 ) -> Result<Json<Bound>> {
     ctx.require_person(Permission::CredentialAdministration)?;
-    if let Some(unknown) = body.patch.keys().find(|k| !["classification", "grants"].contains(&k.as_str())) {
+    if let Some(unknown) = body.patch.keys().find(|k| !["classification", "grants", "pools"].contains(&k.as_str())) {
         return Err(Error::InvalidConfig {
             issues: vec![FieldIssue { field: unknown.clone(), message: "unknown field".into() }],
         });

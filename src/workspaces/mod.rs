@@ -205,7 +205,7 @@ pub async fn remove_connector(
     .await
 }
 
-/// Replaces the classification overrides and/or the grants (a new configuration version).
+/// Replaces the classification overrides, grants and/or pools (a new configuration version).
 /// In `patch`, a present `classification` replaces the map; a present `grants` replaces the
 /// list, and `null` removes it (everything granted again).
 pub async fn configure(
@@ -226,6 +226,12 @@ pub async fn configure(
         ),
         None => None,
     };
+    let pools = match patch.get("pools") {
+        Some(v) => Some(
+            serde_json::from_value::<std::collections::BTreeMap<String, config::Pool>>(v.clone()).map_err(|e| bad("pools", e))?,
+        ),
+        None => None,
+    };
     let grants = match patch.get("grants") {
         Some(v) => Some(serde_json::from_value::<Option<Vec<config::Grant>>>(v.clone()).map_err(|e| bad("grants", e))?),
         None => None,
@@ -237,7 +243,10 @@ pub async fn configure(
         if let Some(g) = &grants {
             doc.grants = g.clone();
         }
-        Ok(json!({ "classification": doc.classification, "grants": doc.grants }))
+        if let Some(p) = &pools {
+            doc.pools = p.clone();
+        }
+        Ok(json!({ "classification": doc.classification, "grants": doc.grants, "pools": doc.pools }))
     })
     .await
 }
