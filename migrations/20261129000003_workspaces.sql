@@ -72,3 +72,24 @@ CREATE POLICY activity_tenant ON activity
     USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
     WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
 GRANT SELECT, INSERT, DELETE ON activity TO gatehouse_app;
+
+-- Results over the inline cap, kept for 15 minutes and read back in pages by the caller who
+-- made the call (grants re-checked on every page). At most 64 per tenant; pruned on write.
+CREATE TABLE result_stash (
+    tenant_id uuid NOT NULL REFERENCES tenants (id),
+    id uuid NOT NULL,
+    workspace_id uuid NOT NULL,
+    actor_id text NOT NULL,
+    address text NOT NULL,
+    body text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, id)
+);
+CREATE INDEX result_stash_age ON result_stash (tenant_id, created_at);
+ALTER TABLE result_stash ENABLE ROW LEVEL SECURITY;
+ALTER TABLE result_stash FORCE ROW LEVEL SECURITY;
+CREATE POLICY result_stash_tenant ON result_stash
+    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
+    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+GRANT SELECT, INSERT, DELETE ON result_stash TO gatehouse_app;

@@ -566,3 +566,42 @@ async fn pools_narrow_and_native_pools_serve_original_tools() {
     assert_eq!(status, 404);
     assert_eq!(served.terminate().await, 0);
 }
+
+#[tokio::test]
+async fn large_results_are_stashed_and_paged_never_dropped() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let message = "é".repeat(20_000); // 40,000 bytes of UTF-8
+    let (err, first) =
+        tool(&url, &s.machine, "call_tool", json!({ "address": "everything.echo", "args": { "message": message } })).await;
+    assert!(!err, "{first}");
+    let id = first["stashed"]["id"].as_str().expect("stashed").to_owned();
+    assert_eq!(first["nextAction"]["arguments"]["address"], "gatehouse.result");
+    let mut body = String::new();
+    let mut offset = Some(0u64);
+    let mut pages = 0;
+    while let Some(o) = offset {
+        let (err, page) =
+            tool(&url, &s.machine, "call_tool", json!({ "address": "gatehouse.result", "args": { "id": id, "offset": o } }))
+                .await;
+        assert!(!err, "{page}");
+        body.push_str(page["chunk"].as_str().unwrap());
+        offset = page["next_offset"].as_u64();
+        pages += 1;
+    }
+    assert!(pages >= 2);
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["content"][0]["text"], format!("Echo: {message}"), "the pages add up to the whole result");
+
+    // Another caller cannot read it, and a revoked grant ends reading at once.
+    let other = provision(&s.t.url, "acme").await;
+    let (err, page) = tool(&url, &other, "call_tool", json!({ "address": "gatehouse.result", "args": { "id": id } })).await;
+    assert!(err && page["error"]["code"] == "unknown_result", "{page}");
+    let file = std::env::temp_dir().join(format!("grants-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, json!({ "grants": [{ "to": "machines", "tools": ["everything.get-sum"] }] }).to_string()).unwrap();
+    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    let (err, page) = tool(&url, &s.machine, "call_tool", json!({ "address": "gatehouse.result", "args": { "id": id } })).await;
+    assert!(err && page["error"]["code"] == "unknown_result", "grants are checked on every page: {page}");
+    assert_eq!(served.terminate().await, 0);
+}

@@ -121,6 +121,8 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO workspace_versions (tenant_id, workspace_id, version, document, digest, created_by) VALUES ($1, $1, 1, '{}', $2, 'test')",
         "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, actor_kind, actor_id, tool, source, outcome, duration_ms)
          VALUES ($1, now(), gen_random_uuid(), $1, 'token', $2, 't', 'mcp', 'ok', 1)",
+        "INSERT INTO result_stash (tenant_id, id, workspace_id, actor_id, address, body, expires_at)
+         VALUES ($1, gen_random_uuid(), $1, $2, 'c.t', '{}', now() + interval '1 hour')",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

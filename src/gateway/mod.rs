@@ -3,6 +3,7 @@
 
 pub mod activity;
 pub mod downstream;
+pub mod stash;
 pub mod surface;
 
 use std::{sync::Arc, time::Instant};

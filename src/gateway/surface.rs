@@ -9,7 +9,12 @@ use serde_json::{Value, json};
 use super::{
     GatewayCtx,
     downstream::{self, Failure},
+    stash,
 };
+
+/// The reserved address that pages a stashed result: `call_tool` with
+/// `{"address": "gatehouse.result", "args": {"id": …, "offset": …}}`.
+pub const RESULT_ADDRESS: &str = "gatehouse.result";
 use crate::{
     AppState,
     workspaces::{Connector, Document, config::Class},
@@ -278,6 +283,9 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
         Some(Value::Object(map)) => map.clone(),
         Some(_) => return Outcome::error("invalid_args", "`args` must be an object".into(), None),
     };
+    if address == RESULT_ADDRESS {
+        return result_page(state, ctx, &tool_args).await;
+    }
     let unknown = || Outcome::error("unknown_tool", format!("no tool `{}` here; use search_tools", echo(address)), None);
     let Some((id, name)) = address.split_once('.') else { return unknown() };
     let Some(c) = connector(ctx, id) else { return unknown() };
@@ -321,14 +329,16 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
     }
     let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args).await {
         Ok(result) => {
-            let bytes = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
+            let body = serde_json::to_string(&result).unwrap_or_default();
+            let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
+            let result = if body.len() > stash::INLINE_CAP_BYTES { stashed(state, ctx, address, &body).await } else { result };
             Outcome {
-                error_code: result.is_error.unwrap_or(false).then(|| "tool_error".to_owned()),
+                error_code,
                 result,
                 connector: None,
                 tool: None,
                 classification: None,
-                result_bytes: bytes.min(i32::MAX as usize) as i32,
+                result_bytes: body.len().min(i32::MAX as usize) as i32,
             }
         }
         Err(f) => failure(f),
@@ -386,4 +396,48 @@ pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: J
     wrapped.insert("address".into(), Value::String(format!("{id}.{name}")));
     wrapped.insert("args".into(), Value::Object(args));
     call(state, ctx, &wrapped, true).await
+}
+
+/// Stashes a result over the inline cap and answers with how to page it. If it cannot be
+/// stashed, the call still happened: say so rather than drop the answer silently.
+async fn stashed(state: &AppState, ctx: &GatewayCtx, address: &str, body: &str) -> CallToolResult {
+    match stash::put(&state.db, ctx.tenant.id, ctx.workspace.id.0, &ctx.actor_id, address, body).await {
+        Ok(id) => {
+            let (_, _, next) = stash::page(body, 0);
+            CallToolResult::success(vec![ContentBlock::text(
+                json!({
+                    "stashed": { "id": id, "total_bytes": body.len(), "expires_in_s": stash::TTL_SECS as u64 },
+                    "message": "The result is larger than 24,000 bytes; read it in pages.",
+                    "nextAction": { "tool": "call_tool", "arguments": { "address": RESULT_ADDRESS, "args": { "id": id, "offset": 0 } } },
+                    "pages": next.map_or(1, |_| body.len().div_ceil(stash::PAGE_BYTES)),
+                })
+                .to_string(),
+            )])
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "could not stash a large result");
+            let error = json!({ "error": { "code": "result_too_large", "message": "the call completed, but its result was too large to return and could not be stashed" } });
+            CallToolResult::error(vec![ContentBlock::text(error.to_string())])
+        }
+    }
+}
+
+async fn result_page(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
+    let Some(id) = args.get("id").and_then(Value::as_str).and_then(|s| s.parse::<uuid::Uuid>().ok()) else {
+        return Outcome::error("invalid_args", "`args.id` is the stashed result's id".into(), None);
+    };
+    let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let missing = || Outcome::error("unknown_result", "no such stashed result (they last 15 minutes)".into(), None);
+    let Ok(Some((address, body))) = stash::get(&state.db, ctx.tenant.id, ctx.workspace.id.0, &ctx.actor_id, id).await else {
+        return missing();
+    };
+    // The caller's grants are checked again on every page.
+    let Some((connector, tool)) = address.split_once('.') else { return missing() };
+    if !ctx.visible(connector, Some(tool)) {
+        return missing();
+    }
+    let (chunk, start, next) = stash::page(&body, offset);
+    Outcome::ok(
+        json!({ "id": id, "address": address, "offset": start, "next_offset": next, "total_bytes": body.len(), "chunk": chunk }),
+    )
 }
