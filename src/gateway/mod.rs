@@ -86,7 +86,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
 async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     if let Some(origin) = parts.headers.get(header::ORIGIN)
-        && origin.as_bytes() != state.config.public_origin().as_bytes()
+        && !allowed_origin(origin.to_str().unwrap_or(""), state.config.public_origin())
     {
         return problem(StatusCode::FORBIDDEN, "origin_mismatch", "cross-origin request refused", None);
     }
@@ -147,6 +147,21 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         pool,
     });
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// A browser-sent `Origin` must be the public URL's origin or a loopback one (a local tool);
+/// anything else is a page elsewhere reaching in, as DNS rebinding would (refused).
+pub fn allowed_origin(origin: &str, public_origin: &str) -> bool {
+    if origin == public_origin {
+        return true;
+    }
+    let Ok(url) = url::Url::parse(origin) else { return false };
+    match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
 }
 
 /// The MCP server handler; one per request (stateless).
