@@ -185,7 +185,7 @@ async fn apply_scope(conn: &mut PgConnection, scope: Scope) -> Result<()> {
                 .await?;
         }
         Scope::Platform { reason } => {
-            tracing::info!(reason, "platform context");
+            tracing::debug!(reason, "platform context");
             sqlx::query("SELECT set_config('gatehouse.platform', 'on', true)").execute(&mut *conn).await?;
         }
         Scope::Global => {}

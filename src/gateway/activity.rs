@@ -73,11 +73,29 @@ impl Recorder {
     }
 }
 
+/// How long the writer lets a partial batch fill before writing it.
+const LINGER: Duration = Duration::from_millis(50);
+
 async fn writer(db: Db, mut rx: mpsc::Receiver<Row>) {
     let mut batch = Vec::with_capacity(BATCH);
+    let mut batches: u64 = 0;
     while rx.recv_many(&mut batch, BATCH).await > 0 {
+        // Under load, one commit carries many rows instead of one commit per call.
+        if batch.len() < BATCH {
+            let _ = tokio::time::timeout(LINGER, async {
+                while batch.len() < BATCH {
+                    let room = BATCH - batch.len();
+                    if rx.recv_many(&mut batch, room).await == 0 {
+                        break;
+                    }
+                }
+            })
+            .await;
+        }
+        batches += 1;
+        let prune = batches % 16 == 1;
         let mut attempt = 0;
-        while let Err(e) = write(&db, &batch).await {
+        while let Err(e) = write(&db, &batch, prune).await {
             attempt += 1;
             tracing::warn!(error = %e, rows = batch.len(), attempt, "activity batch not written");
             if attempt >= 3 {
@@ -89,9 +107,12 @@ async fn writer(db: Db, mut rx: mpsc::Receiver<Row>) {
     }
 }
 
-async fn write(db: &Db, rows: &[Row]) -> crate::error::Result<()> {
+async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
     db.single_decision(Scope::Platform { reason: "activity writer" }, |conn, _| {
         Box::pin(async move {
+            // Activity is telemetry: a crash may lose the last moment of it, like a full
+            // queue would, so its commits need not wait for the WAL flush.
+            sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *conn).await?;
             let col = |f: &dyn Fn(&Row) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
             sqlx::query(
                 "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, request_id, actor_kind, actor_id, connector, tool,
@@ -120,7 +141,11 @@ async fn write(db: &Db, rows: &[Row]) -> crate::error::Result<()> {
             .bind(col(&|r| r.pool.clone()))
             .execute(&mut *conn)
             .await?;
-            // Retention, pruned on write in a bounded batch served by activity_retention.
+            // Retention, pruned on write (every 16th batch) in a bounded batch served by
+            // activity_retention.
+            if !prune {
+                return Ok(());
+            }
             sqlx::query(
                 "WITH doomed AS MATERIALIZED (
                      SELECT tenant_id, occurred_at, id FROM activity
