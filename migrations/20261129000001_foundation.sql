@@ -34,6 +34,22 @@ CREATE FUNCTION gatehouse_is_platform() RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$ SELECT coalesce(current_setting('gatehouse.platform', true), '') = 'on' $$;
 
+-- Makes a tenant-owned table follow the tenancy rules: row-level security enabled and forced,
+-- and one policy admitting the transaction's tenant (or the platform context). Every later
+-- tenant-owned table calls it; the tenancy tests check the catalog for each.
+CREATE FUNCTION gatehouse_scope_to_tenant(t regclass) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', t);
+    EXECUTE format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', t);
+    EXECUTE format('CREATE POLICY tenant_scope ON %s '
+                   'USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform()) '
+                   'WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())', t);
+END
+$$;
+REVOKE ALL ON FUNCTION gatehouse_scope_to_tenant(regclass) FROM PUBLIC;
+
 -- Tenants are the root of tenancy: readable by every context (a request resolves its tenant's
 -- slug before it has a tenant context), written only in platform context.
 CREATE TABLE tenants (
@@ -65,11 +81,7 @@ CREATE TABLE members (
     PRIMARY KEY (tenant_id, id),
     CONSTRAINT members_principal_key UNIQUE (tenant_id, issuer, subject)
 );
-ALTER TABLE members ENABLE ROW LEVEL SECURITY;
-ALTER TABLE members FORCE ROW LEVEL SECURITY;
-CREATE POLICY members_tenant ON members
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('members');
 GRANT SELECT, INSERT, UPDATE, DELETE ON members TO gatehouse_app;
 
 -- Per-tenant key-value store. Keys sort bytewise (COLLATE "C") so prefix pages are index ranges.
@@ -83,11 +95,7 @@ CREATE TABLE kv_entries (
     PRIMARY KEY (tenant_id, key)
 );
 CREATE INDEX kv_entries_expiry ON kv_entries (tenant_id, expires_at) WHERE expires_at IS NOT NULL;
-ALTER TABLE kv_entries ENABLE ROW LEVEL SECURITY;
-ALTER TABLE kv_entries FORCE ROW LEVEL SECURITY;
-CREATE POLICY kv_entries_tenant ON kv_entries
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('kv_entries');
 GRANT SELECT, INSERT, UPDATE, DELETE ON kv_entries TO gatehouse_app;
 
 -- Append-only admin log. The application may INSERT and SELECT, never UPDATE or DELETE: the

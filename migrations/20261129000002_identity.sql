@@ -65,11 +65,7 @@ CREATE TABLE invitations (
 );
 CREATE UNIQUE INDEX invitations_outstanding ON invitations (tenant_id, email) WHERE consumed_at IS NULL AND revoked_at IS NULL;
 CREATE INDEX invitations_email ON invitations (email) WHERE consumed_at IS NULL AND revoked_at IS NULL;
-ALTER TABLE invitations ENABLE ROW LEVEL SECURITY;
-ALTER TABLE invitations FORCE ROW LEVEL SECURITY;
-CREATE POLICY invitations_tenant ON invitations
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('invitations');
 GRANT SELECT, INSERT, UPDATE ON invitations TO gatehouse_app;
 
 CREATE TABLE service_credentials (
@@ -84,11 +80,7 @@ CREATE TABLE service_credentials (
     revoked_at timestamptz,
     PRIMARY KEY (tenant_id, id)
 );
-ALTER TABLE service_credentials ENABLE ROW LEVEL SECURITY;
-ALTER TABLE service_credentials FORCE ROW LEVEL SECURITY;
-CREATE POLICY service_credentials_tenant ON service_credentials
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('service_credentials');
 GRANT SELECT, INSERT, UPDATE ON service_credentials TO gatehouse_app;
 
 CREATE TABLE access_tokens (
@@ -106,11 +98,7 @@ CREATE TABLE access_tokens (
     PRIMARY KEY (tenant_id, id),
     CHECK ((principal_issuer IS NULL) = (principal_subject IS NULL))
 );
-ALTER TABLE access_tokens ENABLE ROW LEVEL SECURITY;
-ALTER TABLE access_tokens FORCE ROW LEVEL SECURITY;
-CREATE POLICY access_tokens_tenant ON access_tokens
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('access_tokens');
 GRANT SELECT, INSERT, UPDATE ON access_tokens TO gatehouse_app;
 
 -- Live-token reservations: a create increments `live` only while it is below `cap` (one
@@ -120,11 +108,7 @@ CREATE TABLE token_quotas (
     live integer NOT NULL DEFAULT 0 CHECK (live >= 0),
     cap integer NOT NULL DEFAULT 100 CHECK (cap BETWEEN 1 AND 1000)
 );
-ALTER TABLE token_quotas ENABLE ROW LEVEL SECURITY;
-ALTER TABLE token_quotas FORCE ROW LEVEL SECURITY;
-CREATE POLICY token_quotas_tenant ON token_quotas
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('token_quotas');
 GRANT SELECT, INSERT, UPDATE ON token_quotas TO gatehouse_app;
 
 CREATE TABLE permission_overrides (
@@ -134,11 +118,7 @@ CREATE TABLE permission_overrides (
     allowed boolean NOT NULL,
     PRIMARY KEY (tenant_id, role, permission)
 );
-ALTER TABLE permission_overrides ENABLE ROW LEVEL SECURITY;
-ALTER TABLE permission_overrides FORCE ROW LEVEL SECURITY;
-CREATE POLICY permission_overrides_tenant ON permission_overrides
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('permission_overrides');
 GRANT SELECT, INSERT, UPDATE, DELETE ON permission_overrides TO gatehouse_app;
 
 -- Machine authentication in one round trip, before any tenant context exists. Runs as the

@@ -16,11 +16,7 @@ CREATE TABLE workspaces (
     PRIMARY KEY (tenant_id, id),
     CONSTRAINT workspaces_slug_key UNIQUE (tenant_id, slug)
 );
-ALTER TABLE workspaces ENABLE ROW LEVEL SECURITY;
-ALTER TABLE workspaces FORCE ROW LEVEL SECURITY;
-CREATE POLICY workspaces_tenant ON workspaces
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('workspaces');
 GRANT SELECT, INSERT, UPDATE ON workspaces TO gatehouse_app;
 
 -- Immutable: the application may insert and read versions, never change them.
@@ -35,11 +31,7 @@ CREATE TABLE workspace_versions (
     PRIMARY KEY (tenant_id, workspace_id, version),
     FOREIGN KEY (tenant_id, workspace_id) REFERENCES workspaces (tenant_id, id)
 );
-ALTER TABLE workspace_versions ENABLE ROW LEVEL SECURITY;
-ALTER TABLE workspace_versions FORCE ROW LEVEL SECURITY;
-CREATE POLICY workspace_versions_tenant ON workspace_versions
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('workspace_versions');
 GRANT SELECT, INSERT ON workspace_versions TO gatehouse_app;
 
 -- One payload-free row per tool call, written off the request path in batches, keyset-paged on
@@ -66,11 +58,7 @@ CREATE TABLE activity (
     PRIMARY KEY (tenant_id, occurred_at, id)
 );
 CREATE INDEX activity_retention ON activity (occurred_at);
-ALTER TABLE activity ENABLE ROW LEVEL SECURITY;
-ALTER TABLE activity FORCE ROW LEVEL SECURITY;
-CREATE POLICY activity_tenant ON activity
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('activity');
 GRANT SELECT, INSERT, DELETE ON activity TO gatehouse_app;
 
 -- Results over the inline cap, kept for 15 minutes and read back in pages by the caller who
@@ -87,9 +75,5 @@ CREATE TABLE result_stash (
     PRIMARY KEY (tenant_id, id)
 );
 CREATE INDEX result_stash_age ON result_stash (tenant_id, created_at);
-ALTER TABLE result_stash ENABLE ROW LEVEL SECURITY;
-ALTER TABLE result_stash FORCE ROW LEVEL SECURITY;
-CREATE POLICY result_stash_tenant ON result_stash
-    USING (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform())
-    WITH CHECK (tenant_id = gatehouse_current_tenant() OR gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('result_stash');
 GRANT SELECT, INSERT, DELETE ON result_stash TO gatehouse_app;

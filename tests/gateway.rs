@@ -20,9 +20,19 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_owned_by(None).await
+}
+
+/// A tenant `acme` (owned by `owner` after their first sign-in, when given) with a workspace
+/// `main` whose connector `everything` is server-everything, and machine credentials.
+async fn setup_owned_by(owner: Option<&str>) -> Setup {
     let everything = Everything::start().await;
     let t = TestDb::new().await;
-    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    let mut create = vec!["tenant", "create", "acme", "--name", "Acme"];
+    if let Some(email) = owner {
+        create.extend(["--owner-email", email]);
+    }
+    cli(&t.url, &create).await;
     cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
     cli(
         &t.url,
@@ -446,29 +456,7 @@ async fn a_tenant_cannot_take_every_downstream_slot() {
 
 #[tokio::test]
 async fn activity_is_keyset_paged_and_filtered() {
-    let everything = Everything::start().await;
-    let t = TestDb::new().await;
-    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
-    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
-    cli(
-        &t.url,
-        &[
-            "connector",
-            "add",
-            "--tenant",
-            "acme",
-            "--workspace",
-            "main",
-            "--id",
-            "everything",
-            "--kind",
-            "remote_mcp",
-            "--url",
-            &everything.url,
-        ],
-    )
-    .await;
-    let m = provision(&t.url, "acme").await;
+    let Setup { t, machine: m, _everything } = setup_owned_by(Some("alice@example.test")).await;
     let served = Served::start(gatehouse(Some(&t.url))).await;
     let url = format!("{}/t/acme/w/main/mcp", served.base);
     for i in 0..5 {

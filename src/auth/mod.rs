@@ -165,9 +165,8 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<M
     })
 }
 
-/// The raw session id from the request's cookies.
-pub fn session_cookie(headers: &HeaderMap, secure: bool) -> Option<&str> {
-    let name = sessions::cookie_name(secure);
+/// The value of the cookie `name` in the request.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -176,6 +175,11 @@ pub fn session_cookie(headers: &HeaderMap, secure: bool) -> Option<&str> {
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v)
+}
+
+/// The raw session id from the request's cookies.
+pub fn session_cookie(headers: &HeaderMap, secure: bool) -> Option<&str> {
+    cookie(headers, sessions::cookie_name(secure))
 }
 
 /// Mutating browser requests need the exact same-origin `Origin` and the CSRF token.

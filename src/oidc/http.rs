@@ -100,17 +100,6 @@ async fn callback(State(state): State<AppState>, headers: HeaderMap, Query(q): Q
     }
 }
 
-fn flow_cookie(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == FLOW_COOKIE)
-        .map(|(_, v)| v)
-}
-
 async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -> Result<Response> {
     if let Some(error) = q.error {
         let shown: String = error.chars().filter(|c| c.is_ascii_graphic()).take(64).collect();
@@ -118,8 +107,11 @@ async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -
     }
     let st = q.state.ok_or(Error::invalid("missing_state", Some("state"), "the callback carries no state"))?;
     let code = q.code.ok_or(Error::invalid("missing_code", Some("code"), "the callback carries no code"))?;
-    let browser =
-        flow_cookie(headers).ok_or(Error::invalid("invalid_state", Some("state"), "no sign-in was started in this browser"))?;
+    let browser = crate::auth::cookie(headers, FLOW_COOKIE).ok_or(Error::invalid(
+        "invalid_state",
+        Some("state"),
+        "no sign-in was started in this browser",
+    ))?;
     let (state_hash, browser_hash) = (secrets::digest(&st), secrets::digest(browser));
     let flow = store::take(&state.db, &state_hash, &browser_hash).await?.ok_or(Error::invalid(
         "invalid_state",
