@@ -655,3 +655,70 @@ async fn conformance_server_scenarios_pass_on_a_native_pool() {
     }
     assert_eq!(served.terminate().await, 0);
 }
+
+/// A downstream written with the official Python MCP SDK (stateful sessions, SSE answers):
+/// reads through `call_tool`, its write only through `call_destructive_tool`.
+#[tokio::test]
+async fn a_python_sdk_downstream_works_through_the_gateway() {
+    let s = setup().await;
+    let port = common::free_port();
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/inventory_server.py");
+    let _inventory = tokio::process::Command::new("python3")
+        .arg(script)
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
+            .await
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    cli(
+        &s.t.url,
+        &[
+            "connector",
+            "add",
+            "--tenant",
+            "acme",
+            "--workspace",
+            "main",
+            "--id",
+            "inventory",
+            "--kind",
+            "remote_mcp",
+            "--url",
+            &url,
+        ],
+    )
+    .await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let gw = format!("{}/t/acme/w/main/mcp", served.base);
+
+    let (_, found) = tool(&gw, &s.machine, "search_tools", json!({ "connector": "inventory", "limit": 10 })).await;
+    let safety: Vec<(String, String)> = found["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["address"].as_str().unwrap().to_owned(), r["safety"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(safety, [("inventory.count".into(), "read".into()), ("inventory.restock".into(), "write".into())]);
+    let (err, body) =
+        tool(&gw, &s.machine, "call_tool", json!({ "address": "inventory.count", "args": { "item": "apples" } })).await;
+    assert!(!err);
+    assert_eq!(body, Value::String("apples: 3".into()));
+    let restock = json!({ "address": "inventory.restock", "args": { "item": "apples", "quantity": 2 } });
+    let (err, body) = tool(&gw, &s.machine, "call_tool", restock.clone()).await;
+    assert!(err && body["error"]["code"] == "destructive_tool_requires_approval", "{body}");
+    let (err, body) = tool(&gw, &s.machine, "call_destructive_tool", restock).await;
+    assert!(!err, "{body}");
+    assert_eq!(body, Value::String("apples: 5".into()));
+    let (_, body) =
+        tool(&gw, &s.machine, "call_tool", json!({ "address": "inventory.count", "args": { "item": "apples" } })).await;
+    assert_eq!(body, Value::String("apples: 5".into()), "the write reached the downstream exactly once");
+    let (err, body) = tool(&gw, &s.machine, "call_tool", json!({ "address": "inventory.count", "args": { "item": 7 } })).await;
+    assert!(err && body["error"]["code"] == "invalid_args", "{body}");
+    assert_eq!(served.terminate().await, 0);
+}
