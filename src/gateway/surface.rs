@@ -214,9 +214,14 @@ fn connector<'d>(ctx: &'d GatewayCtx, id: &str) -> Option<&'d Connector> {
     ctx.document.connectors.get(id).filter(|_| ctx.visible(id, None))
 }
 
-async fn catalog(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
-    let key = downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c);
-    state.downstreams.catalog(ctx.tenant.id.0, &key, c).await
+/// The key of the connector's session and catalog: computed once per call (it hashes the
+/// connector's configuration).
+fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
+    downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c)
+}
+
+async fn catalog(state: &AppState, ctx: &GatewayCtx, key: &str, c: &Connector) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
+    state.downstreams.catalog(ctx.tenant.id.0, key, c).await
 }
 
 async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
@@ -236,7 +241,7 @@ async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcom
     let mut unavailable = Vec::new();
     let visible = ctx.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None));
     for (id, c) in visible.filter(|(id, _)| only.is_none_or(|o| o == id.as_str())) {
-        let tools = match catalog(state, ctx, id, c).await {
+        let tools = match catalog(state, ctx, &key(ctx, id, c), c).await {
             Ok(tools) => tools,
             Err(f) => {
                 unavailable.push(json!({ "connector": id, "code": failure(f).error_code }));
@@ -293,7 +298,8 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
     if !ctx.visible(id, Some(name)) {
         return unknown();
     }
-    let tools = match catalog(state, ctx, id, c).await {
+    let key = key(ctx, id, c);
+    let tools = match catalog(state, ctx, &key, c).await {
         Ok(tools) => tools,
         Err(f) => return failure(f).about(id, name),
     };
@@ -314,7 +320,6 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
         out.classification = Some("write");
         return out;
     }
-    let key = downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c);
     let issues = state.downstreams.validate(&key, tool, &tool_args);
     if !issues.is_empty() {
         let issues: Vec<Value> = issues.into_iter().map(|(path, message)| json!({ "path": path, "message": message })).collect();
@@ -370,7 +375,7 @@ pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Vec<Tool> {
 async fn native_index(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, Tool, Tool)> {
     let mut out: Vec<(String, Tool, Tool)> = Vec::new();
     for (id, c) in ctx.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None)) {
-        let Ok(tools) = catalog(state, ctx, id, c).await else { continue };
+        let Ok(tools) = catalog(state, ctx, &key(ctx, id, c), c).await else { continue };
         for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
             if out.iter().any(|(_, _, seen)| seen.name == t.name) {
                 tracing::warn!(tool = %t.name, connector = %id, "native pool: a tool of this name is already served");
