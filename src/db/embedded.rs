@@ -297,13 +297,18 @@ impl Cluster {
 /// Finds the directory holding `initdb` and `pg_ctl`: on `PATH`, else the newest
 /// `/usr/lib/postgresql/*/bin`.
 pub fn find_binaries() -> anyhow::Result<PathBuf> {
+    find_binaries_in(std::env::var_os("PATH").as_deref(), Path::new("/usr/lib/postgresql"))
+}
+
+/// [`find_binaries`] over a given `PATH` value and versioned library folder.
+pub fn find_binaries_in(path: Option<&std::ffi::OsStr>, versions_dir: &Path) -> anyhow::Result<PathBuf> {
     let has_both = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
-    if let Some(path) = std::env::var_os("PATH")
-        && let Some(dir) = std::env::split_paths(&path).find(|d| has_both(d))
+    if let Some(path) = path
+        && let Some(dir) = std::env::split_paths(path).find(|d| has_both(d))
     {
         return Ok(dir);
     }
-    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir(versions_dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -316,8 +321,9 @@ pub fn find_binaries() -> anyhow::Result<PathBuf> {
     versions.sort();
     versions.pop().map(|(_, dir)| dir).ok_or_else(|| {
         anyhow!(
-            "no PostgreSQL server binaries found (looked for initdb and pg_ctl on PATH and under /usr/lib/postgresql/*/bin). \
-             Install them (Debian/Ubuntu: apt-get install postgresql) or set DATABASE_URL to an existing database"
+            "no PostgreSQL server binaries found (looked for initdb and pg_ctl on PATH and under {}/*/bin). \
+             Install them (Debian/Ubuntu: apt-get install postgresql) or set DATABASE_URL to an existing database",
+            versions_dir.display()
         )
     })
 }
@@ -365,4 +371,37 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_bin(dir: &Path) {
+        fs::create_dir_all(dir).unwrap();
+        for name in ["initdb", "pg_ctl"] {
+            fs::write(dir.join(name), "").unwrap();
+        }
+    }
+
+    #[test]
+    fn binaries_come_from_path_else_the_newest_version_else_a_clear_message() {
+        let root = std::env::temp_dir().join(format!("gatehouse-bins-{}", uuid::Uuid::new_v4().simple()));
+        let lib = root.join("lib");
+        let on_path = root.join("on-path");
+        let empty = std::ffi::OsString::from(root.join("nothing-here"));
+
+        let err = find_binaries_in(Some(&empty), &lib).unwrap_err().to_string();
+        assert!(err.contains("apt-get install postgresql") && err.contains("DATABASE_URL"), "{err}");
+
+        fake_bin(&lib.join("9/bin"));
+        fake_bin(&lib.join("15/bin"));
+        fs::create_dir_all(lib.join("16/bin")).unwrap(); // incomplete: no binaries
+        assert_eq!(find_binaries_in(Some(&empty), &lib).unwrap(), lib.join("15/bin"), "numeric, not lexical, newest");
+
+        fake_bin(&on_path);
+        let path = std::env::join_paths([root.join("nothing-here"), on_path.clone()]).unwrap();
+        assert_eq!(find_binaries_in(Some(&path), &lib).unwrap(), on_path, "PATH wins");
+        fs::remove_dir_all(&root).ok();
+    }
 }
