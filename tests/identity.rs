@@ -530,3 +530,19 @@ async fn per_tenant_overrides_change_what_a_role_may_do() {
     assert_eq!(actions.iter().filter(|a| *a == "permission.override").count(), 2);
     assert_eq!(served.terminate().await, 0);
 }
+
+/// Sessions end at their idle expiry and at their absolute expiry, judged by the database.
+#[tokio::test]
+async fn sessions_end_at_idle_and_absolute_expiry() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    for column in ["idle_expires_at", "absolute_expires_at"] {
+        let alice = dev_sign_in(&served, "alice@example.test").await;
+        assert_eq!(me(&alice).await.0, 200);
+        let mut owner = t.owner_conn().await;
+        owner.execute(sqlx::AssertSqlSafe(format!("UPDATE sessions SET {column} = now() - interval '1 second'"))).await.unwrap();
+        assert_eq!(me(&alice).await.0, 401, "{column} passed: the session is over");
+    }
+    assert_eq!(served.terminate().await, 0);
+}
