@@ -34,26 +34,37 @@ async fn setup_owned_by(owner: Option<&str>) -> Setup {
     }
     cli(&t.url, &create).await;
     cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
-    cli(
-        &t.url,
-        &[
-            "connector",
-            "add",
-            "--tenant",
-            "acme",
-            "--workspace",
-            "main",
-            "--id",
-            "everything",
-            "--kind",
-            "remote_mcp",
-            "--url",
-            &everything.url,
-        ],
-    )
-    .await;
+    add_connector(&t, "everything", &everything.url, json!({})).await;
     let machine = provision(&t.url, "acme").await;
     Setup { t, machine, _everything: everything }
+}
+
+/// Writes `value` to a fresh JSON file (the CLI reads configuration from files).
+fn json_file(value: &Value) -> std::path::PathBuf {
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, value.to_string()).unwrap();
+    file
+}
+
+/// `gatehouse connector add` of a remote MCP server to acme/main, with `extra` configuration.
+async fn add_connector(t: &TestDb, id: &str, url: &str, extra: Value) {
+    let file = json_file(&extra);
+    let args = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", id, "--kind", "remote_mcp", "--url", url];
+    cli(&t.url, &[&args[..], &["--config", file.to_str().unwrap()]].concat()).await;
+}
+
+/// The `gatehouse workspace configure` command for acme/main with `patch`.
+fn configure_command(t: &TestDb, patch: &Value) -> tokio::process::Command {
+    let file = json_file(patch);
+    let mut c = gatehouse(Some(&t.url));
+    c.args(["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]);
+    c
+}
+
+/// Applies `patch` (classification, grants, pools) to acme/main; it must succeed.
+async fn configure(t: &TestDb, patch: Value) {
+    let (code, _, err) = common::run(configure_command(t, &patch)).await;
+    assert_eq!(code, 0, "configure {patch}: {err}");
 }
 
 /// One raw JSON-RPC request to an MCP endpoint (protocol 2025-11-25, stateless).
@@ -155,35 +166,8 @@ async fn refusals_are_typed_and_nothing_hangs() {
             held.push(socket);
         }
     });
-    let add = |id: &'static str, url: String, extra: Value| {
-        let t = &s.t;
-        async move {
-            let file = std::env::temp_dir().join(format!("connector-{}.json", uuid::Uuid::new_v4().simple()));
-            std::fs::write(&file, extra.to_string()).unwrap();
-            cli(
-                &t.url,
-                &[
-                    "connector",
-                    "add",
-                    "--tenant",
-                    "acme",
-                    "--workspace",
-                    "main",
-                    "--id",
-                    id,
-                    "--kind",
-                    "remote_mcp",
-                    "--url",
-                    &url,
-                    "--config",
-                    file.to_str().unwrap(),
-                ],
-            )
-            .await;
-        }
-    };
-    add("dead", dead, json!({})).await;
-    add("silent", silent_url, json!({ "timeout_ms": 500 })).await;
+    add_connector(&s.t, "dead", &dead, json!({})).await;
+    add_connector(&s.t, "silent", &silent_url, json!({ "timeout_ms": 500 })).await;
     cli(&s.t.url, &["tenant", "create", "globex", "--name", "Globex"]).await;
     cli(&s.t.url, &["workspace", "create", "--tenant", "globex", "main"]).await;
     let globex = provision(&s.t.url, "globex").await;
@@ -388,17 +372,8 @@ async fn grants_narrow_what_a_caller_sees_and_ungranted_tools_look_missing() {
     let s = setup().await;
     let served = Served::start(gatehouse(Some(&s.t.url))).await;
     let url = format!("{}/t/acme/w/main/mcp", served.base);
-    let configure = |grants: Value| {
-        let t = &s.t;
-        async move {
-            let file = std::env::temp_dir().join(format!("grants-{}.json", uuid::Uuid::new_v4().simple()));
-            std::fs::write(&file, json!({ "grants": grants }).to_string()).unwrap();
-            cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()])
-                .await;
-        }
-    };
     // Granted to people of role member only: this CLI-made token (no person) sees nothing.
-    configure(json!([{ "to": "role:member", "tools": ["everything.echo"] }])).await;
+    configure(&s.t, json!({ "grants": [{ "to": "role:member", "tools": ["everything.echo"] }] })).await;
     let (_, found) = tool(&url, &s.machine, "search_tools", json!({ "limit": 100 })).await;
     assert_eq!(found["total"], 0, "{found}");
     let (err, body) =
@@ -408,7 +383,7 @@ async fn grants_narrow_what_a_caller_sees_and_ungranted_tools_look_missing() {
     assert!(err && body["error"]["code"] == "unknown_connector", "{body}");
 
     // Granted to machines, one exact tool: only that tool exists for them.
-    configure(json!([{ "to": "machines", "tools": ["everything.echo"] }])).await;
+    configure(&s.t, json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"] }] })).await;
     let (_, found) = tool(&url, &s.machine, "search_tools", json!({ "limit": 100 })).await;
     assert_eq!(found["total"], 1, "{found}");
     assert_eq!(found["results"][0]["address"], "everything.echo");
@@ -419,15 +394,12 @@ async fn grants_narrow_what_a_caller_sees_and_ungranted_tools_look_missing() {
     assert!(err && body["error"]["code"] == "unknown_tool", "{body}");
 
     // Removing the grants opens everything again.
-    configure(Value::Null).await;
+    configure(&s.t, json!({ "grants": null })).await;
     let (_, found) = tool(&url, &s.machine, "search_tools", json!({ "limit": 100 })).await;
     assert!(found["total"].as_u64().unwrap() > 5);
     // A grant naming an unknown connector is refused field by field, writing nothing.
-    let file = std::env::temp_dir().join(format!("grants-{}.json", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&file, json!({ "grants": [{ "to": "everyone", "tools": ["nope"] }] }).to_string()).unwrap();
-    let mut c = gatehouse(Some(&s.t.url));
-    c.args(["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]);
-    let (code, _, err) = common::run(c).await;
+    let bad = json!({ "grants": [{ "to": "everyone", "tools": ["nope"] }] });
+    let (code, _, err) = common::run(configure_command(&s.t, &bad)).await;
     assert_eq!(code, 1);
     assert!(err.contains("grants.0.to") && err.contains("grants.0.tools.nope"), "{err}");
     assert_eq!(served.terminate().await, 0);
@@ -513,13 +485,11 @@ async fn activity_is_keyset_paged_and_filtered() {
 #[tokio::test]
 async fn pools_narrow_and_native_pools_serve_original_tools() {
     let s = setup().await;
-    let file = std::env::temp_dir().join(format!("pools-{}.json", uuid::Uuid::new_v4().simple()));
     let pools = json!({ "pools": {
         "reads": { "tools": ["everything.echo", "everything.get-sum"] },
         "native": { "tools": ["everything"], "native": true }
     }});
-    std::fs::write(&file, pools.to_string()).unwrap();
-    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    configure(&s.t, pools).await;
     let served = Served::start(gatehouse(Some(&s.t.url))).await;
     let base = format!("{}/t/acme/w/main/mcp", served.base);
 
@@ -542,10 +512,7 @@ async fn pools_narrow_and_native_pools_serve_original_tools() {
     assert!(out["calls"][1]["text"][0].as_str().unwrap().contains('5'), "{out}");
 
     // The pool never widens the grants.
-    let grants = std::env::temp_dir().join(format!("grants-{}.json", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&grants, json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"] }] }).to_string()).unwrap();
-    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", grants.to_str().unwrap()])
-        .await;
+    configure(&s.t, json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"] }] })).await;
     let (status, listed) = rpc(&format!("{base}/native"), &s.machine, "tools/list", json!({})).await;
     assert_eq!(status, 200);
     let names: Vec<&str> = listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -586,9 +553,7 @@ async fn large_results_are_stashed_and_paged_never_dropped() {
     let other = provision(&s.t.url, "acme").await;
     let (err, page) = tool(&url, &other, "call_tool", json!({ "address": "gatehouse.result", "args": { "id": id } })).await;
     assert!(err && page["error"]["code"] == "unknown_result", "{page}");
-    let file = std::env::temp_dir().join(format!("grants-{}.json", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&file, json!({ "grants": [{ "to": "machines", "tools": ["everything.get-sum"] }] }).to_string()).unwrap();
-    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    configure(&s.t, json!({ "grants": [{ "to": "machines", "tools": ["everything.get-sum"] }] })).await;
     let (err, page) = tool(&url, &s.machine, "call_tool", json!({ "address": "gatehouse.result", "args": { "id": id } })).await;
     assert!(err && page["error"]["code"] == "unknown_result", "grants are checked on every page: {page}");
     assert_eq!(served.terminate().await, 0);
@@ -632,9 +597,7 @@ async fn header_proxy(target: String, m: Machine) -> String {
 #[tokio::test]
 async fn conformance_server_scenarios_pass_on_a_native_pool() {
     let s = setup().await;
-    let file = std::env::temp_dir().join(format!("pools-{}.json", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&file, json!({ "pools": { "native": { "tools": ["everything"], "native": true } } }).to_string()).unwrap();
-    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    configure(&s.t, json!({ "pools": { "native": { "tools": ["everything"], "native": true } } })).await;
     let served = Served::start(gatehouse(Some(&s.t.url))).await;
     let proxy = header_proxy(format!("{}/t/acme/w/main/mcp/native", served.base), s.machine.clone()).await;
     let peers = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/node_modules");
@@ -676,24 +639,7 @@ async fn a_python_sdk_downstream_works_through_the_gateway() {
             .await
     );
     let url = format!("http://127.0.0.1:{port}/mcp");
-    cli(
-        &s.t.url,
-        &[
-            "connector",
-            "add",
-            "--tenant",
-            "acme",
-            "--workspace",
-            "main",
-            "--id",
-            "inventory",
-            "--kind",
-            "remote_mcp",
-            "--url",
-            &url,
-        ],
-    )
-    .await;
+    add_connector(&s.t, "inventory", &url, json!({})).await;
     let served = Served::start(gatehouse(Some(&s.t.url))).await;
     let gw = format!("{}/t/acme/w/main/mcp", served.base);
 
