@@ -492,9 +492,7 @@ async fn connector_command(db: &Db, audit: &Audit, cmd: ConnectorCommand) -> any
         ConnectorCommand::List { w } => {
             let tenant = tenants::by_slug(db, &w.tenant).await?.id;
             for (id, connector) in workspaces::bound(db, tenant, &w.workspace).await?.document.connectors {
-                match connector {
-                    workspaces::Connector::RemoteMcp { url, .. } => println!("{id}\tremote_mcp\t{url}"),
-                }
+                println!("{id}\t{}\t{}", connector.kind(), connector.url());
             }
         }
         ConnectorCommand::Remove { w, id } => {

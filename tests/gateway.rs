@@ -668,3 +668,234 @@ async fn a_python_sdk_downstream_works_through_the_gateway() {
     assert!(err && body["error"]["code"] == "invalid_args", "{body}");
     assert_eq!(served.terminate().await, 0);
 }
+
+/// What the local HTTP API saw: method, path and query, JSON body.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String, Value)>>>;
+
+/// A small real HTTP API on loopback: items by id, item creation, a failing and an
+/// overloaded route. It records every request it receives.
+async fn inventory_api() -> (String, Seen) {
+    use axum::{extract::Request, http::StatusCode, response::IntoResponse};
+    let seen: Seen = Default::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(move |request: Request| {
+        let log = log.clone();
+        async move {
+            let method = request.method().to_string();
+            let target = request.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+            let bytes = axum::body::to_bytes(request.into_body(), 1 << 20).await.unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            log.lock().unwrap().push((method.clone(), target.clone(), body.clone()));
+            match (method.as_str(), target.split('?').next().unwrap_or("")) {
+                ("GET", "/v1/broken") => (StatusCode::INTERNAL_SERVER_ERROR, "boom".to_owned()).into_response(),
+                ("GET", "/v1/busy") => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+                ("GET", path) if path.starts_with("/v1/items/") => {
+                    axum::Json(json!({ "id": path.trim_start_matches("/v1/items/"), "in_stock": 3 })).into_response()
+                }
+                ("POST", "/v1/items") => (StatusCode::CREATED, axum::Json(json!({ "created": body }))).into_response(),
+                _ => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, seen)
+}
+
+fn inventory_connector(base: &str) -> Value {
+    let strict = |properties: Value, required: Value| json!({ "type": "object", "additionalProperties": false, "properties": properties, "required": required });
+    json!({ "base_url": base, "tools": [
+        { "name": "get_item", "title": "Item", "description": "Look up one inventory item by id", "method": "GET",
+          "path": "/items/{id}", "query": ["fields"], "read_only": true,
+          "input_schema": strict(json!({ "id": { "type": "string" }, "fields": { "type": "array", "items": { "type": "string" } } }), json!(["id"])) },
+        { "name": "create_item", "description": "Create an inventory item", "method": "POST", "path": "/items",
+          "body": ["name", "qty"],
+          "input_schema": strict(json!({ "name": { "type": "string" }, "qty": { "type": "integer", "minimum": 0 } }), json!(["name"])) },
+        { "name": "broken", "description": "Always fails", "method": "GET", "path": "/broken", "read_only": true },
+        { "name": "busy", "description": "Always overloaded", "method": "GET", "path": "/busy", "read_only": true }
+    ] })
+}
+
+#[tokio::test]
+async fn http_api_connectors_call_a_real_http_api() {
+    let s = setup().await;
+    let (base, seen) = inventory_api().await;
+    let add = |config: Value| {
+        let file = json_file(&config);
+        let mut c = gatehouse(Some(&s.t.url));
+        c.args(["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "inventory", "--kind", "http_api"]);
+        c.args(["--config", file.to_str().unwrap()]);
+        common::run(c)
+    };
+    // A tool whose argument would be sent nowhere is refused, naming the field, and nothing is written.
+    let mut sloppy = inventory_connector(&base);
+    sloppy["tools"][1]["body"] = json!(["name"]);
+    let (code, _, err) = add(sloppy).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("connectors.inventory.tools.create_item.input_schema.properties.qty"), "{err}");
+    let listed = cli(&s.t.url, &["connector", "list", "--tenant", "acme", "--workspace", "main"]).await;
+    assert_eq!(listed.len(), 1, "the refused connector was not added: {listed:?}");
+    let (code, _, err) = add(inventory_connector(&base)).await;
+    assert_eq!(code, 0, "{err}");
+    let listed = cli(&s.t.url, &["connector", "list", "--tenant", "acme", "--workspace", "main"]).await;
+    assert!(listed.contains(&format!("inventory\thttp_api\t{base}")), "{listed:?}");
+
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let m = &s.machine;
+    let (err, body) = tool(&url, m, "search_tools", json!({ "query": "inventory item", "connector": "inventory" })).await;
+    assert!(!err, "{body}");
+    let found: Vec<(&str, &str)> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["address"].as_str().unwrap(), r["safety"].as_str().unwrap()))
+        .collect();
+    assert_eq!(found[..2], [("inventory.get_item", "read"), ("inventory.create_item", "write")], "{body}");
+
+    let (err, body) =
+        tool(&url, m, "call_tool", json!({ "address": "inventory.get_item", "args": { "id": "a b/c", "fields": ["x", "y z"] } }))
+            .await;
+    assert!(!err, "{body}");
+    assert_eq!(body, json!({ "id": "a%20b%2Fc", "in_stock": 3 }));
+    assert_eq!(seen.lock().unwrap().last().unwrap().1, "/v1/items/a%20b%2Fc?fields=x&fields=y+z");
+
+    // Writes need call_destructive_tool; bad arguments never reach the API.
+    let before = seen.lock().unwrap().len();
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "inventory.create_item", "args": { "name": "bolt" } })).await;
+    assert!(err && body["error"]["code"] == "destructive_tool_requires_approval", "{body}");
+    let (err, body) = tool(
+        &url,
+        m,
+        "call_destructive_tool",
+        json!({ "address": "inventory.create_item", "args": { "name": "bolt", "qty": -1 } }),
+    )
+    .await;
+    assert!(err && body["error"]["code"] == "invalid_args" && body["error"]["issues"][0]["path"] == "/qty", "{body}");
+    let (err, body) = tool(
+        &url,
+        m,
+        "call_destructive_tool",
+        json!({ "address": "inventory.create_item", "args": { "name": "bolt", "extra": 1 } }),
+    )
+    .await;
+    assert!(err && body["error"]["code"] == "invalid_args", "undeclared arguments are refused: {body}");
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "inventory.get_item", "args": { "id": ".." } })).await;
+    assert!(err && body["error"]["code"] == "invalid_args", "a path argument cannot climb the API's tree: {body}");
+    assert_eq!(seen.lock().unwrap().len(), before, "no refused call reached the API");
+    let (err, body) = tool(
+        &url,
+        m,
+        "call_destructive_tool",
+        json!({ "address": "inventory.create_item", "args": { "name": "bolt", "qty": 4 } }),
+    )
+    .await;
+    assert!(!err, "{body}");
+    assert_eq!(body, json!({ "created": { "name": "bolt", "qty": 4 } }));
+    assert_eq!(seen.lock().unwrap().last().unwrap().0, "POST");
+
+    // The API's own failures: a 500 is the tool's error (its text capped); a 503 is retryable.
+    let (status, answer) =
+        rpc(&url, m, "tools/call", json!({ "name": "call_tool", "arguments": { "address": "inventory.broken" } })).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["result"]["isError"], true);
+    assert_eq!(answer["result"]["content"][0]["text"], "HTTP 500: boom");
+    let (err, body) = tool(&url, m, "call_tool", json!({ "address": "inventory.busy" })).await;
+    assert!(err && body["error"]["code"] == "unavailable" && body["error"]["retryable"] == true, "{body}");
+
+    let mut db = platform_conn(&s.t).await;
+    let rows: Vec<(String, String, Option<String>)> = eventually_rows(&mut db, 8).await;
+    let mine: Vec<_> = rows.iter().filter(|(tool, _, _)| tool != "search_tools").collect();
+    assert!(mine.iter().any(|(t, o, c)| t == "create_item" && o == "ok" && c.is_none()), "{rows:?}");
+    assert!(mine.iter().any(|(t, _, c)| t == "broken" && c.as_deref() == Some("tool_error")), "{rows:?}");
+    assert_eq!(served.terminate().await, 0);
+}
+
+/// A connection that reads every tenant's rows (platform context for the whole session).
+async fn platform_conn(t: &TestDb) -> sqlx::PgConnection {
+    let mut db = sqlx::PgConnection::connect(t.url.expose()).await.unwrap();
+    db.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    db
+}
+
+/// The activity rows (tool, outcome, error code) once at least `n` have been written.
+async fn eventually_rows(db: &mut sqlx::PgConnection, n: usize) -> Vec<(String, String, Option<String>)> {
+    for _ in 0..100 {
+        let rows: Vec<(String, String, Option<String>)> =
+            sqlx::query_as("SELECT tool, outcome, error_code FROM activity ORDER BY occurred_at")
+                .fetch_all(&mut *db)
+                .await
+                .unwrap();
+        if rows.len() >= n {
+            return rows;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("fewer than {n} activity rows were written");
+}
+
+/// The stored catalog of acme/main's `everything`: how many tools, fetched when.
+async fn stored(db: &mut sqlx::PgConnection) -> Option<(i32, chrono::DateTime<chrono::Utc>)> {
+    sqlx::query_as("SELECT jsonb_array_length(tools), fetched_at FROM connector_catalogs WHERE connector_id = 'everything'")
+        .fetch_optional(db)
+        .await
+        .unwrap()
+}
+
+/// Catalogs live in PostgreSQL: a replica that never spoke to the downstream serves the
+/// catalog another replica fetched; a refresh on one replica reaches the other on its next
+/// request; a failed refresh writes nothing.
+#[tokio::test]
+async fn catalogs_are_shared_through_postgres_and_refreshed_on_demand() {
+    let Setup { t, machine: m, _everything: everything } = setup().await;
+    let a = Served::start(gatehouse(Some(&t.url))).await;
+    let b = Served::start(gatehouse(Some(&t.url))).await;
+    let on = |s: &Served| format!("{}/t/acme/w/main/mcp", s.base);
+    let refresh = |s: &Served| format!("{}/api/v1/tenants/acme/workspaces/main/connectors/everything/refresh", s.base);
+    let mut db = platform_conn(&t).await;
+    assert!(stored(&mut db).await.is_none());
+
+    let (err, body) = tool(&on(&a), &m, "search_tools", json!({ "query": "echo" })).await;
+    assert!(!err && body["results"][0]["address"] == "everything.echo", "{body}");
+    let (count, first) = stored(&mut db).await.expect("replica a stored the catalog");
+    assert!(count > 5);
+
+    // An on-demand refresh on b: a newer row, and an admin-log row.
+    let r = m.headers(http().post(refresh(&b))).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["tools"], count);
+    let (_, second) = stored(&mut db).await.unwrap();
+    assert!(second > first);
+    let logged: i64 = sqlx::query_scalar("SELECT count(*) FROM admin_log WHERE action = 'connector.catalog_refresh'")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(logged, 1);
+
+    // The downstream dies. Both replicas still find its tools: b from memory, a (which holds
+    // the older copy) from the shared cache, because the refresh moved the stamp.
+    drop(everything);
+    for replica in [&a, &b] {
+        let (err, body) = tool(&on(replica), &m, "search_tools", json!({ "query": "echo" })).await;
+        assert!(!err && body["results"][0]["address"] == "everything.echo", "{body}");
+        assert_eq!(body["unavailable"], json!([]), "{body}");
+    }
+    // A refresh now fails with a typed, retryable error and writes nothing.
+    let r = m.headers(http().post(refresh(&a))).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(problem["code"], "unavailable", "{problem}");
+    assert_eq!(stored(&mut db).await.unwrap().1, second);
+    let logged: i64 = sqlx::query_scalar("SELECT count(*) FROM admin_log WHERE action = 'connector.catalog_refresh'")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(logged, 1);
+    // Another tenant's workspace: 404, whoever asks.
+    let r = m.headers(http().post(refresh(&a).replace("/acme/", "/globex/"))).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}

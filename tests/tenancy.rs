@@ -123,6 +123,7 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
          VALUES ($1, now(), gen_random_uuid(), $1, 'token', $2, 't', 'mcp', 'ok', 1)",
         "INSERT INTO result_stash (tenant_id, id, workspace_id, actor_id, address, body, expires_at)
          VALUES ($1, gen_random_uuid(), $1, $2, 'c.t', '{}', now() + interval '1 hour')",
+        "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools) VALUES ($1, $1, $2, 'k', '[]')",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

@@ -1,13 +1,11 @@
-//! Downstream MCP servers: one multiplexed client session per (tenant, workspace, connector
-//! configuration) and replica, reconnected after a transport failure; catalogs cached; every
-//! call under its connector's deadline, so a dead or slow downstream gives a typed,
+//! Downstreams: MCP servers, with one multiplexed client session per (tenant, workspace,
+//! connector configuration) and replica, reconnected after a transport failure; and HTTP APIs
+//! described as data. Catalogs are shared by every replica through PostgreSQL (see
+//! [`super::catalogs`]) and held in memory while the shared cache says they are current. Every
+//! call runs under its connector's deadline, so a dead or slow downstream gives a typed,
 //! retryable error instead of a hang.
 
-use std::{
-    collections::HashMap,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use rmcp::{
     ClientCacheConfig, RoleClient, ServiceExt,
@@ -21,7 +19,8 @@ use rmcp::{
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
-use crate::workspaces::Connector;
+use super::catalogs::{self, Target};
+use crate::{db::Db, workspaces::Connector};
 
 /// A connector's catalog is fetched again after this long.
 pub const CATALOG_TTL: Duration = Duration::from_secs(300);
@@ -31,8 +30,8 @@ const MAX_SESSIONS: usize = 1024;
 type Session = Arc<RunningService<RoleClient, ClientConfig>>;
 /// A tool's compiled input schema; `None` when the downstream's schema does not compile.
 type CompiledSchema = Option<Arc<jsonschema::Validator>>;
-/// A catalog and when it was fetched.
-type Catalog = (Instant, Arc<Vec<Tool>>);
+/// A catalog and when the shared cache says it was fetched (`None`: built from configuration).
+type Catalog = (Option<chrono::DateTime<chrono::Utc>>, Arc<Vec<Tool>>);
 
 /// Why a downstream call did not produce a result.
 #[derive(Debug)]
@@ -45,12 +44,37 @@ pub enum Failure {
     Rejected(String),
     /// The tenant already has its share of downstream calls in flight on this replica.
     RateLimited,
+    /// The arguments cannot be turned into a request (they passed the schema, but e.g. a path
+    /// argument is `..`).
+    BadArguments(String),
+}
+
+impl Failure {
+    /// The failure as an API error (all retryable but a rejection).
+    pub fn into_error(self) -> crate::error::Error {
+        let (code, message, retry_after_ms) = match self {
+            Failure::Unavailable(_) => {
+                ("unavailable", "the connector's server cannot be reached; retry shortly".to_owned(), None)
+            }
+            Failure::Timeout(ms) => ("timeout", format!("the connector's server did not answer within {ms} ms"), None),
+            Failure::RateLimited => {
+                ("rate_limited", "this tenant has too many calls in flight; retry shortly".to_owned(), Some(250))
+            }
+            Failure::Rejected(message) | Failure::BadArguments(message) => ("downstream_error", message, None),
+        };
+        crate::error::Error::Unavailable { code, message, retry_after_ms }
+    }
 }
 
 /// The key of a session or catalog: who it serves and exactly which configuration.
 pub fn key(tenant: uuid::Uuid, workspace: uuid::Uuid, connector_id: &str, connector: &Connector) -> String {
     let config = serde_json::to_vec(connector).unwrap_or_default();
     format!("{tenant}/{workspace}/{connector_id}/{}", hex::encode(&Sha256::digest(&config)[..8]))
+}
+
+/// The configuration digest at the end of a [`key`].
+pub fn config_key(key: &str) -> &str {
+    key.rsplit('/').next().unwrap_or(key)
 }
 
 #[derive(Default)]
@@ -91,7 +115,9 @@ impl Downstreams {
     }
 
     async fn connect(&self, connector: &Connector) -> Result<Session, Failure> {
-        let Connector::RemoteMcp { url, headers, timeout_ms, .. } = connector;
+        let Connector::RemoteMcp { url, headers, timeout_ms, .. } = connector else {
+            return Err(Failure::Unavailable("not an MCP connector".into()));
+        };
         let mut custom = HashMap::new();
         for (name, value) in headers {
             if let (Ok(n), Ok(v)) =
@@ -135,14 +161,72 @@ impl Downstreams {
         self.sessions.lock().await.remove(key);
     }
 
-    /// The connector's tools, from the replica's cache when fresh.
-    pub async fn catalog(&self, tenant: uuid::Uuid, key: &str, connector: &Connector) -> Result<Arc<Vec<Tool>>, Failure> {
-        if let Some((at, tools)) = self.catalogs.lock().await.get(key)
-            && at.elapsed() < CATALOG_TTL
-        {
-            return Ok(tools.clone());
+    fn remember(&self, key: &str, catalog: Catalog) -> impl Future<Output = ()> + '_ {
+        let key = key.to_owned();
+        async move {
+            let mut catalogs = self.catalogs.lock().await;
+            if catalogs.len() >= MAX_SESSIONS {
+                catalogs.clear();
+            }
+            catalogs.insert(key.clone(), catalog);
+            drop(catalogs);
+            self.validators.lock().unwrap_or_else(|p| p.into_inner()).retain(|(k, _), _| *k != key);
         }
-        let _slot = self.admit(tenant)?;
+    }
+
+    /// The connector's tools. An HTTP API's come from its configuration. An MCP server's come
+    /// from this replica's memory when the shared cache says that copy is current (`stamp`,
+    /// read with the request's configuration), else from the shared cache, else from the
+    /// server itself, stored for every replica.
+    pub async fn catalog(
+        &self,
+        db: &Db,
+        target: Target<'_>,
+        key: &str,
+        stamp: Option<&(String, chrono::DateTime<chrono::Utc>)>,
+        connector: &Connector,
+    ) -> Result<Arc<Vec<Tool>>, Failure> {
+        if let Connector::HttpApi(api) = connector {
+            if let Some((_, tools)) = self.catalogs.lock().await.get(key) {
+                return Ok(tools.clone());
+            }
+            let tools = Arc::new(super::http_api::catalog(api));
+            self.remember(key, (None, tools.clone())).await;
+            return Ok(tools);
+        }
+        if let Some((_, at)) = stamp.filter(|(k, _)| k == target.config_key) {
+            if let Some((Some(held), tools)) = self.catalogs.lock().await.get(key)
+                && held == at
+            {
+                return Ok(tools.clone());
+            }
+            match catalogs::load(db, target).await {
+                Ok(Some((fetched_at, tools))) => {
+                    let tools = Arc::new(tools);
+                    self.remember(key, (Some(fetched_at), tools.clone())).await;
+                    return Ok(tools);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "could not read the shared catalog cache; asking the server"),
+            }
+        }
+        self.fetch(db, target, key, connector, None).await.map(|(tools, _)| tools)
+    }
+
+    /// Asks the server for its catalog now and stores it for every replica (`audit`: an
+    /// operator asked, and the admin log records it).
+    pub async fn fetch(
+        &self,
+        db: &Db,
+        target: Target<'_>,
+        key: &str,
+        connector: &Connector,
+        audit: Option<&crate::admin_log::Audit>,
+    ) -> Result<(Arc<Vec<Tool>>, Option<chrono::DateTime<chrono::Utc>>), Failure> {
+        if let Connector::HttpApi(api) = connector {
+            return Ok((Arc::new(super::http_api::catalog(api)), None));
+        }
+        let _slot = self.admit(target.tenant.0)?;
         let session = self.session(key, connector).await?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         let tools = match tokio::time::timeout(deadline, session.list_all_tools()).await {
@@ -153,9 +237,16 @@ impl Downstreams {
             }
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
-        self.catalogs.lock().await.insert(key.to_owned(), (Instant::now(), tools.clone()));
-        self.validators.lock().unwrap_or_else(|p| p.into_inner()).retain(|(k, _), _| k != key);
-        Ok(tools)
+        let fetched_at = match catalogs::store(db, target, &tools, audit).await {
+            Ok(at) => Some(at),
+            Err(e) if audit.is_some() => return Err(Failure::Unavailable(format!("could not store the catalog: {e}"))),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not store a catalog in the shared cache");
+                None
+            }
+        };
+        self.remember(key, (fetched_at, tools.clone())).await;
+        Ok((tools, fetched_at))
     }
 
     /// Checks `args` against the tool's input schema before any downstream call. Returns up
@@ -195,8 +286,15 @@ impl Downstreams {
         args: JsonObject,
     ) -> Result<CallToolResult, Failure> {
         let _slot = self.admit(tenant)?;
-        let session = self.session(key, connector).await?;
         let deadline = Duration::from_millis(connector.timeout_ms());
+        if let Connector::HttpApi(api) = connector {
+            let http = self.http.as_ref().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
+            return match tokio::time::timeout(deadline, super::http_api::call(http, api, tool, &args)).await {
+                Ok(result) => result,
+                Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
+            };
+        }
+        let session = self.session(key, connector).await?;
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
         match tokio::time::timeout(deadline, session.call_tool(params)).await {
             Ok(Ok(result)) => Ok(result),

@@ -2,7 +2,9 @@
 //! serves any request), machine-authenticated, over the workspace's connectors.
 
 pub mod activity;
+pub mod catalogs;
 pub mod downstream;
+pub mod http_api;
 pub mod stash;
 pub mod surface;
 
@@ -48,6 +50,8 @@ pub struct GatewayCtx {
     pub caller: workspaces::config::Caller,
     /// The pool this request came through (`…/mcp/{pool}`), if any.
     pub pool: Option<(String, workspaces::config::Pool)>,
+    /// Which connectors' catalogs the shared cache holds fresh.
+    pub catalogs: Arc<workspaces::CatalogStamps>,
 }
 
 impl GatewayCtx {
@@ -140,6 +144,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         tenant: ctx.tenant.clone(),
         workspace: bound.workspace,
         document: Arc::new(bound.document),
+        catalogs: Arc::new(bound.catalogs),
         actor_kind: "token",
         actor_id,
         request_id: ctx.audit.request_id.clone(),

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::{
     GatewayCtx,
+    catalogs::Target,
     downstream::{self, Failure},
     stash,
 };
@@ -169,6 +170,7 @@ fn failure(f: Failure) -> Outcome {
             Some(json!({ "retryable": true })),
         ),
         Failure::Rejected(message) => Outcome::error("downstream_error", message, None),
+        Failure::BadArguments(message) => Outcome::error("invalid_args", message, None),
         Failure::RateLimited => Outcome::error(
             "rate_limited",
             "this tenant has too many calls in flight; retry shortly".into(),
@@ -220,8 +222,20 @@ fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
     downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c)
 }
 
-async fn catalog(state: &AppState, ctx: &GatewayCtx, key: &str, c: &Connector) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
-    state.downstreams.catalog(ctx.tenant.id.0, key, c).await
+async fn catalog(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    id: &str,
+    key: &str,
+    c: &Connector,
+) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
+    let target = Target {
+        tenant: ctx.tenant.id,
+        workspace: ctx.workspace.id.0,
+        connector_id: id,
+        config_key: downstream::config_key(key),
+    };
+    state.downstreams.catalog(&state.db, target, key, ctx.catalogs.get(id), c).await
 }
 
 async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
@@ -241,7 +255,7 @@ async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcom
     let mut unavailable = Vec::new();
     let visible = ctx.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None));
     for (id, c) in visible.filter(|(id, _)| only.is_none_or(|o| o == id.as_str())) {
-        let tools = match catalog(state, ctx, &key(ctx, id, c), c).await {
+        let tools = match catalog(state, ctx, id, &key(ctx, id, c), c).await {
             Ok(tools) => tools,
             Err(f) => {
                 unavailable.push(json!({ "connector": id, "code": failure(f).error_code }));
@@ -299,7 +313,7 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
         return unknown();
     }
     let key = key(ctx, id, c);
-    let tools = match catalog(state, ctx, &key, c).await {
+    let tools = match catalog(state, ctx, id, &key, c).await {
         Ok(tools) => tools,
         Err(f) => return failure(f).about(id, name),
     };
@@ -357,7 +371,7 @@ fn authorize(ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
     let id = args.get("connector").and_then(Value::as_str).unwrap_or("");
     match connector(ctx, id) {
         None => Outcome::error("unknown_connector", format!("this workspace has no connector `{}`", echo(id)), None),
-        Some(Connector::RemoteMcp { .. }) => Outcome::ok(json!({
+        Some(_) => Outcome::ok(json!({
             "connector": id,
             "status": "no_credentials",
             "message": "This connector is configured without credentials, so there is nothing to authorize. If its server refuses calls, an operator must change the connector's configuration.",
@@ -375,7 +389,7 @@ pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Vec<Tool> {
 async fn native_index(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, Tool, Tool)> {
     let mut out: Vec<(String, Tool, Tool)> = Vec::new();
     for (id, c) in ctx.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None)) {
-        let Ok(tools) = catalog(state, ctx, &key(ctx, id, c), c).await else { continue };
+        let Ok(tools) = catalog(state, ctx, id, &key(ctx, id, c), c).await else { continue };
         for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
             if out.iter().any(|(_, _, seen)| seen.name == t.name) {
                 tracing::warn!(tool = %t.name, connector = %id, "native pool: a tool of this name is already served");

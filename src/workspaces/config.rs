@@ -122,13 +122,87 @@ pub enum Connector {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
     },
+    /// An HTTP API whose tools are described as data.
+    HttpApi(super::http_api::HttpApi),
 }
 
 impl Connector {
     pub fn timeout_ms(&self) -> u64 {
         match self {
             Connector::RemoteMcp { timeout_ms, .. } => timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+            Connector::HttpApi(api) => api.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
         }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Connector::RemoteMcp { .. } => "remote_mcp",
+            Connector::HttpApi(_) => "http_api",
+        }
+    }
+
+    /// Where it points: the MCP server's URL or the API's base URL.
+    pub fn url(&self) -> &str {
+        match self {
+            Connector::RemoteMcp { url, .. } => url,
+            Connector::HttpApi(api) => &api.base_url,
+        }
+    }
+
+    pub fn auth(&self) -> &Auth {
+        match self {
+            Connector::RemoteMcp { auth, .. } => auth,
+            Connector::HttpApi(api) => &api.auth,
+        }
+    }
+}
+
+/// An http(s) URL naming a host and carrying no credentials.
+pub(super) fn check_url(url: &str, field: &str, bad: &mut dyn FnMut(String, &str)) {
+    match url::Url::parse(url) {
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => bad(field.into(), "must be an http:// or https:// URL"),
+        Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+            bad(field.into(), "must not carry credentials; use a credential slot")
+        }
+        Ok(u) if u.host_str().is_none() => bad(field.into(), "must name a host"),
+        Ok(_) => {}
+        Err(_) => bad(field.into(), "is not a URL"),
+    }
+}
+
+/// Static headers: well-formed, non-secret, and none the gateway sets itself.
+pub(super) fn check_headers(id: &str, headers: &BTreeMap<String, String>, bad: &mut dyn FnMut(String, &str)) {
+    if headers.len() > MAX_HEADERS {
+        bad(format!("connectors.{id}.headers"), "at most 16 headers");
+    }
+    for (name, value) in headers {
+        let field = format!("connectors.{id}.headers.{name}");
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            bad(field, "is not a header name");
+        } else if secret_looking(name) {
+            bad(field, "looks like a secret: secrets go in a credential slot (the vault), never in configuration");
+        } else if value.len() > 1024 || !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            bad(field, "a header value is at most 1024 visible ASCII characters");
+        } else if ["host", "content-length", "content-type", "accept", "mcp-session-id", "mcp-protocol-version"]
+            .contains(&name.to_ascii_lowercase().as_str())
+        {
+            bad(field, "is set by the gateway itself");
+        }
+    }
+}
+
+pub(super) fn check_auth(auth: &Auth, field: &str, bad: &mut dyn FnMut(String, &str)) {
+    match auth {
+        Auth::None => {}
+        Auth::Slot { .. } | Auth::Oauth => {
+            bad(field.into(), "credential slots and OAuth are not supported yet (they arrive with the vault)")
+        }
+    }
+}
+
+pub(super) fn check_timeout(timeout_ms: Option<u64>, field: &str, bad: &mut dyn FnMut(String, &str)) {
+    if timeout_ms.is_some_and(|t| !(100..=300_000).contains(&t)) {
+        bad(field.into(), "from 100 to 300000");
     }
 }
 
@@ -160,45 +234,12 @@ impl Document {
             }
             match connector {
                 Connector::RemoteMcp { url, headers, auth, timeout_ms } => {
-                    match url::Url::parse(url) {
-                        Ok(u) if !matches!(u.scheme(), "http" | "https") => bad(at("url"), "must be an http:// or https:// URL"),
-                        Ok(u) if !u.username().is_empty() || u.password().is_some() => {
-                            bad(at("url"), "must not carry credentials; use a credential slot")
-                        }
-                        Ok(u) if u.host_str().is_none() => bad(at("url"), "must name a host"),
-                        Ok(_) => {}
-                        Err(_) => bad(at("url"), "is not a URL"),
-                    }
-                    if headers.len() > MAX_HEADERS {
-                        bad(at("headers"), "at most 16 headers");
-                    }
-                    for (name, value) in headers {
-                        let field = format!("connectors.{id}.headers.{name}");
-                        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-                            bad(field, "is not a header name");
-                        } else if secret_looking(name) {
-                            bad(
-                                field,
-                                "looks like a secret: secrets go in a credential slot (the vault), never in configuration",
-                            );
-                        } else if value.len() > 1024 || !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-                            bad(field, "a header value is at most 1024 visible ASCII characters");
-                        } else if ["host", "content-length", "accept", "mcp-session-id", "mcp-protocol-version"]
-                            .contains(&name.to_ascii_lowercase().as_str())
-                        {
-                            bad(field, "is set by the gateway itself");
-                        }
-                    }
-                    match auth {
-                        Auth::None => {}
-                        Auth::Slot { .. } | Auth::Oauth => {
-                            bad(at("auth"), "credential slots and OAuth are not supported yet (they arrive with the vault)")
-                        }
-                    }
-                    if timeout_ms.is_some_and(|t| !(100..=300_000).contains(&t)) {
-                        bad(at("timeout_ms"), "from 100 to 300000");
-                    }
+                    check_url(url, &at("url"), &mut bad);
+                    check_headers(id, headers, &mut bad);
+                    check_auth(auth, &at("auth"), &mut bad);
+                    check_timeout(*timeout_ms, &at("timeout_ms"), &mut bad);
                 }
+                Connector::HttpApi(api) => api.issues(id, &mut bad),
             }
         }
         for (i, grant) in self.grants.iter().flatten().enumerate() {

@@ -70,11 +70,6 @@ pub fn parse_connector(id: &str, value: Value) -> Result<Connector> {
             }],
         });
     }
-    if value.get("kind").and_then(Value::as_str) == Some("http_api") {
-        return Err(Error::InvalidConfig {
-            issues: vec![FieldIssue { field: "kind".into(), message: "http_api connectors are not supported yet".into() }],
-        });
-    }
     serde_json::from_value(value)
         .map_err(|e| Error::InvalidConfig { issues: vec![FieldIssue { field: "connector".into(), message: e.to_string() }] })
 }
@@ -135,6 +130,28 @@ async fn list_connectors(
     Ok(Json(json!({ "version": bound.workspace.bound_version, "connectors": bound.document.connectors })))
 }
 
+/// `POST …/connectors/{id}/refresh`: fetch the connector's catalog now and store it for every
+/// replica (otherwise catalogs are fetched again after their TTL).
+async fn refresh_connector(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, slug, id)): Path<(String, String, String)>,
+) -> Result<Json<Value>> {
+    ctx.require(Permission::ConnectorAccess)?;
+    let bound = workspaces::bound(&state.db, ctx.tenant.id, &slug).await?;
+    let connector = bound.document.connectors.get(&id).ok_or(Error::NotFound { what: "connector" })?;
+    let key = crate::gateway::downstream::key(ctx.tenant.id.0, bound.workspace.id.0, &id, connector);
+    let target = crate::gateway::catalogs::Target {
+        tenant: ctx.tenant.id,
+        workspace: bound.workspace.id.0,
+        connector_id: &id,
+        config_key: crate::gateway::downstream::config_key(&key),
+    };
+    let (tools, fetched_at) =
+        state.downstreams.fetch(&state.db, target, &key, connector, Some(&ctx.audit)).await.map_err(|f| f.into_error())?;
+    Ok(Json(json!({ "connector": id, "tools": tools.len(), "fetched_at": fetched_at })))
+}
+
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/tenants/{tenant}/workspaces", get(list_workspaces).post(create_workspace))
@@ -142,4 +159,5 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/config", axum::routing::patch(configure))
         .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", get(list_connectors).post(add_connector))
         .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", delete(remove_connector))
+        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/refresh", axum::routing::post(refresh_connector))
 }

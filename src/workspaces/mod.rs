@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod http;
+pub mod http_api;
 pub mod store;
 
 use chrono::{DateTime, Utc};
@@ -45,7 +46,14 @@ pub struct Workspace {
 pub struct Bound {
     pub workspace: Workspace,
     pub document: Document,
+    /// The connectors whose catalogs are fresh in the shared cache: id → (configuration key,
+    /// fetched at). Not part of the API's answer.
+    #[serde(skip)]
+    pub catalogs: CatalogStamps,
 }
+
+/// Which catalogs the shared cache holds fresh, as the request's one query saw them.
+pub type CatalogStamps = std::collections::HashMap<String, (String, chrono::DateTime<chrono::Utc>)>;
 
 /// The digest of a configuration document: SHA-256 of its canonical JSON.
 pub fn digest(document: &Document) -> Result<String> {
@@ -152,7 +160,7 @@ where
                 after: Some(json!({ "version": read + 1, "digest": digest, "change": detail })),
             };
             admin_log::record(conn, entry).await?;
-            Ok(Bound { workspace, document: next })
+            Ok(Bound { workspace, document: next, catalogs: CatalogStamps::new() })
         })
     })
     .await

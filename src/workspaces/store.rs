@@ -99,22 +99,31 @@ pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<Works
         .collect()
 }
 
-/// The workspace with its bound document, in one query.
+/// The workspace with its bound document and which of its connectors' catalogs are fresh in
+/// the shared cache, in one query.
 pub async fn bound(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<Bound>> {
     let row = sqlx::query(concat!(
         "SELECT ",
         columns!(),
-        ", v.document FROM workspaces w
+        ", v.document,
+           (SELECT coalesce(jsonb_object_agg(c.connector_id, jsonb_build_array(c.config_key, c.fetched_at)), '{}')
+              FROM connector_catalogs c
+             WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id
+               AND c.fetched_at > now() - make_interval(secs => $3)) AS catalogs
+         FROM workspaces w
          JOIN workspace_versions v ON v.tenant_id = w.tenant_id AND v.workspace_id = w.id AND v.version = w.bound_version
          WHERE w.tenant_id = $1 AND w.slug = $2"
     ))
     .bind(tenant)
     .bind(slug)
+    .bind(crate::gateway::downstream::CATALOG_TTL.as_secs_f64())
     .fetch_optional(conn)
     .await?;
     let Some(row) = row else { return Ok(None) };
     let document: serde_json::Value = row.try_get("document")?;
     let document: Document =
         serde_json::from_value(document).map_err(|e| anyhow::anyhow!("stored configuration unreadable: {e}"))?;
-    Ok(Some(Bound { workspace: workspace(&row)?, document }))
+    let catalogs: serde_json::Value = row.try_get("catalogs")?;
+    let catalogs = serde_json::from_value(catalogs).map_err(|e| anyhow::anyhow!("catalog stamps unreadable: {e}"))?;
+    Ok(Some(Bound { workspace: workspace(&row)?, document, catalogs }))
 }

@@ -1,0 +1,92 @@
+//! The shared catalog cache in PostgreSQL: one row per (workspace, connector), holding the
+//! tools the connector's server listed, the configuration key they were fetched with, and
+//! when. Which rows are fresh travels with the request's one configuration query (see
+//! `workspaces::store::bound`), so a replica only reads a row it does not already hold.
+
+use chrono::{DateTime, Utc};
+use rmcp::model::Tool;
+use serde_json::json;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::{
+    admin_log::{self, Audit, Entry},
+    db::{Db, Scope},
+    error::Result,
+    tenants::TenantId,
+};
+
+/// Which catalog: a workspace's connector, under one configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    pub tenant: TenantId,
+    pub workspace: Uuid,
+    pub connector_id: &'a str,
+    /// The digest of the connector's configuration.
+    pub config_key: &'a str,
+}
+
+async fn load_row(conn: &mut PgConnection, t: Target<'_>) -> Result<Option<(DateTime<Utc>, Vec<Tool>)>> {
+    let row = sqlx::query(
+        "SELECT fetched_at, tools FROM connector_catalogs
+          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND config_key = $4",
+    )
+    .bind(t.tenant)
+    .bind(t.workspace)
+    .bind(t.connector_id)
+    .bind(t.config_key)
+    .fetch_optional(conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let tools: serde_json::Value = row.try_get("tools")?;
+    let tools = serde_json::from_value(tools).map_err(|e| anyhow::anyhow!("stored catalog unreadable: {e}"))?;
+    Ok(Some((row.try_get("fetched_at")?, tools)))
+}
+
+/// The stored catalog of `t`, if the shared cache holds one for this configuration.
+pub async fn load(db: &Db, t: Target<'_>) -> Result<Option<(DateTime<Utc>, Vec<Tool>)>> {
+    db.single_decision(Scope::Tenant(t.tenant), move |conn, _| Box::pin(load_row(conn, t))).await
+}
+
+async fn store_row(conn: &mut PgConnection, t: Target<'_>, tools: &serde_json::Value) -> Result<DateTime<Utc>> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (tenant_id, workspace_id, connector_id)
+         DO UPDATE SET config_key = EXCLUDED.config_key, tools = EXCLUDED.tools, fetched_at = clock_timestamp()
+         RETURNING fetched_at",
+    )
+    .bind(t.tenant)
+    .bind(t.workspace)
+    .bind(t.connector_id)
+    .bind(t.config_key)
+    .bind(tools)
+    .fetch_one(conn)
+    .await?)
+}
+
+/// Stores a freshly fetched catalog (last writer wins: two replicas fetching at once store
+/// equivalent answers). With `audit`, an operator asked for it: the admin log says so.
+pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], audit: Option<&Audit>) -> Result<DateTime<Utc>> {
+    let tools = serde_json::to_value(tools).map_err(anyhow::Error::from)?;
+    let tools = &tools;
+    db.single_decision(Scope::Tenant(t.tenant), move |conn, _| {
+        Box::pin(async move {
+            let fetched_at = store_row(&mut *conn, t, tools).await?;
+            if let Some(audit) = audit {
+                let count = tools.as_array().map_or(0, Vec::len);
+                let entry = Entry {
+                    tenant: Some(t.tenant),
+                    audit,
+                    action: "connector.catalog_refresh",
+                    target: format!("connector:{}", t.connector_id),
+                    before: None,
+                    after: Some(json!({ "workspace_id": t.workspace, "tools": count, "fetched_at": fetched_at })),
+                };
+                admin_log::record(conn, entry).await?;
+            }
+            Ok(fetched_at)
+        })
+    })
+    .await
+}
