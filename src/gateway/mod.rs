@@ -3,6 +3,7 @@
 
 pub mod activity;
 pub mod downstream;
+pub mod sse;
 pub mod stash;
 pub mod surface;
 
