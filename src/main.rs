@@ -97,11 +97,15 @@ enum ConnectorCommand {
         w: WorkspaceArg,
         #[arg(long)]
         id: String,
-        /// `remote_mcp` (an MCP server over streamable HTTP) or `http_api`.
+        /// `remote_mcp` (an MCP server over streamable HTTP or legacy HTTP+SSE) or `http_api`.
         #[arg(long)]
         kind: String,
         #[arg(long, required_if_eq("kind", "remote_mcp"))]
         url: Option<String>,
+        /// How to reach a `remote_mcp` server: `streamable_http` (the default) or `sse` (the
+        /// legacy HTTP+SSE transport; `--url` is then the event stream's URL).
+        #[arg(long, value_parser = ["streamable_http", "sse"])]
+        transport: Option<String>,
         /// A JSON file with the connector's configuration (for `http_api`).
         #[arg(long)]
         config: Option<std::path::PathBuf>,
@@ -471,7 +475,7 @@ async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> any
 
 async fn connector_command(db: &Db, audit: &Audit, cmd: ConnectorCommand) -> anyhow::Result<()> {
     match cmd {
-        ConnectorCommand::Add { w, id, kind, url, config, expected_version } => {
+        ConnectorCommand::Add { w, id, kind, url, transport, config, expected_version } => {
             let tenant = tenants::by_slug(db, &w.tenant).await?.id;
             let mut value = match config {
                 Some(path) => serde_json::from_str(&std::fs::read_to_string(&path)?).map_err(|e| {
@@ -483,6 +487,9 @@ async fn connector_command(db: &Db, audit: &Audit, cmd: ConnectorCommand) -> any
                 map.insert("kind".into(), kind.into());
                 if let Some(url) = url {
                     map.insert("url".into(), url.into());
+                }
+                if let Some(transport) = transport {
+                    map.insert("transport".into(), transport.into());
                 }
             }
             let connector = workspaces::http::parse_connector(&id, value)?;

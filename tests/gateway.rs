@@ -899,3 +899,88 @@ async fn catalogs_are_shared_through_postgres_and_refreshed_on_demand() {
     assert_eq!(a.terminate().await, 0);
     assert_eq!(b.terminate().await, 0);
 }
+
+/// Each request a [`recording_proxy`] forwarded: its method and its `X-Team` header.
+type Forwarded = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
+
+/// Forwards every request to `target`'s origin and streams the answer back (an event stream
+/// stays open through it), recording what it forwarded. Returns `target` as seen through it.
+async fn recording_proxy(target: &str) -> (String, Forwarded) {
+    use axum::{body::Body, extract::Request, response::IntoResponse};
+    let target = url::Url::parse(target).unwrap();
+    let origin = target.origin().ascii_serialization();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Forwarded::default();
+    let (client, record) = (http(), seen.clone());
+    let app = axum::Router::new().fallback(move |req: Request| {
+        let (client, origin, record) = (client.clone(), origin.clone(), record.clone());
+        async move {
+            let (parts, body) = req.into_parts();
+            let team = parts.headers.get("x-team").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            record.lock().unwrap().push((parts.method.to_string(), team));
+            let body = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut out = client.request(parts.method.clone(), format!("{origin}{path}")).body(body);
+            for (name, value) in parts.headers.iter().filter(|(n, _)| *n != "host" && *n != "content-length") {
+                out = out.header(name, value);
+            }
+            let r = out.send().await.unwrap();
+            let (status, headers) = (r.status(), r.headers().clone());
+            let mut response = Body::from_stream(r.bytes_stream()).into_response();
+            *response.status_mut() = status;
+            for (name, value) in headers.iter().filter(|(n, _)| *n != "content-length" && *n != "transfer-encoding") {
+                response.headers_mut().insert(name, value.clone());
+            }
+            response
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("{base}{}", target.path()), seen)
+}
+
+/// server-everything on the legacy HTTP+SSE transport (MCP 2024-11-05), behind a proxy that
+/// records what the gateway sends: its tools are found and called like any other downstream's,
+/// over one event stream, with the connector's headers on the GET and on every POST; a dead
+/// SSE downstream is `unavailable`.
+#[tokio::test]
+async fn a_legacy_sse_downstream_works_through_the_gateway() {
+    let everything = Everything::start_sse().await;
+    let (proxied, seen) = recording_proxy(&everything.url).await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    // The CLI's flag, and the document's field (as the HTTP API takes it).
+    let headers = json_file(&json!({ "headers": { "X-Team": "blue" } }));
+    let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "legacy", "--kind", "remote_mcp"];
+    cli(&t.url, &[&add[..], &["--url", &proxied, "--transport", "sse", "--config", headers.to_str().unwrap()]].concat()).await;
+    let dead = format!("http://127.0.0.1:{}/sse", common::free_port());
+    add_connector(&t, "dead", &dead, json!({ "transport": "sse" })).await;
+    let machine = provision(&t.url, "acme").await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+
+    let listed = format!("{}/api/v1/tenants/acme/workspaces/main/connectors", served.base);
+    let listed: Value = machine.headers(http().get(listed)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(listed["connectors"]["legacy"]["transport"], "sse", "{listed}");
+    assert_eq!(listed["connectors"]["dead"]["transport"], "sse", "{listed}");
+
+    let gw = format!("{}/t/acme/w/main/mcp", served.base);
+    let (err, found) = tool(&gw, &machine, "search_tools", json!({ "query": "echo" })).await;
+    assert!(!err, "{found}");
+    assert_eq!(found["results"][0]["address"], "legacy.echo", "{found}");
+    assert_eq!(found["results"][0]["safety"], "read", "classified from the downstream's annotations: {found}");
+    assert_eq!(found["unavailable"].as_array().map(Vec::len), Some(1), "{found}");
+    let echo = json!({ "address": "legacy.echo", "args": { "message": "over legacy SSE" } });
+    let (err, body) = tool(&gw, &machine, "call_tool", echo).await;
+    assert!(!err, "{body}");
+    assert_eq!(body, Value::String("Echo: over legacy SSE".into()));
+    let (err, body) = tool(&gw, &machine, "call_tool", json!({ "address": "dead.echo", "args": {} })).await;
+    assert!(err && body["error"]["code"] == "unavailable" && body["error"]["retryable"] == true, "{body}");
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.iter().filter(|(method, _)| method == "GET").count(), 1, "one event stream serves every call: {seen:?}");
+    let posts = seen.iter().filter(|(method, _)| method == "POST").count();
+    assert!(posts >= 4, "initialize, initialized, tools/list and tools/call are POSTs: {seen:?}");
+    assert!(seen.iter().all(|(_, team)| team.as_deref() == Some("blue")), "the connector's headers on every request: {seen:?}");
+    assert_eq!(served.terminate().await, 0);
+}

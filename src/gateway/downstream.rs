@@ -1,12 +1,13 @@
-//! Downstreams: MCP servers, with one multiplexed client session per (tenant, workspace,
-//! connector configuration) and replica, reconnected after a transport failure; and HTTP APIs
-//! described as data. Catalogs are shared by every replica through PostgreSQL (see
-//! [`super::catalogs`]) and held in memory while the shared cache says they are current. Every
-//! call runs under its connector's deadline, so a dead or slow downstream gives a typed,
-//! retryable error instead of a hang.
+//! Downstreams: MCP servers over streamable HTTP or legacy HTTP+SSE ([`super::sse`]), with one
+//! multiplexed client session per (tenant, workspace, connector configuration) and replica,
+//! reconnected after a transport failure; and HTTP APIs described as data. Catalogs are shared
+//! by every replica through PostgreSQL (see [`super::catalogs`]) and held in memory while the
+//! shared cache says they are current. Every call runs under its connector's deadline, so a
+//! dead or slow downstream gives a typed, retryable error instead of a hang.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::{
     ClientCacheConfig, RoleClient, ServiceExt,
     model::{
@@ -20,6 +21,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
 use super::catalogs::{self, Target};
+use super::sse::SseClientTransport;
+use crate::workspaces::config::RemoteTransport;
 use crate::{db::Db, workspaces::Connector};
 
 /// A connector's catalog is fetched again after this long.
@@ -115,26 +118,36 @@ impl Downstreams {
     }
 
     async fn connect(&self, connector: &Connector) -> Result<Session, Failure> {
-        let Connector::RemoteMcp { url, headers, timeout_ms, .. } = connector else {
+        let Connector::RemoteMcp { url, transport, headers, timeout_ms, .. } = connector else {
             return Err(Failure::Unavailable("not an MCP connector".into()));
         };
-        let mut custom = HashMap::new();
+        let mut custom = HeaderMap::new();
         for (name, value) in headers {
-            if let (Ok(n), Ok(v)) =
-                (axum::http::HeaderName::from_bytes(name.as_bytes()), axum::http::HeaderValue::from_str(value))
-            {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
                 custom.insert(n, v);
             }
         }
-        let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
         let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
-        let transport = StreamableHttpClientTransport::with_client(http, config);
         let info = ClientConfig::new(ClientCapabilities::default(), Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
             .with_protocol_version(ProtocolVersion::V_2025_11_25);
+        // Both transports are rmcp transports: past the handshake, a session is a session.
+        let handshake = async {
+            match transport {
+                RemoteTransport::StreamableHttp => {
+                    let map = custom.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+                    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
+                    info.serve(StreamableHttpClientTransport::with_client(http, config)).await.map_err(|e| e.to_string())
+                }
+                RemoteTransport::Sse => {
+                    let sse = SseClientTransport::connect(http, url, custom).await.map_err(|e| e.to_string())?;
+                    info.serve(sse).await.map_err(|e| e.to_string())
+                }
+            }
+        };
         let deadline = Duration::from_millis(timeout_ms.unwrap_or(crate::workspaces::config::DEFAULT_TIMEOUT_MS));
-        let running = match tokio::time::timeout(deadline, info.serve(transport)).await {
+        let running = match tokio::time::timeout(deadline, handshake).await {
             Ok(Ok(running)) => running,
-            Ok(Err(e)) => return Err(Failure::Unavailable(cap(&e.to_string()))),
+            Ok(Err(e)) => return Err(Failure::Unavailable(cap(&e))),
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
         // A gateway must never serve a stale list when a refresh fails.

@@ -109,12 +109,33 @@ pub enum Auth {
     Oauth,
 }
 
+/// How the gateway speaks MCP to a remote server.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RemoteTransport {
+    /// Streamable HTTP (MCP 2025-03-26 and later).
+    #[default]
+    StreamableHttp,
+    /// The legacy HTTP+SSE transport (MCP 2024-11-05): `url` is the event stream's URL.
+    Sse,
+}
+
+impl RemoteTransport {
+    /// Left out of stored documents, so documents written before the field existed keep
+    /// their digests (and their downstream sessions).
+    fn is_default(&self) -> bool {
+        *self == RemoteTransport::default()
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Connector {
-    /// A remote MCP server over streamable HTTP.
+    /// A remote MCP server over streamable HTTP or, with `transport: sse`, legacy HTTP+SSE.
     RemoteMcp {
         url: String,
+        #[serde(default, skip_serializing_if = "RemoteTransport::is_default")]
+        transport: RemoteTransport,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         headers: BTreeMap<String, String>,
         #[serde(default)]
@@ -233,7 +254,7 @@ impl Document {
                 bad(format!("connectors.{id}"), "a connector id is 1 to 64 characters of a-z, 0-9, '_' and '-'");
             }
             match connector {
-                Connector::RemoteMcp { url, headers, auth, timeout_ms } => {
+                Connector::RemoteMcp { url, headers, auth, timeout_ms, transport: _ } => {
                     check_url(url, &at("url"), &mut bad);
                     check_headers(id, headers, &mut bad);
                     check_auth(auth, &at("auth"), &mut bad);
@@ -291,7 +312,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn remote(url: &str) -> Connector {
-        Connector::RemoteMcp { url: url.into(), headers: BTreeMap::new(), auth: Auth::None, timeout_ms: None }
+        Connector::RemoteMcp {
+            url: url.into(),
+            transport: RemoteTransport::default(),
+            headers: BTreeMap::new(),
+            auth: Auth::None,
+            timeout_ms: None,
+        }
     }
 
     #[test]
@@ -302,6 +329,7 @@ mod tests {
             "ok".into(),
             Connector::RemoteMcp {
                 url: "https://user:pw@mcp.example/mcp".into(),
+                transport: RemoteTransport::Sse,
                 headers: BTreeMap::from([("Authorization".into(), "Bearer x".into()), ("X-Team".into(), "blue".into())]),
                 auth: Auth::Oauth,
                 timeout_ms: Some(5),
@@ -334,6 +362,23 @@ mod tests {
         assert_eq!(serde_json::from_value::<Document>(serde_json::to_value(&d).unwrap()).unwrap(), d);
         assert!(serde_json::from_str::<Document>(r#"{"connectors":{},"extra":1}"#).is_err());
         assert!(serde_json::from_str::<Document>(r#"{"connectors":{"a":{"kind":"carrier_pigeon"}}}"#).is_err());
+    }
+
+    #[test]
+    fn the_transport_is_streamable_by_default_and_left_out_of_documents_then() {
+        let json = r#"{"kind":"remote_mcp","url":"https://mcp.example/mcp","auth":{"type":"none"}}"#;
+        let streamable: Connector = serde_json::from_str(json).unwrap();
+        assert!(matches!(streamable, Connector::RemoteMcp { transport: RemoteTransport::StreamableHttp, .. }));
+        assert_eq!(serde_json::to_string(&streamable).unwrap(), json, "the digest of an older document is unchanged");
+        let explicit = r#"{"kind":"remote_mcp","url":"https://mcp.example/mcp","transport":"streamable_http"}"#;
+        assert_eq!(serde_json::from_str::<Connector>(explicit).unwrap(), streamable);
+        let sse: Connector =
+            serde_json::from_str(r#"{"kind":"remote_mcp","url":"https://mcp.example/sse","transport":"sse"}"#).unwrap();
+        assert!(matches!(sse, Connector::RemoteMcp { transport: RemoteTransport::Sse, .. }));
+        assert_eq!(serde_json::from_value::<Connector>(serde_json::to_value(&sse).unwrap()).unwrap(), sse);
+        assert!(
+            serde_json::from_str::<Connector>(r#"{"kind":"remote_mcp","url":"https://x.example","transport":"ws"}"#).is_err()
+        );
     }
 
     #[test]
@@ -370,7 +415,7 @@ mod tests {
         #[test]
         fn validation_never_panics(url in "\\PC{0,40}", header in "\\PC{0,20}", value in "\\PC{0,20}") {
             let mut d = Document::default();
-            d.connectors.insert("c".into(), Connector::RemoteMcp { url, headers: BTreeMap::from([(header, value)]), auth: Auth::None, timeout_ms: None });
+            d.connectors.insert("c".into(), Connector::RemoteMcp { url, transport: RemoteTransport::Sse, headers: BTreeMap::from([(header, value)]), auth: Auth::None, timeout_ms: None });
             let _ = d.issues();
         }
     }

@@ -295,21 +295,33 @@ impl OidcPeer {
     }
 }
 
-/// `@modelcontextprotocol/server-everything` over streamable HTTP on loopback.
+/// `@modelcontextprotocol/server-everything` on loopback.
 pub struct Everything {
     pub child: Child,
+    /// The MCP endpoint (streamable HTTP) or the event stream's URL (legacy SSE).
     pub url: String,
 }
 
 impl Everything {
+    /// Over streamable HTTP.
     pub async fn start() -> Everything {
+        Self::start_as("streamableHttp", "/mcp").await
+    }
+
+    /// Over the legacy HTTP+SSE transport (MCP 2024-11-05).
+    pub async fn start_sse() -> Everything {
+        Self::start_as("sse", "/sse").await
+    }
+
+    /// `transport` is the server's launcher argument, `path` where it then serves.
+    async fn start_as(transport: &str, path: &str) -> Everything {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers");
         let script = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
         assert!(script.exists(), "the MCP peers are not installed: run `npm ci --prefix tests/peers` (.ci/run does)");
         let port = free_port();
         let child = Command::new("node")
             .arg(&script)
-            .arg("streamableHttp")
+            .arg(transport)
             .current_dir(&dir)
             .env("PORT", port.to_string())
             .stdout(Stdio::null())
@@ -324,7 +336,7 @@ impl Everything {
             )
             .await;
         assert!(up, "server-everything did not start");
-        Everything { child, url: format!("http://127.0.0.1:{port}/mcp") }
+        Everything { child, url: format!("http://127.0.0.1:{port}{path}") }
     }
 }
 
