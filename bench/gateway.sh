@@ -34,6 +34,10 @@ mapfile -t tok < <("$bin" token create --tenant bench --name bench)
 headers=$(printf '{"Gatehouse-Client-Id":"%s","Gatehouse-Client-Secret":"%s","Authorization":"Bearer %s"}' "${sc[1]}" "${sc[2]}" "${tok[1]}")
 gw="http://127.0.0.1:$port/t/bench/w/main/mcp"
 rss() { awk '/VmRSS/ {print int($2/1024)}' "/proc/$pid/status"; }
+# CPU ticks (utime + stime) of the gateway, and of every postgres process, so far.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(ticks "$p" 2>/dev/null || echo 0))); done; echo $t; }
+hz=$(getconf CLK_TCK)
 
 run() { # run LABEL URL HEADERS C TOOL ARGS EXPECT
   local out
@@ -48,7 +52,11 @@ for c in 1 8 32; do
   run direct http://127.0.0.1:9401/mcp '{}' "$c" echo '{"message":"hello"}' hello
   ( while sleep 0.5; do rss; done ) > "$dir/rss.$c" &
   sampler=$!
-  run gateway "$gw" "$headers" "$c" call_tool '{"address":"fastecho.echo","args":{"message":"hello"}}' hello
+  g0=$(ticks "$pid"); p0=$(pg_ticks)
+  line=$(run gateway "$gw" "$headers" "$c" call_tool '{"address":"fastecho.echo","args":{"message":"hello"}}' hello)
+  g1=$(ticks "$pid"); p1=$(pg_ticks)
+  n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")
+  echo "$line gateway_cpu_ms_per_call=$(awk -v t=$((g1 - g0)) -v n="$n" -v hz="$hz" 'BEGIN {printf "%.3f", t * 1000 / hz / n}') postgres_cpu_ms_per_call=$(awk -v t=$((p1 - p0)) -v n="$n" -v hz="$hz" 'BEGIN {printf "%.3f", t * 1000 / hz / n}')"
   kill $sampler 2>/dev/null || true
   p=$(sort -n "$dir/rss.$c" | tail -1)
   (( ${p:-0} > peak )) && peak=$p

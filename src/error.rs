@@ -68,6 +68,7 @@ impl Error {
             | Error::Unavailable { code, .. } => code,
             Error::Unauthorized => "unauthorized",
             Error::PayloadTooLarge => "payload_too_large",
+            Error::Database(e) if connection_lost(e) => "database_unavailable",
             Error::Database(_) | Error::Internal(_) => "internal",
         }
     }
@@ -82,6 +83,7 @@ impl Error {
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Database(e) if connection_lost(e) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Database(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -114,6 +116,12 @@ impl Error {
     }
 }
 
+/// The database is unreachable or dropped the connection: retryable, not a bug.
+fn connection_lost(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed)
+        || matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
+}
+
 /// Builds a problem+json response. `extra` fields are merged into the body.
 pub fn problem(status: StatusCode, code: &str, detail: &str, extra: Option<Value>) -> Response {
     let mut body = json!({
@@ -135,6 +143,10 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
         match &self {
+            Error::Database(e) if connection_lost(e) => {
+                tracing::warn!(error = %e, "database unavailable");
+                problem(status, self.code(), "the database is unavailable; retry shortly", Some(json!({ "retryAfterMs": 500 })))
+            }
             Error::Database(e) => {
                 tracing::error!(error = %e, "database error");
                 problem(status, "internal", "internal error", None)

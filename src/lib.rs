@@ -8,6 +8,7 @@ pub mod config;
 pub mod db;
 pub mod dev_idp;
 pub mod doctor;
+pub mod epochs;
 pub mod error;
 pub mod gateway;
 pub mod http;
@@ -39,6 +40,10 @@ pub struct AppState {
     pub downstreams: Arc<gateway::downstream::Downstreams>,
     /// Queues activity rows for the background writer.
     pub activity: gateway::activity::Recorder,
+    /// Machine authentications this replica derived, labelled with their tenant's epoch.
+    pub machines: Arc<epochs::Cache<[u8; 32], auth::MachineRow>>,
+    /// Workspaces' bound configurations, labelled the same way.
+    pub bound: Arc<epochs::Cache<(tenants::TenantId, String), Arc<workspaces::Bound>>>,
 }
 
 /// Installs the process-wide TLS crypto provider (ring). reqwest is built without one, so

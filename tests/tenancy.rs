@@ -264,3 +264,42 @@ async fn tenants_are_validated_and_every_change_is_logged_once() {
     let tenants_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tenants").fetch_one(&mut *tx).await.unwrap();
     assert_eq!(tenants_rows, 1);
 }
+
+/// Every change a replica could have derived a cached answer from moves the tenant's epoch
+/// (and only that tenant's); using a credential does not. The replica caches rely on it.
+#[tokio::test]
+async fn epochs_move_with_every_change_replicas_derive_answers_from() {
+    let t = TestDb::new().await;
+    let a = tenants::create(&t.db, &Audit::cli(), "tenant-a", "A").await.unwrap().id;
+    let b = tenants::create(&t.db, &Audit::cli(), "tenant-b", "B").await.unwrap().id;
+    let mut conn = t.owner_conn().await;
+    seed(&mut conn, a, "a").await;
+    seed(&mut conn, b, "b").await;
+    conn.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    let epoch = |id: TenantId| sqlx::query_scalar::<_, i64>("SELECT epoch FROM tenants WHERE id = $1").bind(id);
+    let b_before = epoch(b).fetch_one(&mut conn).await.unwrap();
+    let changes = [
+        ("UPDATE access_tokens SET revoked_at = now() WHERE tenant_id = $1", true),
+        ("UPDATE access_tokens SET last_used_at = now() WHERE tenant_id = $1", false),
+        ("UPDATE service_credentials SET revoked_at = now() WHERE tenant_id = $1", true),
+        ("UPDATE service_credentials SET last_used_at = now(), name = 'x' WHERE tenant_id = $1", false),
+        ("UPDATE members SET role = 'admin' WHERE tenant_id = $1", true),
+        ("DELETE FROM members WHERE tenant_id = $1", true),
+        (
+            "INSERT INTO permission_overrides (tenant_id, role, permission, allowed) VALUES ($1, 'admin', 'activity_access', false)",
+            true,
+        ),
+        ("UPDATE workspaces SET bound_version = 1, revision = revision + 1 WHERE tenant_id = $1", true),
+        ("UPDATE connector_catalogs SET fetched_at = now() WHERE tenant_id = $1", true),
+        ("UPDATE tenants SET status = 'suspended' WHERE id = $1", true),
+        ("UPDATE tenants SET name = 'renamed' WHERE id = $1", false),
+        ("INSERT INTO kv_entries (tenant_id, key, value) VALUES ($1, 'another', '1')", false),
+    ];
+    for (sql, moves) in changes {
+        let before = epoch(a).fetch_one(&mut conn).await.unwrap();
+        sqlx::query(sql).bind(a).execute(&mut conn).await.unwrap();
+        let after = epoch(a).fetch_one(&mut conn).await.unwrap();
+        assert_eq!(after > before, moves, "{sql}: epoch {before} -> {after}");
+    }
+    assert_eq!(epoch(b).fetch_one(&mut conn).await.unwrap(), b_before, "another tenant's epoch never moves");
+}

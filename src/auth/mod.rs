@@ -56,6 +56,9 @@ pub struct TenantCtx {
     pub actor: Actor,
     pub permissions: Permissions,
     pub audit: Audit,
+    /// The tenant's epoch as this request read it (machines), to validate what the replica
+    /// cached for the tenant (see [`crate::epochs`]).
+    pub epoch: Option<i64>,
 }
 
 impl TenantCtx {
@@ -107,8 +110,8 @@ impl TenantCtx {
 }
 
 /// What the machine-authentication lookup found.
-#[derive(Debug)]
-struct MachineRow {
+#[derive(Clone, Debug)]
+pub struct MachineRow {
     tenant: TenantRef,
     status: String,
     credential_id: Uuid,
@@ -128,8 +131,10 @@ fn has_machine_credentials(headers: &HeaderMap) -> bool {
         || header(headers, header::AUTHORIZATION.as_str()).is_some_and(|v| v.len() >= 6 && v[..6].eq_ignore_ascii_case("bearer"))
 }
 
-/// Checks both machine credentials in one round trip. Every failure is the same 401.
-async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<MachineRow> {
+/// Checks both machine credentials in one round trip. Every failure is the same 401. A
+/// replica remembers a success, labelled with the tenant's epoch, and then only reads the
+/// epoch (see [`crate::epochs`]); anything that could change the answer moves the epoch.
+async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(MachineRow, i64)> {
     let client_id = header(headers, CLIENT_ID_HEADER).ok_or(Error::Unauthorized)?;
     let client_secret = header(headers, CLIENT_SECRET_HEADER).ok_or(Error::Unauthorized)?;
     let bearer = header(headers, header::AUTHORIZATION.as_str())
@@ -144,17 +149,33 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<M
     if !well_formed {
         return Err(Error::Unauthorized);
     }
-    let row = sqlx::query("SELECT * FROM gatehouse_authenticate_machine($1, $2, $3)")
+    let (secret_digest, token_digest) = (secrets::digest(client_secret), secrets::digest(bearer));
+    let key: [u8; 32] = {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(client_id.as_bytes());
+        h.update([0]);
+        h.update(&secret_digest);
+        h.update(&token_digest);
+        h.finalize().into()
+    };
+    if let Some((machine, label)) = state.machines.get(&key) {
+        match crate::epochs::read(&state.db, machine.tenant.id).await? {
+            Some(epoch) if epoch == label => return Ok((machine, epoch)),
+            _ => state.machines.remove(&key),
+        }
+    }
+    let row = sqlx::query("SELECT * FROM gatehouse_authenticate_machine_at($1, $2, $3)")
         .bind(client_id)
-        .bind(secrets::digest(client_secret))
-        .bind(secrets::digest(bearer))
+        .bind(secret_digest)
+        .bind(token_digest)
         .fetch_optional(state.db.pool())
         .await?
         .ok_or(Error::Unauthorized)?;
     let issuer: Option<String> = row.try_get("principal_issuer")?;
     let subject: Option<String> = row.try_get("principal_subject")?;
     let role: Option<String> = row.try_get("member_role")?;
-    Ok(MachineRow {
+    let machine = MachineRow {
         tenant: TenantRef { id: TenantId(row.try_get("tenant_id")?), slug: row.try_get("tenant_slug")? },
         status: row.try_get("tenant_status")?,
         credential_id: row.try_get("credential_id")?,
@@ -162,7 +183,10 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<M
         principal: issuer.zip(subject).map(|(issuer, subject)| Principal { issuer, subject }),
         member_id: row.try_get("member_id")?,
         role: role.as_deref().map(Role::parse).transpose()?,
-    })
+    };
+    let epoch: i64 = row.try_get("epoch")?;
+    state.machines.put(key, machine.clone(), epoch);
+    Ok((machine, epoch))
 }
 
 /// The value of the cookie `name` in the request.
@@ -228,7 +252,7 @@ impl FromRequestParts<AppState> for TenantCtx {
         let request_id = crate::http::request_id(&parts.headers);
 
         let ctx = if has_machine_credentials(&parts.headers) {
-            let m = authenticate_machine(state, &parts.headers).await?;
+            let (m, epoch) = authenticate_machine(state, &parts.headers).await?;
             if m.tenant.slug != slug {
                 return Err(Error::NotFound { what: "tenant" });
             }
@@ -251,6 +275,7 @@ impl FromRequestParts<AppState> for TenantCtx {
                     role: m.role,
                 },
                 permissions,
+                epoch: Some(epoch),
             }
         } else {
             let raw = session_cookie(&parts.headers, state.config.cookie_secure()).ok_or(Error::Unauthorized)?;
@@ -278,6 +303,7 @@ impl FromRequestParts<AppState> for TenantCtx {
                 tenant: TenantRef { id: tenant.id, slug: tenant.slug },
                 actor: Actor::Person { member: Box::new(member), session: Box::new(session) },
                 permissions,
+                epoch: None,
             }
         };
         tracing::Span::current().record("tenant_id", tracing::field::display(ctx.tenant.id.0));

@@ -68,6 +68,9 @@ impl Db {
             .max_connections(max_connections)
             .min_connections(1)
             .acquire_timeout(Duration::from_secs(10))
+            // No ping before every use: it is a round trip per query. A connection the server
+            // dropped fails its next query (answered 503 `database_unavailable`) and is closed.
+            .test_before_acquire(false)
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     // Spelled out: SQL must be a static string. Keep in step with APP_ROLE.

@@ -207,7 +207,11 @@ impl Downstreams {
             self.remember(key, (None, tools.clone())).await;
             return Ok(tools);
         }
-        if let Some((_, at)) = stamp.filter(|(k, _)| k == target.config_key) {
+        // The stamp may come from a configuration this replica has held for a while.
+        let fresh = |at: &chrono::DateTime<chrono::Utc>| {
+            chrono::Utc::now().signed_duration_since(*at).to_std().map_or(true, |age| age < CATALOG_TTL)
+        };
+        if let Some((_, at)) = stamp.filter(|(k, at)| k == target.config_key && fresh(at)) {
             if let Some((Some(held), tools)) = self.catalogs.lock().await.get(key)
                 && held == at
             {

@@ -34,7 +34,7 @@ use crate::{
     auth::{Actor, TenantCtx, TenantRef},
     error::{Error, problem},
     members::Permission,
-    workspaces::{self, Document, Workspace},
+    workspaces::{self, Bound},
 };
 
 /// What the authentication middleware hands to the tool handlers, through the request's
@@ -42,8 +42,9 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct GatewayCtx {
     pub tenant: TenantRef,
-    pub workspace: Workspace,
-    pub document: Arc<Document>,
+    /// The workspace and the configuration it runs, as this replica holds them for the
+    /// tenant's current epoch.
+    pub bound: Arc<Bound>,
     pub actor_kind: &'static str,
     pub actor_id: String,
     pub request_id: Option<String>,
@@ -51,15 +52,13 @@ pub struct GatewayCtx {
     pub caller: workspaces::config::Caller,
     /// The pool this request came through (`…/mcp/{pool}`), if any.
     pub pool: Option<(String, workspaces::config::Pool)>,
-    /// Which connectors' catalogs the shared cache holds fresh.
-    pub catalogs: Arc<workspaces::CatalogStamps>,
 }
 
 impl GatewayCtx {
     /// Whether the caller may see `connector` (`tool` `None`: any of its tools) here: the
     /// grants, narrowed by the pool. Never wider than either.
     pub fn visible(&self, connector: &str, tool: Option<&str>) -> bool {
-        self.document.granted(&self.caller, connector, tool)
+        self.bound.document.granted(&self.caller, connector, tool)
             && self.pool.as_ref().is_none_or(|(_, p)| p.includes(connector, tool))
     }
 }
@@ -121,7 +120,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         }
         Err(_) => return Error::NotFound { what: "workspace" }.into_response(),
     };
-    let bound = match workspaces::bound(&state.db, ctx.tenant.id, &slug).await {
+    let bound = match bound(&state, &ctx, slug).await {
         Ok(bound) => bound,
         Err(e) => return e.into_response(),
     };
@@ -143,9 +142,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     tracing::Span::current().record("tenant_id", tracing::field::display(ctx.tenant.id.0));
     parts.extensions.insert(GatewayCtx {
         tenant: ctx.tenant.clone(),
-        workspace: bound.workspace,
-        document: Arc::new(bound.document),
-        catalogs: Arc::new(bound.catalogs),
+        bound,
         actor_kind: "token",
         actor_id,
         request_id: ctx.audit.request_id.clone(),
@@ -153,6 +150,20 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         pool,
     });
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// The workspace's bound configuration: this replica's copy while the tenant's epoch (read by
+/// machine authentication for this very request) still matches, else read again.
+async fn bound(state: &AppState, ctx: &TenantCtx, slug: String) -> crate::error::Result<Arc<Bound>> {
+    let key = (ctx.tenant.id, slug);
+    if let (Some(epoch), Some((bound, label))) = (ctx.epoch, state.bound.get(&key))
+        && epoch == label
+    {
+        return Ok(bound);
+    }
+    let bound = Arc::new(workspaces::bound(&state.db, ctx.tenant.id, &key.1).await?);
+    state.bound.put(key, bound.clone(), bound.epoch);
+    Ok(bound)
 }
 
 /// A browser-sent `Origin` must be the public URL's origin or a loopback one (a local tool);
@@ -221,7 +232,7 @@ impl ServerHandler for Gateway {
             tenant_id: ctx.tenant.id.0,
             occurred_at: chrono::Utc::now(),
             id: Uuid::now_v7(),
-            workspace_id: ctx.workspace.id.0,
+            workspace_id: ctx.bound.workspace.id.0,
             request_id: ctx.request_id.clone(),
             actor_kind: ctx.actor_kind,
             actor_id: ctx.actor_id.clone(),

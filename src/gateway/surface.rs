@@ -213,13 +213,13 @@ pub async fn dispatch(state: &AppState, ctx: &GatewayCtx, name: &str, args: Json
 
 /// A connector the caller may see (has at least one granted tool of).
 fn connector<'d>(ctx: &'d GatewayCtx, id: &str) -> Option<&'d Connector> {
-    ctx.document.connectors.get(id).filter(|_| ctx.visible(id, None))
+    ctx.bound.document.connectors.get(id).filter(|_| ctx.visible(id, None))
 }
 
 /// The key of the connector's session and catalog: computed once per call (it hashes the
 /// connector's configuration).
 fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
-    downstream::key(ctx.tenant.id.0, ctx.workspace.id.0, id, c)
+    downstream::key(ctx.tenant.id.0, ctx.bound.workspace.id.0, id, c)
 }
 
 async fn catalog(
@@ -231,11 +231,11 @@ async fn catalog(
 ) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
     let target = Target {
         tenant: ctx.tenant.id,
-        workspace: ctx.workspace.id.0,
+        workspace: ctx.bound.workspace.id.0,
         connector_id: id,
         config_key: downstream::config_key(key),
     };
-    state.downstreams.catalog(&state.db, target, key, ctx.catalogs.get(id), c).await
+    state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c).await
 }
 
 async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
@@ -253,7 +253,7 @@ async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcom
     let words: Vec<&str> = query.split_whitespace().collect();
     let mut hits: Vec<(u32, String, Value)> = Vec::new();
     let mut unavailable = Vec::new();
-    let visible = ctx.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None));
+    let visible = ctx.bound.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None));
     for (id, c) in visible.filter(|(id, _)| only.is_none_or(|o| o == id.as_str())) {
         let tools = match catalog(state, ctx, id, &key(ctx, id, c), c).await {
             Ok(tools) => tools,
@@ -263,7 +263,7 @@ async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcom
             }
         };
         for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
-            let class = class_name(classify(&ctx.document, id, t));
+            let class = class_name(classify(&ctx.bound.document, id, t));
             if safety.is_some_and(|s| s != class) {
                 continue;
             }
@@ -318,7 +318,7 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
         Err(f) => return failure(f).about(id, name),
     };
     let Some(tool) = tools.iter().find(|t| t.name == name) else { return unknown().about(id, name) };
-    let class = classify(&ctx.document, id, tool);
+    let class = classify(&ctx.bound.document, id, tool);
     if class == Class::Write && !destructive {
         let call = json!({ "address": address, "args": tool_args });
         let mut next = json!({ "tool": "call_destructive_tool" });
@@ -388,7 +388,7 @@ pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Vec<Tool> {
 
 async fn native_index(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, Tool, Tool)> {
     let mut out: Vec<(String, Tool, Tool)> = Vec::new();
-    for (id, c) in ctx.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None)) {
+    for (id, c) in ctx.bound.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None)) {
         let Ok(tools) = catalog(state, ctx, id, &key(ctx, id, c), c).await else { continue };
         for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
             if out.iter().any(|(_, _, seen)| seen.name == t.name) {
@@ -396,7 +396,7 @@ async fn native_index(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, Tool, 
                 continue;
             }
             let mut shown = t.clone();
-            let read = classify(&ctx.document, id, t) == Class::Read;
+            let read = classify(&ctx.bound.document, id, t) == Class::Read;
             shown.annotations = Some(ToolAnnotations::new().read_only(read).destructive(!read));
             out.push((id.clone(), t.clone(), shown));
         }
@@ -420,7 +420,7 @@ pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: J
 /// Stashes a result over the inline cap and answers with how to page it. If it cannot be
 /// stashed, the call still happened: say so rather than drop the answer silently.
 async fn stashed(state: &AppState, ctx: &GatewayCtx, address: &str, body: &str) -> CallToolResult {
-    match stash::put(&state.db, ctx.tenant.id, ctx.workspace.id.0, &ctx.actor_id, address, body).await {
+    match stash::put(&state.db, ctx.tenant.id, ctx.bound.workspace.id.0, &ctx.actor_id, address, body).await {
         Ok(id) => {
             let (_, _, next) = stash::page(body, 0);
             CallToolResult::success(vec![ContentBlock::text(
@@ -447,7 +447,8 @@ async fn result_page(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> O
     };
     let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize;
     let missing = || Outcome::error("unknown_result", "no such stashed result (they last 15 minutes)".into(), None);
-    let Ok(Some((address, body))) = stash::get(&state.db, ctx.tenant.id, ctx.workspace.id.0, &ctx.actor_id, id).await else {
+    let Ok(Some((address, body))) = stash::get(&state.db, ctx.tenant.id, ctx.bound.workspace.id.0, &ctx.actor_id, id).await
+    else {
         return missing();
     };
     // The caller's grants are checked again on every page.

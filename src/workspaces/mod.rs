@@ -50,6 +50,9 @@ pub struct Bound {
     /// fetched at). Not part of the API's answer.
     #[serde(skip)]
     pub catalogs: CatalogStamps,
+    /// The tenant's epoch, read in the same statement as the rest (see [`crate::epochs`]).
+    #[serde(skip)]
+    pub epoch: i64,
 }
 
 /// Which catalogs the shared cache holds fresh, as the request's one query saw them.
@@ -160,7 +163,7 @@ where
                 after: Some(json!({ "version": read + 1, "digest": digest, "change": detail })),
             };
             admin_log::record(conn, entry).await?;
-            Ok(Bound { workspace, document: next, catalogs: CatalogStamps::new() })
+            Ok(Bound { workspace, document: next, catalogs: CatalogStamps::new(), epoch: 0 })
         })
     })
     .await

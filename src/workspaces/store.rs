@@ -109,7 +109,8 @@ pub async fn bound(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Res
            (SELECT coalesce(jsonb_object_agg(c.connector_id, jsonb_build_array(c.config_key, c.fetched_at)), '{}')
               FROM connector_catalogs c
              WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id
-               AND c.fetched_at > now() - make_interval(secs => $3)) AS catalogs
+               AND c.fetched_at > now() - make_interval(secs => $3)) AS catalogs,
+           (SELECT t.epoch FROM tenants t WHERE t.id = w.tenant_id) AS epoch
          FROM workspaces w
          JOIN workspace_versions v ON v.tenant_id = w.tenant_id AND v.workspace_id = w.id AND v.version = w.bound_version
          WHERE w.tenant_id = $1 AND w.slug = $2"
@@ -125,5 +126,5 @@ pub async fn bound(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Res
         serde_json::from_value(document).map_err(|e| anyhow::anyhow!("stored configuration unreadable: {e}"))?;
     let catalogs: serde_json::Value = row.try_get("catalogs")?;
     let catalogs = serde_json::from_value(catalogs).map_err(|e| anyhow::anyhow!("catalog stamps unreadable: {e}"))?;
-    Ok(Some(Bound { workspace: workspace(&row)?, document, catalogs }))
+    Ok(Some(Bound { workspace: workspace(&row)?, document, catalogs, epoch: row.try_get("epoch")? }))
 }
