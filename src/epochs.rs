@@ -12,7 +12,10 @@
 use std::{
     collections::HashMap,
     hash::Hash,
-    sync::Mutex,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -37,11 +40,14 @@ struct Entry<V> {
 /// Values labelled with the epoch they were derived under.
 pub struct Cache<K, V> {
     entries: Mutex<HashMap<K, Entry<V>>>,
+    /// Requests answered from the cache, and requests that had to derive again (for `/metrics`).
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
 }
 
 impl<K, V> Default for Cache<K, V> {
     fn default() -> Self {
-        Cache { entries: Mutex::new(HashMap::new()) }
+        Cache { entries: Mutex::new(HashMap::new()), hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
     }
 }
 
@@ -66,6 +72,19 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
             entries.clear();
         }
         entries.insert(key, Entry { value, epoch, at: Instant::now() });
+    }
+
+    /// Counts a request answered from the cache (`hit`) or derived again.
+    pub fn count(&self, hit: bool) {
+        if hit { &self.hits } else { &self.misses }.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub fn remove(&self, key: &K) {

@@ -37,6 +37,7 @@ pub fn router(state: AppState) -> Router {
     let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(crate::metrics::router())
         .merge(crate::oidc::http::router())
         .merge(crate::tenants::http::router())
         .merge(crate::members::http::router())

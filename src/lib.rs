@@ -14,6 +14,7 @@ pub mod gateway;
 pub mod http;
 pub mod kv;
 pub mod members;
+pub mod metrics;
 pub mod oidc;
 pub mod pages;
 pub mod secrets;

@@ -150,6 +150,23 @@ async fn the_python_sdk_agent_works_through_the_gateway() {
     assert_eq!(rows[3].4.as_deref(), Some("write"));
     let all: Vec<String> = sqlx::query_scalar("SELECT row_to_json(a)::text FROM activity a").fetch_all(&mut *tx).await.unwrap();
     assert!(!all.join("\n").contains("hello through the gateway"), "activity rows carry no payload");
+
+    // The replica's counters: every row written, none dropped; the agent's requests after its
+    // first were authenticated from the epoch-checked cache. No tenant or secret appears.
+    let metrics = http().get(format!("{}/metrics", served.base)).send().await.unwrap().text().await.unwrap();
+    let value = |series: &str| -> u64 {
+        let line = metrics.lines().find(|l| l.starts_with(series)).unwrap_or_else(|| panic!("{series} missing:\n{metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(value("gatehouse_activity_rows_total{fate=\"written\"}"), 5);
+    assert_eq!(value("gatehouse_activity_rows_total{fate=\"dropped\"}"), 0);
+    // (Storing the fetched catalog moves the epoch once, so up to two misses.)
+    assert!(value("gatehouse_epoch_cache_requests_total{cache=\"machines\",result=\"hit\"}") >= 4, "{metrics}");
+    assert!(value("gatehouse_epoch_cache_requests_total{cache=\"machines\",result=\"miss\"}") <= 2, "{metrics}");
+    assert_eq!(value("gatehouse_downstream_sessions"), 1);
+    for secret in [s.machine.token.as_str(), &s.machine.client_secret, &s.machine.client_id, "acme"] {
+        assert!(!metrics.contains(secret), "metrics name no tenant or credential");
+    }
     assert_eq!(served.terminate().await, 0);
 }
 
@@ -983,4 +1000,31 @@ async fn a_legacy_sse_downstream_works_through_the_gateway() {
     assert!(posts >= 4, "initialize, initialized, tools/list and tools/call are POSTs: {seen:?}");
     assert!(seen.iter().all(|(_, team)| team.as_deref() == Some("blue")), "the connector's headers on every request: {seen:?}");
     assert_eq!(served.terminate().await, 0);
+}
+
+/// SIGTERM drains: a tool call in flight when the signal arrives still gets its answer, and
+/// the process then exits cleanly.
+#[tokio::test]
+async fn sigterm_lets_an_in_flight_call_finish() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let (err, body) = tool(&url, &s.machine, "search_tools", json!({ "query": "long running" })).await;
+    assert!(!err, "{body}");
+    let started = std::time::Instant::now();
+    let call = tokio::spawn({
+        let (url, m) = (url.clone(), s.machine.clone());
+        async move {
+            let args = json!({ "address": "everything.trigger-long-running-operation", "args": { "duration": 2, "steps": 2 } });
+            tool(&url, &m, "call_tool", args).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(served.terminate().await, 0, "a clean exit after the drain");
+    assert!(started.elapsed() >= Duration::from_secs(2), "the process waited for the call");
+    let (err, body) = call.await.unwrap();
+    assert!(!err, "{body}");
+    assert!(body.as_str().unwrap_or_default().contains("Long running operation completed"), "{body}");
+    let r = http().get(url).send().await;
+    assert!(r.is_err(), "nothing listens after the drain");
 }

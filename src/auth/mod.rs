@@ -161,10 +161,14 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
     };
     if let Some((machine, label)) = state.machines.get(&key) {
         match crate::epochs::read(&state.db, machine.tenant.id).await? {
-            Some(epoch) if epoch == label => return Ok((machine, epoch)),
+            Some(epoch) if epoch == label => {
+                state.machines.count(true);
+                return Ok((machine, epoch));
+            }
             _ => state.machines.remove(&key),
         }
     }
+    state.machines.count(false);
     let row = sqlx::query("SELECT * FROM gatehouse_authenticate_machine_at($1, $2, $3)")
         .bind(client_id)
         .bind(secret_digest)

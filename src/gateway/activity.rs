@@ -1,6 +1,6 @@
 //! Activity: one payload-free row per tool call, queued in memory and written in batches by a
 //! background task, so recording never blocks or slows a call. When the queue is full the row
-//! is dropped and counted (`dropped()`), never waited for.
+//! is dropped and counted (`Counts::dropped`, served on `/metrics`), never waited for.
 
 use std::{
     sync::{
@@ -48,7 +48,17 @@ pub struct Row {
 #[derive(Clone, Debug)]
 pub struct Recorder {
     tx: mpsc::Sender<Row>,
-    dropped: Arc<AtomicU64>,
+    counts: Arc<Counts>,
+}
+
+/// What happened to the rows, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Refused at once because the queue was full (the call itself was not delayed).
+    pub dropped: AtomicU64,
+    pub written: AtomicU64,
+    /// Given up on after three failed writes.
+    pub lost: AtomicU64,
 }
 
 impl Recorder {
@@ -56,27 +66,32 @@ impl Recorder {
     /// has been written.
     pub fn start(db: Db) -> (Recorder, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let handle = tokio::spawn(writer(db, rx));
-        (Recorder { tx, dropped: Arc::default() }, handle)
+        let counts = Arc::new(Counts::default());
+        let handle = tokio::spawn(writer(db, rx, counts.clone()));
+        (Recorder { tx, counts }, handle)
     }
 
     /// Queues a row without waiting.
     pub fn record(&self, row: Row) {
         if self.tx.try_send(row).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.counts.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// Rows dropped because the queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+
+    /// Rows waiting to be written.
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
     }
 }
 
 /// How long the writer lets a partial batch fill before writing it.
 const LINGER: Duration = Duration::from_millis(50);
 
-async fn writer(db: Db, mut rx: mpsc::Receiver<Row>) {
+async fn writer(db: Db, mut rx: mpsc::Receiver<Row>, counts: Arc<Counts>) {
     let mut batch = Vec::with_capacity(BATCH);
     let mut batches: u64 = 0;
     while rx.recv_many(&mut batch, BATCH).await > 0 {
@@ -95,13 +110,22 @@ async fn writer(db: Db, mut rx: mpsc::Receiver<Row>) {
         batches += 1;
         let prune = batches % 16 == 1;
         let mut attempt = 0;
-        while let Err(e) = write(&db, &batch, prune).await {
-            attempt += 1;
-            tracing::warn!(error = %e, rows = batch.len(), attempt, "activity batch not written");
-            if attempt >= 3 {
-                break;
+        loop {
+            match write(&db, &batch, prune).await {
+                Ok(()) => {
+                    counts.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, rows = batch.len(), attempt, "activity batch not written");
+                    if attempt >= 3 {
+                        counts.lost.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                }
             }
-            tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
         }
         batch.clear();
     }
@@ -276,5 +300,44 @@ pub mod http {
 
     pub fn router() -> Router<AppState> {
         Router::new().route("/api/v1/tenants/{tenant}/activity", get(list))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row() -> Row {
+        Row {
+            tenant_id: uuid::Uuid::nil(),
+            occurred_at: chrono::Utc::now(),
+            id: uuid::Uuid::now_v7(),
+            workspace_id: uuid::Uuid::nil(),
+            request_id: None,
+            actor_kind: "token",
+            actor_id: "t".into(),
+            connector: None,
+            tool: "skills".into(),
+            source: "mcp",
+            outcome: "ok",
+            duration_ms: 1,
+            error_code: None,
+            classification: None,
+            result_bytes: 0,
+            client_name: None,
+            client_version: None,
+            pool: None,
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_waiting() {
+        let (tx, _rx) = mpsc::channel(2);
+        let recorder = Recorder { tx, counts: Arc::default() };
+        for _ in 0..5 {
+            recorder.record(row());
+        }
+        assert_eq!(recorder.queued(), 2);
+        assert_eq!(recorder.counts().dropped.load(Ordering::Relaxed), 3);
     }
 }

@@ -170,6 +170,11 @@ impl Downstreams {
         Ok(fresh)
     }
 
+    /// Open downstream sessions on this replica.
+    pub async fn session_count(&self) -> usize {
+        self.sessions.lock().await.values().filter(|s| !s.is_closed()).count()
+    }
+
     async fn forget(&self, key: &str) {
         self.sessions.lock().await.remove(key);
     }

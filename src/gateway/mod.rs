@@ -159,8 +159,10 @@ async fn bound(state: &AppState, ctx: &TenantCtx, slug: String) -> crate::error:
     if let (Some(epoch), Some((bound, label))) = (ctx.epoch, state.bound.get(&key))
         && epoch == label
     {
+        state.bound.count(true);
         return Ok(bound);
     }
+    state.bound.count(false);
     let bound = Arc::new(workspaces::bound(&state.db, ctx.tenant.id, &key.1).await?);
     state.bound.put(key, bound.clone(), bound.epoch);
     Ok(bound)

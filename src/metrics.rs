@@ -1,0 +1,79 @@
+//! `GET /metrics`: process-wide counters in the Prometheus text format. Nothing here names a
+//! tenant, a workspace or a credential, so the endpoint needs no authentication; keep it that
+//! way (aggregate numbers only).
+
+use std::{fmt::Write, sync::atomic::Ordering};
+
+use axum::{Router, extract::State, http::header, response::IntoResponse, routing::get};
+
+use crate::AppState;
+
+fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(&str, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let mut out = String::with_capacity(2048);
+    let counts = state.activity.counts();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    metric(
+        &mut out,
+        "gatehouse_info",
+        "gauge",
+        "The running version.",
+        &[(concat!("{version=\"", env!("CARGO_PKG_VERSION"), "\"}"), 1)],
+    );
+    metric(
+        &mut out,
+        "gatehouse_activity_rows_total",
+        "counter",
+        "Activity rows by fate: written, dropped (queue full; the call was not delayed), lost (three failed writes).",
+        &[
+            ("{fate=\"written\"}", load(&counts.written)),
+            ("{fate=\"dropped\"}", load(&counts.dropped)),
+            ("{fate=\"lost\"}", load(&counts.lost)),
+        ],
+    );
+    metric(
+        &mut out,
+        "gatehouse_activity_queue_rows",
+        "gauge",
+        "Activity rows waiting to be written.",
+        &[("", state.activity.queued() as u64)],
+    );
+    metric(
+        &mut out,
+        "gatehouse_epoch_cache_requests_total",
+        "counter",
+        "Requests answered from a replica cache validated by the tenant epoch (hit) or derived again (miss).",
+        &[
+            ("{cache=\"machines\",result=\"hit\"}", load(&state.machines.hits)),
+            ("{cache=\"machines\",result=\"miss\"}", load(&state.machines.misses)),
+            ("{cache=\"bound\",result=\"hit\"}", load(&state.bound.hits)),
+            ("{cache=\"bound\",result=\"miss\"}", load(&state.bound.misses)),
+        ],
+    );
+    metric(
+        &mut out,
+        "gatehouse_downstream_sessions",
+        "gauge",
+        "Open client sessions to downstream MCP servers on this replica.",
+        &[("", state.downstreams.session_count().await as u64)],
+    );
+    let pool = state.db.pool();
+    metric(
+        &mut out,
+        "gatehouse_db_connections",
+        "gauge",
+        "Database pool connections by state.",
+        &[("{state=\"idle\"}", pool.num_idle() as u64), ("{state=\"open\"}", u64::from(pool.size()))],
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], out)
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(metrics))
+}
