@@ -1028,3 +1028,37 @@ async fn sigterm_lets_an_in_flight_call_finish() {
     let r = http().get(url).send().await;
     assert!(r.is_err(), "nothing listens after the drain");
 }
+
+/// A downstream that restarts forgets its sessions (404 to the old session id); the gateway
+/// opens a new session and sends the call again, since the server never processed it. A
+/// downstream that is down answers `unavailable`, and the next call after it returns works.
+#[tokio::test]
+async fn a_restarted_downstream_gets_a_new_session_transparently() {
+    let Setup { t, machine: m, _everything: first } = setup().await;
+    let port: u16 = url::Url::parse(&first.url).unwrap().port().unwrap();
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let echo = |message: &str| json!({ "address": "everything.echo", "args": { "message": message } });
+    let (err, body) = tool(&url, &m, "call_tool", echo("one")).await;
+    assert!(!err && body == "Echo: one", "{body}");
+    drop(first);
+    let down =
+        eventually(Duration::from_secs(10), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() })
+            .await;
+    assert!(down);
+    let (err, body) = tool(&url, &m, "call_tool", echo("two")).await;
+    assert!(err && body["error"]["code"] == "unavailable", "{body}");
+    let _second = Everything::start_on(port).await;
+    let (err, body) = tool(&url, &m, "call_tool", echo("three")).await;
+    assert!(!err && body == "Echo: three", "{body}");
+    // Restart again while the gateway still holds a live session: the old id is unknown now.
+    drop(_second);
+    let down =
+        eventually(Duration::from_secs(10), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() })
+            .await;
+    assert!(down);
+    let _third = Everything::start_on(port).await;
+    let (err, body) = tool(&url, &m, "call_tool", echo("four")).await;
+    assert!(!err && body == "Echo: four", "a forgotten session is replaced without an error: {body}");
+    assert_eq!(served.terminate().await, 0);
+}

@@ -15,7 +15,6 @@ use rmcp::{
         Tool,
     },
     service::{RunningService, ServiceError},
-    transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
 };
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
@@ -30,7 +29,71 @@ pub const CATALOG_TTL: Duration = Duration::from_secs(300);
 /// Sessions kept per replica before the least useful are dropped.
 const MAX_SESSIONS: usize = 1024;
 
-type Session = Arc<RunningService<RoleClient, ClientConfig>>;
+/// A session with a downstream MCP server: our lean streamable HTTP client, or rmcp's
+/// machinery over the legacy SSE transport.
+#[derive(Clone)]
+enum Session {
+    Http(Arc<super::mcp_client::HttpSession>),
+    Rmcp(Arc<RunningService<RoleClient, ClientConfig>>),
+}
+
+/// Why a session request failed.
+enum SessionError {
+    /// The server no longer knows the session; the request was not processed.
+    Gone,
+    /// `drop`: the session is broken and must not be used again.
+    Failed { failure: Failure, drop: bool },
+}
+
+impl SessionError {
+    fn from_http(f: Option<Failure>) -> SessionError {
+        match f {
+            None => SessionError::Gone,
+            Some(failure) => {
+                let drop = matches!(failure, Failure::Unavailable(_));
+                SessionError::Failed { failure, drop }
+            }
+        }
+    }
+
+    fn from_rmcp(e: ServiceError) -> SessionError {
+        let drop = !matches!(e, ServiceError::McpError(_));
+        SessionError::Failed { failure: service_failure(e), drop }
+    }
+}
+
+impl Session {
+    fn is_closed(&self) -> bool {
+        match self {
+            Session::Http(_) => false,
+            Session::Rmcp(s) => s.is_closed(),
+        }
+    }
+
+    fn in_use(&self) -> bool {
+        match self {
+            Session::Http(s) => Arc::strong_count(s) > 1,
+            Session::Rmcp(s) => Arc::strong_count(s) > 1,
+        }
+    }
+
+    async fn list_tools(&self) -> Result<Vec<Tool>, SessionError> {
+        match self {
+            Session::Http(s) => s.list_tools().await.map_err(SessionError::from_http),
+            Session::Rmcp(s) => s.list_all_tools().await.map_err(SessionError::from_rmcp),
+        }
+    }
+
+    async fn call_tool(&self, tool: &str, args: &JsonObject) -> Result<CallToolResult, SessionError> {
+        match self {
+            Session::Http(s) => s.call_tool(tool, args).await.map_err(SessionError::from_http),
+            Session::Rmcp(s) => {
+                let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args.clone());
+                s.call_tool(params).await.map_err(SessionError::from_rmcp)
+            }
+        }
+    }
+}
 /// A tool's compiled input schema; `None` when the downstream's schema does not compile.
 type CompiledSchema = Option<Arc<jsonschema::Validator>>;
 /// A catalog and when the shared cache says it was fetched (`None`: built from configuration).
@@ -128,31 +191,32 @@ impl Downstreams {
             }
         }
         let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
-        let info = ClientConfig::new(ClientCapabilities::default(), Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
-            .with_protocol_version(ProtocolVersion::V_2025_11_25);
-        // Both transports are rmcp transports: past the handshake, a session is a session.
-        let handshake = async {
-            match transport {
-                RemoteTransport::StreamableHttp => {
-                    let map = custom.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-                    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
-                    info.serve(StreamableHttpClientTransport::with_client(http, config)).await.map_err(|e| e.to_string())
-                }
-                RemoteTransport::Sse => {
+        let deadline = Duration::from_millis(timeout_ms.unwrap_or(crate::workspaces::config::DEFAULT_TIMEOUT_MS));
+        let timed_out = || Failure::Timeout(deadline.as_millis() as u64);
+        match transport {
+            RemoteTransport::StreamableHttp => {
+                let connect = super::mcp_client::HttpSession::connect(http, url, custom);
+                let session = tokio::time::timeout(deadline, connect).await.map_err(|_| timed_out())??;
+                Ok(Session::Http(Arc::new(session)))
+            }
+            RemoteTransport::Sse => {
+                let info =
+                    ClientConfig::new(ClientCapabilities::default(), Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
+                        .with_protocol_version(ProtocolVersion::V_2025_11_25);
+                let handshake = async {
                     let sse = SseClientTransport::connect(http, url, custom).await.map_err(|e| e.to_string())?;
                     info.serve(sse).await.map_err(|e| e.to_string())
-                }
+                };
+                let running = match tokio::time::timeout(deadline, handshake).await {
+                    Ok(Ok(running)) => running,
+                    Ok(Err(e)) => return Err(Failure::Unavailable(cap(&e))),
+                    Err(_) => return Err(timed_out()),
+                };
+                // A gateway must never serve a stale list when a refresh fails.
+                running.set_response_cache_config(ClientCacheConfig::disabled()).await;
+                Ok(Session::Rmcp(Arc::new(running)))
             }
-        };
-        let deadline = Duration::from_millis(timeout_ms.unwrap_or(crate::workspaces::config::DEFAULT_TIMEOUT_MS));
-        let running = match tokio::time::timeout(deadline, handshake).await {
-            Ok(Ok(running)) => running,
-            Ok(Err(e)) => return Err(Failure::Unavailable(cap(&e))),
-            Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
-        };
-        // A gateway must never serve a stale list when a refresh fails.
-        running.set_response_cache_config(ClientCacheConfig::disabled()).await;
-        Ok(Arc::new(running))
+        }
     }
 
     async fn session(&self, key: &str, connector: &Connector) -> Result<Session, Failure> {
@@ -164,7 +228,7 @@ impl Downstreams {
         let fresh = self.connect(connector).await?;
         let mut sessions = self.sessions.lock().await;
         if sessions.len() >= MAX_SESSIONS {
-            sessions.retain(|_, s| !s.is_closed() && Arc::strong_count(s) > 1);
+            sessions.retain(|_, s| !s.is_closed() && s.in_use());
         }
         sessions.insert(key.to_owned(), fresh.clone());
         Ok(fresh)
@@ -251,12 +315,22 @@ impl Downstreams {
         let _slot = self.admit(target.tenant.0)?;
         let session = self.session(key, connector).await?;
         let deadline = Duration::from_millis(connector.timeout_ms());
-        let tools = match tokio::time::timeout(deadline, session.list_all_tools()).await {
-            Ok(Ok(tools)) => Arc::new(tools),
-            Ok(Err(e)) => {
-                self.forget(key).await;
-                return Err(service_failure(e));
+        let listed = tokio::time::timeout(deadline, async {
+            match session.list_tools().await {
+                Err(SessionError::Gone) => {
+                    self.forget(key).await;
+                    self.session(key, connector)
+                        .await
+                        .map_err(|failure| SessionError::Failed { failure, drop: false })?
+                        .list_tools()
+                        .await
+                }
+                other => other,
             }
+        });
+        let tools = match listed.await {
+            Ok(Ok(tools)) => Arc::new(tools),
+            Ok(Err(e)) => return Err(self.failed(key, e).await),
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
         let fetched_at = match catalogs::store(db, target, &tools, audit).await {
@@ -316,17 +390,40 @@ impl Downstreams {
                 Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
             };
         }
-        let session = self.session(key, connector).await?;
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
-        match tokio::time::timeout(deadline, session.call_tool(params)).await {
+        let called = tokio::time::timeout(deadline, async {
+            let session = self.session(key, connector).await.map_err(|failure| SessionError::Failed { failure, drop: false })?;
+            match session.call_tool(tool, &args).await {
+                // The server forgot the session without processing the call: safe to send again.
+                Err(SessionError::Gone) => {
+                    self.forget(key).await;
+                    let session =
+                        self.session(key, connector).await.map_err(|failure| SessionError::Failed { failure, drop: false })?;
+                    session.call_tool(tool, &args).await
+                }
+                other => other,
+            }
+        });
+        match called.await {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(e)) => {
-                if !matches!(e, ServiceError::McpError(_)) {
+            Ok(Err(e)) => Err(self.failed(key, e).await),
+            Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
+        }
+    }
+
+    /// The failure to report; a broken (or twice forgotten) session is dropped so the next
+    /// call reconnects.
+    async fn failed(&self, key: &str, e: SessionError) -> Failure {
+        match e {
+            SessionError::Gone => {
+                self.forget(key).await;
+                Failure::Unavailable("the server refused the request on a new session too (HTTP 400 or 404)".into())
+            }
+            SessionError::Failed { failure, drop } => {
+                if drop {
                     self.forget(key).await;
                 }
-                Err(service_failure(e))
+                failure
             }
-            Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
         }
     }
 }

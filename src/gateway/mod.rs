@@ -5,6 +5,7 @@ pub mod activity;
 pub mod catalogs;
 pub mod downstream;
 pub mod http_api;
+pub mod mcp_client;
 pub mod sse;
 pub mod stash;
 pub mod surface;

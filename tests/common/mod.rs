@@ -305,20 +305,24 @@ pub struct Everything {
 impl Everything {
     /// Over streamable HTTP.
     pub async fn start() -> Everything {
-        Self::start_as("streamableHttp", "/mcp").await
+        Self::start_as("streamableHttp", "/mcp", free_port()).await
+    }
+
+    /// Over streamable HTTP on `port` (to restart a server where a connector points).
+    pub async fn start_on(port: u16) -> Everything {
+        Self::start_as("streamableHttp", "/mcp", port).await
     }
 
     /// Over the legacy HTTP+SSE transport (MCP 2024-11-05).
     pub async fn start_sse() -> Everything {
-        Self::start_as("sse", "/sse").await
+        Self::start_as("sse", "/sse", free_port()).await
     }
 
     /// `transport` is the server's launcher argument, `path` where it then serves.
-    async fn start_as(transport: &str, path: &str) -> Everything {
+    async fn start_as(transport: &str, path: &str, port: u16) -> Everything {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers");
         let script = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
         assert!(script.exists(), "the MCP peers are not installed: run `npm ci --prefix tests/peers` (.ci/run does)");
-        let port = free_port();
         let child = Command::new("node")
             .arg(&script)
             .arg(transport)

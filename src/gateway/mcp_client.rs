@@ -1,0 +1,201 @@
+//! A lean MCP client over streamable HTTP, for the gateway's hot path: one POST per request
+//! on the shared reqwest client, the answer read straight from the response (JSON, or an event
+//! stream up to the response with the request's id), no worker task or channel in between.
+//! It speaks only what a gateway needs from a downstream: `initialize`, `tools/list` and
+//! `tools/call`. Server-to-client requests and notifications on a response stream are
+//! ignored (the gateway offers no sampling, elicitation or roots), and so is progress.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use rmcp::model::{CallToolResult, JsonObject, Tool};
+use serde_json::{Value, json};
+
+use super::{downstream::Failure, sse::EventParser};
+
+/// The revision this client asks for; a server may answer an older one, which is then used.
+pub const PROTOCOL: &str = "2025-11-25";
+/// A response (JSON body, or one event) larger than this is refused.
+const MAX_RESPONSE_BYTES: usize = 16 << 20;
+/// `tools/list` pages followed before the catalog is refused as unbounded.
+const MAX_PAGES: usize = 64;
+
+const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
+/// An initialized session with one downstream server.
+#[derive(Debug)]
+pub struct HttpSession {
+    http: reqwest::Client,
+    url: reqwest::Url,
+    /// The connector's static headers, the session id and the negotiated revision.
+    headers: HeaderMap,
+    next_id: AtomicU64,
+}
+
+/// Why a request failed, before it becomes a [`Failure`].
+enum Trouble {
+    /// The server no longer knows the session (404, or 400, to a request that carried its id):
+    /// the request was not processed, so a new session may safely send it again.
+    SessionGone,
+    Failed(Failure),
+}
+
+impl From<Failure> for Trouble {
+    fn from(f: Failure) -> Self {
+        Trouble::Failed(f)
+    }
+}
+
+fn cap(text: &str) -> String {
+    text.chars().take(512).collect()
+}
+
+fn unavailable(e: reqwest::Error) -> Failure {
+    Failure::Unavailable(cap(&e.without_url().to_string()))
+}
+
+impl HttpSession {
+    /// Runs the handshake: `initialize`, then `notifications/initialized`.
+    pub async fn connect(http: reqwest::Client, url: &str, custom: HeaderMap) -> Result<HttpSession, Failure> {
+        let url = reqwest::Url::parse(url).map_err(|_| Failure::Unavailable("the connector's URL is not a URL".into()))?;
+        let mut headers = custom;
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let mut session = HttpSession { http, url, headers, next_id: AtomicU64::new(1) };
+        let params = json!({
+            "protocolVersion": PROTOCOL,
+            "capabilities": {},
+            "clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
+        });
+        let (result, session_id) = match session.exchange("initialize", params).await {
+            Ok(answer) => answer,
+            Err(Trouble::Failed(f)) => return Err(f),
+            Err(Trouble::SessionGone) => return Err(Failure::Unavailable("HTTP 404 to initialize".into())),
+        };
+        if let Some(id) = session_id {
+            session.headers.insert(SESSION_ID, id);
+        }
+        let revision = result.get("protocolVersion").and_then(Value::as_str).unwrap_or(PROTOCOL);
+        let revision =
+            HeaderValue::from_str(revision).map_err(|_| Failure::Unavailable("a malformed protocol version".into()))?;
+        session.headers.insert(PROTOCOL_VERSION, revision);
+        let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+        let r = session.post(&note).await?;
+        if !r.status().is_success() {
+            return Err(Failure::Unavailable(format!("HTTP {} to notifications/initialized", r.status().as_u16())));
+        }
+        Ok(session)
+    }
+
+    async fn post(&self, body: &Value) -> Result<reqwest::Response, Failure> {
+        let body = serde_json::to_vec(body).map_err(|e| Failure::Unavailable(e.to_string()))?;
+        self.http.post(self.url.clone()).headers(self.headers.clone()).body(body).send().await.map_err(unavailable)
+    }
+
+    /// One request and its response's `result`, plus the session id the server assigned.
+    async fn exchange(&self, method: &str, params: Value) -> Result<(Value, Option<HeaderValue>), Trouble> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let r = self.post(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).await?;
+        let status = r.status();
+        // The specification says 404; some servers (the TypeScript SDK's among them) answer 400
+        // to a session id they do not know. Either way the request was refused, not processed,
+        // so the caller may open a new session and send it once more.
+        if matches!(status.as_u16(), 400 | 404) && self.headers.contains_key(SESSION_ID) {
+            return Err(Trouble::SessionGone);
+        }
+        if !status.is_success() {
+            return Err(Failure::Unavailable(format!("HTTP {}", status.as_u16())).into());
+        }
+        let session_id = r.headers().get(SESSION_ID).cloned();
+        let streamed = r
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let message = if streamed { Self::from_stream(r, id).await? } else { Self::from_body(r).await? };
+        Ok((Self::result(message, id)?, session_id))
+    }
+
+    async fn from_body(mut r: reqwest::Response) -> Result<Value, Failure> {
+        let mut body = Vec::new();
+        while let Some(chunk) = r.chunk().await.map_err(unavailable)? {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(Failure::Rejected("the server's response is larger than 16 MiB".into()));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        serde_json::from_slice(&body).map_err(|e| Failure::Unavailable(cap(&format!("the server's answer is not JSON: {e}"))))
+    }
+
+    /// Reads events until the response to `id`; anything else on the stream is skipped.
+    async fn from_stream(mut r: reqwest::Response, id: u64) -> Result<Value, Failure> {
+        let mut parser = EventParser::new(MAX_RESPONSE_BYTES);
+        let mut events = std::collections::VecDeque::new();
+        loop {
+            let Some(chunk) = r.chunk().await.map_err(unavailable)? else {
+                return Err(Failure::Unavailable("the response stream ended before the response".into()));
+            };
+            parser.feed(&chunk, &mut events).map_err(|e| Failure::Rejected(cap(&e.to_string())))?;
+            while let Some(event) = events.pop_front() {
+                if event.kind != "message" {
+                    continue;
+                }
+                let Ok(message) = serde_json::from_str::<Value>(&event.data) else { continue };
+                if message.get("id").and_then(Value::as_u64) == Some(id)
+                    && (message.get("result").is_some() || message.get("error").is_some())
+                {
+                    return Ok(message);
+                }
+            }
+        }
+    }
+
+    fn result(mut message: Value, id: u64) -> Result<Value, Failure> {
+        if message.get("id").and_then(Value::as_u64) != Some(id) {
+            return Err(Failure::Unavailable("the server answered another request".into()));
+        }
+        if let Some(error) = message.get("error") {
+            let text = error.get("message").and_then(Value::as_str).unwrap_or("the server refused the request");
+            return Err(Failure::Rejected(cap(text)));
+        }
+        message.get_mut("result").map(Value::take).ok_or_else(|| Failure::Unavailable("a response without a result".into()))
+    }
+
+    /// One request on this session. `Err(None)` means the session is gone and the request
+    /// was not processed.
+    async fn request(&self, method: &str, params: Value) -> Result<Value, Option<Failure>> {
+        match self.exchange(method, params).await {
+            Ok((result, _)) => Ok(result),
+            Err(Trouble::SessionGone) => Err(None),
+            Err(Trouble::Failed(f)) => Err(Some(f)),
+        }
+    }
+
+    /// Every tool, following `nextCursor`.
+    pub async fn list_tools(&self) -> Result<Vec<Tool>, Option<Failure>> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let mut page = self.request("tools/list", params).await?;
+            let listed = page.get_mut("tools").map(Value::take).unwrap_or(Value::Array(Vec::new()));
+            let listed: Vec<Tool> = serde_json::from_value(listed)
+                .map_err(|e| Some(Failure::Unavailable(cap(&format!("a malformed tool list: {e}")))))?;
+            tools.extend(listed);
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+                _ => return Ok(tools),
+            }
+        }
+        Err(Some(Failure::Rejected(format!("the tool list has more than {MAX_PAGES} pages"))))
+    }
+
+    pub async fn call_tool(&self, name: &str, arguments: &JsonObject) -> Result<CallToolResult, Option<Failure>> {
+        let result = self.request("tools/call", json!({ "name": name, "arguments": arguments })).await?;
+        serde_json::from_value(result).map_err(|e| Some(Failure::Unavailable(cap(&format!("a malformed tool result: {e}")))))
+    }
+}
