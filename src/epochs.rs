@@ -28,7 +28,12 @@ const CAPACITY: usize = 16_384;
 
 /// The tenant's current epoch: one primary-key read, outside any transaction.
 pub async fn read(db: &Db, tenant: TenantId) -> Result<Option<i64>> {
-    Ok(sqlx::query_scalar("SELECT epoch FROM tenants WHERE id = $1").bind(tenant).fetch_optional(db.pool()).await?)
+    db.on_lane(move |conn| {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar("SELECT epoch FROM tenants WHERE id = $1").bind(tenant).fetch_optional(conn).await?)
+        })
+    })
+    .await
 }
 
 struct Entry<V> {

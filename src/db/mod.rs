@@ -49,7 +49,20 @@ enum Isolation {
 #[derive(Clone, Debug)]
 pub struct Db {
     pool: PgPool,
+    lanes: std::sync::Arc<Lanes>,
 }
+
+/// Dedicated connections for the one-statement reads every request makes (the tenant epoch):
+/// sqlx's pool tests a connection with a ping round trip each time it is returned, which would
+/// double the database work of the hot path.
+#[derive(Debug, Default)]
+struct Lanes {
+    conns: Vec<tokio::sync::Mutex<Option<PgConnection>>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+/// Hot-path lanes per replica.
+const LANES: usize = 4;
 
 /// Marks, in a closure's signature, that the closure's future may borrow data of lifetime
 /// `'a` for as long as the connection borrow `'c` lasts (`&'c &'a ()` implies `'a: 'c`).
@@ -80,7 +93,32 @@ impl Db {
             })
             .connect_with(options)
             .await?;
-        Ok(Db { pool })
+        let lanes = Lanes { conns: (0..LANES).map(|_| tokio::sync::Mutex::new(None)).collect(), next: Default::default() };
+        Ok(Db { pool, lanes: std::sync::Arc::new(lanes) })
+    }
+
+    /// Runs one autocommit read on a dedicated lane connection (opened on first use, as
+    /// [`APP_ROLE`], and dropped after any error so the next use reconnects). For statements
+    /// every request makes; everything else uses the pool.
+    pub async fn on_lane<T, F>(&self, work: F) -> Result<T>
+    where
+        F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<T>>,
+    {
+        use std::sync::atomic::Ordering;
+        let i = self.lanes.next.fetch_add(1, Ordering::Relaxed) % self.lanes.conns.len().max(1);
+        let Some(lane) = self.lanes.conns.get(i) else { return Err(Error::Internal(anyhow::anyhow!("no lanes"))) };
+        let mut slot = lane.lock().await;
+        if slot.is_none() {
+            let mut conn = <PgConnection as sqlx::Connection>::connect_with(&*self.pool.connect_options()).await?;
+            conn.execute("SET ROLE gatehouse_app").await?;
+            *slot = Some(conn);
+        }
+        let conn = slot.as_mut().expect("opened above");
+        let result = work(conn).await;
+        if result.is_err() {
+            *slot = None;
+        }
+        result
     }
 
     /// The raw pool, for health checks and tests.
