@@ -343,13 +343,13 @@ mod tests {
     #[test]
     fn metadata_shows_only_the_last_four_of_long_values() {
         let fields = BTreeMap::from([("short".to_owned(), "abcdefghijk".to_owned()), ("token".to_owned(), "0123456789ab".to_owned())]);
-        let meta = field_meta(&fields.0);
+        let meta = field_meta(&fields);
         assert_eq!(meta[0].last4, None, "11 characters show nothing");
         assert_eq!(meta[1].last4.as_deref(), Some("89ab"));
         assert_eq!(parse_owner("shared"), Some(Owner::Shared));
         assert_eq!(parse_owner(&Owner::Member(Uuid::nil()).as_text()), Some(Owner::Member(Uuid::nil())));
         assert_eq!(parse_owner("member:x"), None);
-        let fields = Fields(fields);
+        let fields = Fields(fields.clone());
         assert!(!format!("{fields:?}").contains("0123"));
     }
 }

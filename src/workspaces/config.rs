@@ -542,6 +542,62 @@ mod tests {
         assert_eq!(fields, ["grants.0.to", "grants.0.tools.nope"]);
     }
 
+    #[test]
+    fn slot_templates_are_checked_and_rendered() {
+        let auth: Auth = serde_json::from_value(serde_json::json!({
+            "type": "slot", "slot": "shared", "headers": { "Authorization": "Bearer {token}", "X-Org": "{org}-x" }
+        }))
+        .unwrap();
+        let mut d = Document::default();
+        d.connectors.insert("c".into(), Connector::RemoteMcp {
+            url: "https://x.example/mcp".into(),
+            transport: RemoteTransport::default(),
+            headers: BTreeMap::new(),
+            auth: auth.clone(),
+            timeout_ms: None,
+        });
+        assert!(d.validate().is_ok());
+        assert_eq!(auth.fields_needed().into_iter().collect::<Vec<_>>(), ["org", "token"]);
+        let fields = BTreeMap::from([("token".to_owned(), "t0k".to_owned()), ("org".to_owned(), "acme".to_owned())]);
+        assert_eq!(
+            auth.render(&fields).unwrap(),
+            [("Authorization".to_owned(), "Bearer t0k".to_owned()), ("X-Org".to_owned(), "acme-x".to_owned())]
+        );
+        assert_eq!(auth.render(&BTreeMap::new()), Err("token".to_owned()));
+        let basic: Auth = serde_json::from_value(serde_json::json!({
+            "type": "slot", "slot": "personal", "basic": { "username": "user", "password": "pass" }
+        }))
+        .unwrap();
+        let fields = BTreeMap::from([("user".to_owned(), "Aladdin".to_owned()), ("pass".to_owned(), "open sesame".to_owned())]);
+        assert_eq!(basic.render(&fields).unwrap(), [("Authorization".to_owned(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==".to_owned())]);
+
+        let bad: Auth = serde_json::from_value(serde_json::json!({
+            "type": "slot", "slot": "shared",
+            "headers": { "Authorization": "Bearer s3cret", "X-A": "{to-ken}", "Host": "{h}", "X-Team": "{t}", "X-B": "{open" },
+            "basic": { "username": "u", "password": "bad name" }
+        }))
+        .unwrap();
+        let mut fields = Vec::new();
+        let statics = BTreeMap::from([("x-team".to_owned(), "blue".to_owned())]);
+        check_auth(&bad, &statics, "auth", &mut |f, _| fields.push(f));
+        assert_eq!(
+            fields,
+            [
+                "auth.headers.Authorization",
+                "auth.headers.Host",
+                "auth.headers.X-A",
+                "auth.headers.X-B",
+                "auth.headers.X-Team",
+                "auth.basic.password"
+            ]
+        );
+        let empty: Auth = serde_json::from_value(serde_json::json!({ "type": "slot", "slot": "shared" })).unwrap();
+        let mut n = 0;
+        check_auth(&empty, &BTreeMap::new(), "auth", &mut |_, _| n += 1);
+        assert_eq!(n, 1, "a slot that sends nothing is refused");
+        assert!(serde_json::from_value::<Auth>(serde_json::json!({ "type": "slot", "slot": "team" })).is_err());
+    }
+
     proptest! {
         #[test]
         fn connector_ids(id in "\\PC{0,70}") {
