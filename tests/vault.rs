@@ -176,7 +176,12 @@ async fn a_shared_slot_set_through_the_api_is_sent_replaced_on_every_replica_and
 
     // A token cannot set credentials; a person with credential_administration can.
     let s1 = secret("first");
-    let r = machine.headers(http().put(format!("{}{SHARED}", a.base))).json(&json!({ "fields": { "token": s1 } })).send().await.unwrap();
+    let r = machine
+        .headers(http().put(format!("{}{SHARED}", a.base)))
+        .json(&json!({ "fields": { "token": s1 } }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     responses.push(r.text().await.unwrap());
     let alice = dev_sign_in(&a, "alice@example.test").await;
@@ -276,9 +281,14 @@ async fn personal_slots_belong_to_each_member_and_hide_the_connector_from_non_me
     assert!(body["error"]["message"].as_str().unwrap().contains("credentials/personal"), "{body}");
 
     let personal = "/api/v1/tenants/acme/workspaces/main/connectors/mine/credentials/personal";
-    let (status, body) =
-        write(&alice, Method::PUT, &personal.replace("personal", "shared"), json!({ "fields": { "token": "x" } }), &mut responses)
-            .await;
+    let (status, body) = write(
+        &alice,
+        Method::PUT,
+        &personal.replace("personal", "shared"),
+        json!({ "fields": { "token": "x" } }),
+        &mut responses,
+    )
+    .await;
     assert_eq!((status, body["code"].as_str()), (409, Some("slot_mismatch")), "{body}");
     let mine = secret("alice");
     valid.lock().unwrap().push(mine.clone());
@@ -342,7 +352,9 @@ async fn keys_rotate_across_restarts_and_a_moved_ciphertext_never_opens() {
     let out = ok(c, &[&slot("inventory")[..], &["--field", "token"]].concat()).await;
     assert!(out[0].starts_with("inventory\tshared\tset\t1\told\t"), "{out:?}");
     let mut c = cmd(&t, Some(&old));
-    c.args([&slot("other")[..], &["--field", "token"]].concat()).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    c.args([&slot("other")[..], &["--field", "token"]].concat())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
     let mut child = c.spawn().unwrap();
     use tokio::io::AsyncWriteExt;
     child.stdin.take().unwrap().write_all(format!("{s2}\n").as_bytes()).await.unwrap();
@@ -403,7 +415,9 @@ async fn keys_rotate_across_restarts_and_a_moved_ciphertext_never_opens() {
     let (err, body, raw3) = call(&served, "inventory").await;
     assert!(err && body["error"]["code"] == "vault_disabled", "{body}");
     let r = machine
-        .headers(http().get(format!("{}/api/v1/tenants/acme/workspaces/main/connectors/inventory/credentials/shared", served.base)))
+        .headers(
+            http().get(format!("{}/api/v1/tenants/acme/workspaces/main/connectors/inventory/credentials/shared", served.base)),
+        )
         .send()
         .await
         .unwrap();

@@ -92,7 +92,9 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Co
         return Err(Problem {
             code: "vault_disabled",
             state: "vault_disabled",
-            message: format!("connector `{id}` takes a credential slot, but this deployment's vault is off (GATEHOUSE_VAULT_KEYS)"),
+            message: format!(
+                "connector `{id}` takes a credential slot, but this deployment's vault is off (GATEHOUSE_VAULT_KEYS)"
+            ),
         });
     };
     let owner = match kind {
@@ -120,7 +122,11 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Co
             state.credentials.count(false);
             let (row, epoch) = slots::load(&state.db, slot).await.map_err(|e| {
                 tracing::warn!(error = %e, "could not read a credential slot");
-                Problem { code: "unavailable", state: "unavailable", message: "the credential could not be read; retry shortly".into() }
+                Problem {
+                    code: "unavailable",
+                    state: "unavailable",
+                    message: "the credential could not be read; retry shortly".into(),
+                }
             })?;
             let row = Arc::new(row);
             state.credentials.put(key, row.clone(), epoch);
@@ -129,7 +135,11 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Co
     };
     let Some(row) = row.as_ref() else {
         let whose = if kind == SlotKind::Shared { "The shared credential" } else { "Your personal credential" };
-        return Err(Problem { code: "auth_required", state: "missing", message: format!("{whose} of connector `{id}` is not set: {}", how()) });
+        return Err(Problem {
+            code: "auth_required",
+            state: "missing",
+            message: format!("{whose} of connector `{id}` is not set: {}", how()),
+        });
     };
     let fields = slots::open(ring, slot, row).map_err(|_| Problem {
         code: "credential_unreadable",
@@ -142,7 +152,10 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Co
     let rendered = connector.auth().render(&fields.0).map_err(|missing| Problem {
         code: "auth_required",
         state: "incomplete",
-        message: format!("the credential of connector `{id}` has no field `{missing}`, which its headers need; set it again: {}", how()),
+        message: format!(
+            "the credential of connector `{id}` has no field `{missing}`, which its headers need; set it again: {}",
+            how()
+        ),
     })?;
     let mut headers = Vec::with_capacity(rendered.len());
     for (name, value) in rendered {
@@ -150,7 +163,10 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Co
             return Err(Problem {
                 code: "auth_required",
                 state: "incomplete",
-                message: format!("a value of connector `{id}`'s credential cannot be sent in an HTTP header; set it again: {}", how()),
+                message: format!(
+                    "a value of connector `{id}`'s credential cannot be sent in an HTTP header; set it again: {}",
+                    how()
+                ),
             });
         };
         value.set_sensitive(true);

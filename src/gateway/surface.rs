@@ -407,7 +407,9 @@ async fn authorize(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Out
                     "status": "set",
                     "message": "The connector's credential is set and opens. If its server still refuses calls, the credential itself is wrong: set it again.",
                 })),
-                Err(Failure::Auth(p)) => Outcome::ok(json!({ "connector": id, "slot": slot, "status": p.state, "code": p.code, "message": p.message })),
+                Err(Failure::Auth(p)) => {
+                    Outcome::ok(json!({ "connector": id, "slot": slot, "status": p.state, "code": p.code, "message": p.message }))
+                }
                 Err(f) => failure(f),
             }
         }

@@ -63,7 +63,11 @@ fn owner(ctx: &TenantCtx, kind: SlotKind) -> Result<Owner> {
     }
 }
 
-async fn show_credential(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, slot)): SlotPath) -> Result<Json<Value>> {
+async fn show_credential(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, ws, id, slot)): SlotPath,
+) -> Result<Json<Value>> {
     let kind = kind(&slot)?;
     let owner = match kind {
         // Metadata of the shared slot is no secret: anyone who may use the connector sees it.

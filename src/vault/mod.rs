@@ -196,8 +196,14 @@ impl Aad<'_> {
     pub fn bytes(&self) -> Vec<u8> {
         let owner = self.owner.as_text();
         let (tenant, workspace) = (self.tenant.to_string(), self.workspace.to_string());
-        let parts: [&[u8]; 6] =
-            [b"gatehouse-vault", tenant.as_bytes(), workspace.as_bytes(), self.connector.as_bytes(), owner.as_bytes(), self.purpose.as_bytes()];
+        let parts: [&[u8]; 6] = [
+            b"gatehouse-vault",
+            tenant.as_bytes(),
+            workspace.as_bytes(),
+            self.connector.as_bytes(),
+            owner.as_bytes(),
+            self.purpose.as_bytes(),
+        ];
         let mut out = Vec::with_capacity(128);
         out.extend_from_slice(FORMAT.as_bytes());
         for part in parts {
@@ -293,7 +299,9 @@ mod tests {
         nonce[0] ^= 0x80;
         let forged = format!("v1.k1.{}.{}", URL_SAFE_NO_PAD.encode(&nonce), URL_SAFE_NO_PAD.encode(&parsed.ciphertext));
         assert_eq!(r.open(&a, &forged), Err(Unreadable));
-        for bad in ["", "v1", "v2.k1.AAAA.AAAA", &sealed.replacen("v1.", "v0.", 1), &format!("{sealed}."), &sealed[..sealed.len() - 4]] {
+        for bad in
+            ["", "v1", "v2.k1.AAAA.AAAA", &sealed.replacen("v1.", "v0.", 1), &format!("{sealed}."), &sealed[..sealed.len() - 4]]
+        {
             assert_eq!(r.open(&a, bad), Err(Unreadable), "{bad}");
         }
     }

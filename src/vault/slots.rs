@@ -53,7 +53,13 @@ pub struct Slot<'a> {
 
 impl Slot<'_> {
     pub fn aad(&self) -> Aad<'_> {
-        Aad { tenant: self.tenant.0, workspace: self.workspace, connector: self.connector, owner: self.owner, purpose: PURPOSE_CONNECTOR }
+        Aad {
+            tenant: self.tenant.0,
+            workspace: self.workspace,
+            connector: self.connector,
+            owner: self.owner,
+            purpose: PURPOSE_CONNECTOR,
+        }
     }
 }
 
@@ -162,14 +168,7 @@ pub fn check_fields(connector: &Connector, fields: &BTreeMap<String, String>) ->
 /// Sets or replaces a slot's credential (sealed under the active key), with its admin-log row
 /// in the same transaction. The change bumps the tenant's epoch, so every replica uses the
 /// new value from its next call.
-pub async fn set(
-    db: &Db,
-    ring: &KeyRing,
-    audit: &Audit,
-    slot: Slot<'_>,
-    kind: SlotKind,
-    fields: Fields,
-) -> Result<Metadata> {
+pub async fn set(db: &Db, ring: &KeyRing, audit: &Audit, slot: Slot<'_>, kind: SlotKind, fields: Fields) -> Result<Metadata> {
     let plaintext = Zeroizing::new(serde_json::to_vec(&fields.0).map_err(anyhow::Error::from)?);
     let envelope = ring.seal(&slot.aad(), &plaintext);
     let meta = serde_json::to_value(field_meta(&fields.0)).map_err(anyhow::Error::from)?;
@@ -197,7 +196,9 @@ pub async fn set(
                     action: if replaced { "credential.replace" } else { "credential.set" },
                     target: format!("connector:{}/credential:{}", slot.connector, slot.owner.as_text()),
                     before: replaced.then(|| json!({ "version": row.version - 1 })),
-                    after: Some(json!({ "workspace_id": slot.workspace, "fields": names, "version": row.version, "key_id": row.key_id })),
+                    after: Some(
+                        json!({ "workspace_id": slot.workspace, "fields": names, "version": row.version, "key_id": row.key_id }),
+                    ),
                 };
                 admin_log::record(conn, entry).await?;
                 Ok(row)
@@ -245,7 +246,7 @@ pub async fn load(db: &Db, slot: Slot<'_>) -> Result<(Option<store::Stored>, i64
 /// Opens a sealed row for its slot.
 pub fn open(ring: &KeyRing, slot: Slot<'_>, row: &store::Stored) -> Result<Fields, Unreadable> {
     let plaintext = ring.open(&slot.aad(), &row.envelope)?;
-    serde_json::from_slice(&plaintext).map(|f| Fields(f)).map_err(|_| Unreadable)
+    serde_json::from_slice(&plaintext).map(Fields).map_err(|_| Unreadable)
 }
 
 /// What `vault rotate` did.
@@ -342,7 +343,8 @@ mod tests {
 
     #[test]
     fn metadata_shows_only_the_last_four_of_long_values() {
-        let fields = BTreeMap::from([("short".to_owned(), "abcdefghijk".to_owned()), ("token".to_owned(), "0123456789ab".to_owned())]);
+        let fields =
+            BTreeMap::from([("short".to_owned(), "abcdefghijk".to_owned()), ("token".to_owned(), "0123456789ab".to_owned())]);
         let meta = field_meta(&fields);
         assert_eq!(meta[0].last4, None, "11 characters show nothing");
         assert_eq!(meta[1].last4.as_deref(), Some("89ab"));

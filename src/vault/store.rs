@@ -97,7 +97,13 @@ pub async fn upsert(
 }
 
 /// Deletes the slot's row; its version if there was one.
-pub async fn delete(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, connector: &str, owner: Owner) -> Result<Option<i64>> {
+pub async fn delete(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+) -> Result<Option<i64>> {
     Ok(sqlx::query_scalar(
         "DELETE FROM credentials WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 RETURNING version",
     )

@@ -303,12 +303,7 @@ pub fn valid_field_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-pub(super) fn check_auth(
-    auth: &Auth,
-    static_headers: &BTreeMap<String, String>,
-    field: &str,
-    bad: &mut dyn FnMut(String, &str),
-) {
+pub(super) fn check_auth(auth: &Auth, static_headers: &BTreeMap<String, String>, field: &str, bad: &mut dyn FnMut(String, &str)) {
     match auth {
         Auth::None => {}
         Auth::Oauth => bad(field.into(), "OAuth to downstreams is not supported yet; use a credential slot"),
@@ -549,13 +544,16 @@ mod tests {
         }))
         .unwrap();
         let mut d = Document::default();
-        d.connectors.insert("c".into(), Connector::RemoteMcp {
-            url: "https://x.example/mcp".into(),
-            transport: RemoteTransport::default(),
-            headers: BTreeMap::new(),
-            auth: auth.clone(),
-            timeout_ms: None,
-        });
+        d.connectors.insert(
+            "c".into(),
+            Connector::RemoteMcp {
+                url: "https://x.example/mcp".into(),
+                transport: RemoteTransport::default(),
+                headers: BTreeMap::new(),
+                auth: auth.clone(),
+                timeout_ms: None,
+            },
+        );
         assert!(d.validate().is_ok());
         assert_eq!(auth.fields_needed().into_iter().collect::<Vec<_>>(), ["org", "token"]);
         let fields = BTreeMap::from([("token".to_owned(), "t0k".to_owned()), ("org".to_owned(), "acme".to_owned())]);
@@ -569,7 +567,10 @@ mod tests {
         }))
         .unwrap();
         let fields = BTreeMap::from([("user".to_owned(), "Aladdin".to_owned()), ("pass".to_owned(), "open sesame".to_owned())]);
-        assert_eq!(basic.render(&fields).unwrap(), [("Authorization".to_owned(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==".to_owned())]);
+        assert_eq!(
+            basic.render(&fields).unwrap(),
+            [("Authorization".to_owned(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==".to_owned())]
+        );
 
         let bad: Auth = serde_json::from_value(serde_json::json!({
             "type": "slot", "slot": "shared",
