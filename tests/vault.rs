@@ -440,3 +440,106 @@ async fn keys_rotate_across_restarts_and_a_moved_ciphertext_never_opens() {
     }
     assert!(!everything.contains(material), "key material reached a log");
 }
+
+/// Forwards to `target`'s origin only requests whose Authorization is one of `valid` (401
+/// otherwise), recording each Authorization it saw. Returns `target` as seen through it.
+async fn guarded_proxy(target: &str, valid: Arc<Mutex<Vec<String>>>) -> (String, Seen) {
+    use axum::{body::Body, extract::Request, http::StatusCode, response::IntoResponse};
+    let target = url::Url::parse(target).unwrap();
+    let origin = target.origin().ascii_serialization();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen: Seen = Default::default();
+    let (client, record) = (http(), seen.clone());
+    let app = axum::Router::new().fallback(move |req: Request| {
+        let (client, origin, record, valid) = (client.clone(), origin.clone(), record.clone(), valid.clone());
+        async move {
+            let (parts, body) = req.into_parts();
+            let auth = parts.headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            record.lock().unwrap().push(auth.clone());
+            if !auth.is_some_and(|a| valid.lock().unwrap().contains(&a)) {
+                return (StatusCode::UNAUTHORIZED, "credentials required").into_response();
+            }
+            let body = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut out = client.request(parts.method.clone(), format!("{origin}{path}")).body(body);
+            for (name, value) in parts.headers.iter().filter(|(n, _)| *n != "host" && *n != "content-length") {
+                out = out.header(name, value);
+            }
+            let r = out.send().await.unwrap();
+            let (status, headers) = (r.status(), r.headers().clone());
+            let mut response = Body::from_stream(r.bytes_stream()).into_response();
+            *response.status_mut() = status;
+            for (name, value) in headers.iter().filter(|(n, _)| *n != "content-length" && *n != "transfer-encoding") {
+                response.headers_mut().insert(name, value.clone());
+            }
+            response
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("{base}{}", target.path()), seen)
+}
+
+fn basic(user: &str, password: &str) -> String {
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
+}
+
+/// A remote MCP server behind Basic authentication: the slot's fields fill the header of the
+/// downstream session, the test endpoint lists tools with them, and a replaced password opens
+/// a new session (the old one would now be refused).
+#[tokio::test]
+async fn a_remote_mcp_connector_sends_basic_credentials_from_its_slot_and_reconnects_on_replacement() {
+    let everything = common::Everything::start().await;
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    ok(cmd(&t, None), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
+    ok(cmd(&t, None), &["workspace", "create", "--tenant", "acme", "main"]).await;
+    let (p1, p2) = (secret("pw-one"), secret("pw-two"));
+    let valid: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(vec![basic("robot", &p1)]));
+    let (url, seen) = guarded_proxy(&everything.url, valid.clone()).await;
+    let config = json_file(
+        &json!({ "auth": { "type": "slot", "slot": "shared", "basic": { "username": "user", "password": "password" } } }),
+    );
+    let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "everything", "--kind", "remote_mcp"];
+    ok(cmd(&t, Some(&keys)), &[&add[..], &["--url", &url, "--config", &config]].concat()).await;
+    let set = |password: &str| {
+        let mut c = cmd(&t, Some(&keys));
+        c.env("GATEHOUSE_FIELD_USER", "robot").env("GATEHOUSE_FIELD_PASSWORD", password);
+        c.args(["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "everything"]);
+        c.args(["--field", "user", "--field", "password"]);
+        c
+    };
+    let out = ok(set(&p1), &[]).await;
+    assert_eq!(out[1..], [format!("field\tpassword\t{}", last4(&p1)), "field\tuser\t-".to_owned()]);
+
+    let served = Served::start(cmd(&t, Some(&keys))).await;
+    let machine = provision(&t.url, "acme").await;
+    let mcp = format!("{}/t/acme/w/main/mcp", served.base);
+    let echo = json!({ "address": "everything.echo", "args": { "message": "through basic" } });
+    let (err, body, r1) = tool(&mcp, &machine, "call_destructive_tool", echo.clone()).await;
+    assert!(!err, "{body}");
+    assert!(seen.lock().unwrap().iter().all(|a| a.as_deref() == Some(basic("robot", &p1).as_str())));
+
+    let alice = dev_sign_in(&served, "alice@example.test").await;
+    let mut responses = vec![r1];
+    let test_path = "/api/v1/tenants/acme/workspaces/main/connectors/everything/credentials/shared/test";
+    let (status, body) = write(&alice, Method::POST, test_path, json!({}), &mut responses).await;
+    assert_eq!((status, &body["ok"]), (200, &json!(true)), "{body}");
+    assert!(body["tools"].as_u64().unwrap() > 3, "{body}");
+
+    // The old password stops working at the server; the replacement opens a new session.
+    *valid.lock().unwrap() = vec![basic("robot", &p2)];
+    ok(set(&p2), &[]).await;
+    let (err, body, r2) = tool(&mcp, &machine, "call_destructive_tool", echo).await;
+    responses.push(r2);
+    assert!(!err, "{body}");
+    assert_eq!(seen.lock().unwrap().last().unwrap().as_deref(), Some(basic("robot", &p2).as_str()));
+    let (status, body) = write(&alice, Method::POST, test_path, json!({}), &mut responses).await;
+    assert_eq!(status, 200, "{body}");
+
+    let everything_text = format!("{}\n{}\n{}", responses.join("\n"), served.logs(), admin_log(&t).await);
+    for s in [&p1, &p2] {
+        assert!(!everything_text.contains(s.as_str()) && !everything_text.contains(&basic("robot", s)[6..]));
+    }
+    assert_eq!(served.terminate().await, 0);
+}
