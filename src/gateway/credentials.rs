@@ -52,7 +52,9 @@ pub struct Problem {
 impl Problem {
     pub fn into_error(self) -> crate::error::Error {
         match self.code {
-            "auth_required" => crate::error::Error::Conflict { code: "auth_required", message: self.message },
+            "unavailable" => {
+                crate::error::Error::Unavailable { code: "unavailable", message: self.message, retry_after_ms: Some(500) }
+            }
             code => crate::error::Error::Conflict { code, message: self.message },
         }
     }
