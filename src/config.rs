@@ -44,7 +44,9 @@ pub struct Config {
     pub oidc_issuer: Option<String>,
     pub oidc_client_id: Option<String>,
     pub oidc_client_secret: Option<Secret>,
-    pub vault_keys: Option<Secret>,
+    /// `GATEHOUSE_VAULT_KEYS`, parsed; `None`: the vault is off and credential slots cannot
+    /// be managed or used.
+    pub vault_keys: Option<crate::vault::KeyRing>,
     pub otlp_endpoint: Option<String>,
     /// How long in-flight requests may drain after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
@@ -178,6 +180,15 @@ impl Config {
         let token_cap = number("GATEHOUSE_TOKEN_CAP", 100, 1, 1000) as i32;
         let tenant_concurrency = number("GATEHOUSE_TENANT_CONCURRENCY", 32, 1, 10_000) as usize;
 
+        // Never echo the value: it is key material.
+        let vault_keys = get("GATEHOUSE_VAULT_KEYS").and_then(|spec| match crate::vault::KeyRing::parse(&spec) {
+            Ok(ring) => Some(ring),
+            Err(message) => {
+                bad("GATEHOUSE_VAULT_KEYS", format!("{message} (expected `kid:base64-of-32-bytes,…`, the first key seals)"));
+                None
+            }
+        });
+
         let config = Config {
             database_url,
             listen,
@@ -187,7 +198,7 @@ impl Config {
             oidc_issuer,
             oidc_client_id: get("GATEHOUSE_OIDC_CLIENT_ID"),
             oidc_client_secret: get("GATEHOUSE_OIDC_CLIENT_SECRET").map(Secret::new),
-            vault_keys: get("GATEHOUSE_VAULT_KEYS").map(Secret::new),
+            vault_keys,
             otlp_endpoint: get("OTEL_EXPORTER_OTLP_ENDPOINT"),
             shutdown_grace_ms,
             request_timeout_ms,
@@ -265,6 +276,20 @@ mod tests {
             ("GATEHOUSE_OIDC_CLIENT_ID", "gh"),
         ]);
         assert!(!ok.unwrap().dev_sign_in());
+    }
+
+    #[test]
+    fn the_vault_key_ring_is_checked_and_never_echoed() {
+        let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+        assert!(load(&[]).unwrap().vault_keys.is_none(), "no key ring: the vault is off");
+        let c = load(&[("GATEHOUSE_VAULT_KEYS", &format!("k2:{key},k1:{key}"))]).unwrap();
+        assert_eq!(c.vault_keys.as_ref().unwrap().active(), "k2");
+        assert!(!format!("{c:?}").contains(key));
+        for bad in [format!("k1:{}", &key[..20]), format!("k1={key}"), "k1:%%%%".to_owned()] {
+            let err = load(&[("GATEHOUSE_VAULT_KEYS", &bad)]).unwrap_err();
+            assert_eq!(err.0[0].var, "GATEHOUSE_VAULT_KEYS");
+            assert!(!err.to_string().contains(&key[..20]) && !err.to_string().contains("%%%%"), "{err}");
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod sessions;
 pub mod telemetry;
 pub mod tenants;
 pub mod tokens;
+pub mod vault;
 pub mod workspaces;
 
 use std::sync::Arc;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub machines: Arc<epochs::Cache<[u8; 32], auth::MachineRow>>,
     /// Workspaces' bound configurations, labelled the same way.
     pub bound: Arc<epochs::Cache<(tenants::TenantId, String), Arc<workspaces::Bound>>>,
+    /// Sealed credential slots (never their plaintext), labelled the same way.
+    pub credentials: Arc<epochs::Cache<gateway::credentials::SlotKey, Arc<Option<vault::store::Stored>>>>,
 }
 
 /// Installs the process-wide TLS crypto provider (ring). reqwest is built without one, so

@@ -52,6 +52,59 @@ enum Command {
     /// Manage a workspace's connectors (each change is a new configuration version).
     #[command(subcommand)]
     Connector(ConnectorCommand),
+    /// Manage connectors' credential slots. Values never come from the command line (it shows
+    /// in process lists): each `--field NAME` reads `GATEHOUSE_FIELD_<NAME>` from the
+    /// environment, else one line of stdin.
+    #[command(subcommand)]
+    Credential(SlotCommand),
+    /// The vault's key ring.
+    #[command(subcommand)]
+    Vault(VaultCommand),
+}
+
+#[derive(Args)]
+struct SlotArg {
+    #[arg(long)]
+    tenant: String,
+    #[arg(long)]
+    workspace: String,
+    #[arg(long)]
+    connector: String,
+    /// The personal slot of this member (by id) instead of the shared one.
+    #[arg(long)]
+    personal_for: Option<uuid::Uuid>,
+}
+
+#[derive(Subcommand)]
+enum SlotCommand {
+    /// Set or replace a slot's credential; prints its metadata.
+    Set {
+        #[command(flatten)]
+        s: SlotArg,
+        /// A field's name (repeat); its value is `GATEHOUSE_FIELD_<NAME>` or the next stdin line.
+        #[arg(long = "field", required = true)]
+        fields: Vec<String>,
+    },
+    /// Remove a slot's credential (exit 4 when it was not set).
+    Remove {
+        #[command(flatten)]
+        s: SlotArg,
+    },
+    /// Print a slot's metadata (never a value): one header line, then one line per field.
+    Show {
+        #[command(flatten)]
+        s: SlotArg,
+    },
+}
+
+#[derive(Subcommand)]
+enum VaultCommand {
+    /// Re-seal every credential under the active (first) key, in batches; prints counts. Run it
+    /// with the new key first and the old one after it; then the old key can be removed.
+    Rotate {
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=10_000))]
+        batch: i64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -338,7 +391,7 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<Outcome
             return Ok(Outcome::Ok);
         }
         let db = Db::connect(&database.owner_url, 2).await?;
-        let outcome = dispatch(&db, config.token_cap, command).await;
+        let outcome = dispatch(&db, &config, command).await;
         db.pool().close().await;
         outcome
     }
@@ -347,7 +400,8 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<Outcome
     result
 }
 
-async fn dispatch(db: &Db, token_cap: i32, command: Command) -> anyhow::Result<Outcome> {
+async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<Outcome> {
+    let token_cap = config.token_cap;
     let audit = Audit::cli();
     match command {
         Command::Serve | Command::Migrate | Command::Doctor { .. } => unreachable!("handled by the caller"),
@@ -386,7 +440,88 @@ async fn dispatch(db: &Db, token_cap: i32, command: Command) -> anyhow::Result<O
         Command::Token(cmd) => token_command(db, &audit, token_cap, cmd).await?,
         Command::ServiceCredential(cmd) => credential_command(db, &audit, cmd).await?,
         Command::Workspace(cmd) => workspace_command(db, &audit, cmd).await?,
-        Command::Connector(cmd) => connector_command(db, &audit, cmd).await?,
+        Command::Connector(cmd) => connector_command(db, &audit, config, cmd).await?,
+        Command::Credential(cmd) => return slot_command(db, &audit, config, cmd).await,
+        Command::Vault(VaultCommand::Rotate { batch }) => {
+            let ring = gatehouse::vault::slots::require(config.vault_keys.as_ref())?;
+            let done = gatehouse::vault::slots::rotate(db, ring, batch).await?;
+            println!("resealed\t{}\nalready_current\t{}\nunreadable\t{}", done.resealed, done.already_current, done.unreadable);
+        }
+    }
+    Ok(Outcome::Ok)
+}
+
+/// Field values from `GATEHOUSE_FIELD_<NAME>`, else one stdin line each, in order.
+fn field_values(names: &[String]) -> anyhow::Result<gatehouse::vault::slots::Fields> {
+    let mut fields = gatehouse::vault::slots::Fields(Default::default());
+    let mut stdin = std::io::stdin().lines();
+    for name in names {
+        if name.contains('=') {
+            return Err(Error::invalid(
+                "value_on_command_line",
+                Some("field"),
+                "pass only the field's name: values are read from GATEHOUSE_FIELD_<NAME> or stdin, never the command line",
+            )
+            .into());
+        }
+        let value = match std::env::var(format!("GATEHOUSE_FIELD_{}", name.to_ascii_uppercase())) {
+            Ok(v) => v,
+            Err(_) => stdin
+                .next()
+                .transpose()?
+                .ok_or_else(|| Error::invalid("missing_value", Some("field"), format!("no value for field `{name}` on stdin")))?,
+        };
+        fields.0.insert(name.clone(), value.trim_end_matches(['\r', '\n']).to_owned());
+    }
+    Ok(fields)
+}
+
+async fn slot_command(db: &Db, audit: &Audit, config: &Config, cmd: SlotCommand) -> anyhow::Result<Outcome> {
+    use gatehouse::vault::{
+        Owner,
+        slots::{self, Slot},
+    };
+    use gatehouse::workspaces::config::SlotKind;
+    let s = match &cmd {
+        SlotCommand::Set { s, .. } | SlotCommand::Remove { s } | SlotCommand::Show { s } => s,
+    };
+    let tenant = tenants::by_slug(db, &s.tenant).await?.id;
+    let (kind, owner) = match s.personal_for {
+        None => (SlotKind::Shared, Owner::Shared),
+        Some(member) => (SlotKind::Personal, Owner::Member(member)),
+    };
+    let (workspace, connector) = slots::resolve(db, tenant, &s.workspace, &s.connector, kind).await?;
+    let slot = Slot { tenant, workspace, connector: &s.connector, owner };
+    let meta = match &cmd {
+        SlotCommand::Set { fields, .. } => {
+            let ring = slots::require(config.vault_keys.as_ref())?;
+            let values = field_values(fields)?;
+            slots::check_fields(&connector, &values.0)?;
+            slots::set(db, ring, audit, slot, kind, values).await?
+        }
+        SlotCommand::Remove { .. } => {
+            slots::require(config.vault_keys.as_ref())?;
+            match slots::remove(db, audit, slot).await {
+                Ok(()) => return Ok(Outcome::Ok),
+                Err(Error::NotFound { .. }) => return Ok(Outcome::Absent),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        SlotCommand::Show { .. } => slots::show(db, slot, kind).await?,
+    };
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    println!(
+        "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+        meta.connector,
+        meta.owner,
+        meta.state,
+        or_dash(meta.version.map(|v| v.to_string())),
+        or_dash(meta.key_id),
+        or_dash(meta.updated_at.map(|t| t.to_rfc3339())),
+        or_dash(meta.updated_by)
+    );
+    for f in meta.fields {
+        println!("field\t{}\t{}", f.name, or_dash(f.last4));
     }
     Ok(Outcome::Ok)
 }
@@ -473,7 +608,7 @@ async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> any
     Ok(())
 }
 
-async fn connector_command(db: &Db, audit: &Audit, cmd: ConnectorCommand) -> anyhow::Result<()> {
+async fn connector_command(db: &Db, audit: &Audit, settings: &Config, cmd: ConnectorCommand) -> anyhow::Result<()> {
     match cmd {
         ConnectorCommand::Add { w, id, kind, url, transport, config, expected_version } => {
             let tenant = tenants::by_slug(db, &w.tenant).await?.id;
@@ -493,6 +628,7 @@ async fn connector_command(db: &Db, audit: &Audit, cmd: ConnectorCommand) -> any
                 }
             }
             let connector = workspaces::http::parse_connector(&id, value)?;
+            gatehouse::vault::slots::check_connector(settings.vault_keys.as_ref(), &connector)?;
             let bound = workspaces::add_connector(db, tenant, audit, &w.workspace, expected_version, &id, connector).await?;
             println!("{}", bound.workspace.bound_version);
         }

@@ -98,6 +98,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         activity,
         machines: Arc::default(),
         bound: Arc::default(),
+        credentials: Arc::default(),
     };
     let app = crate::http::router(state);
 

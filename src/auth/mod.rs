@@ -100,6 +100,14 @@ impl TenantCtx {
         }
     }
 
+    /// The member behind the request, if any (a person, or a token issued by one).
+    pub fn member_id(&self) -> Option<Uuid> {
+        match &self.actor {
+            Actor::Person { member, .. } => Some(member.id),
+            Actor::Machine { member_id, .. } => *member_id,
+        }
+    }
+
     /// The person behind the request, if any (a person, or a token issued by one).
     pub fn principal(&self) -> Option<Principal> {
         match &self.actor {

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
 use super::catalogs::{self, Target};
+use super::credentials::Credential;
 use super::sse::SseClientTransport;
 use crate::workspaces::config::RemoteTransport;
 use crate::{db::Db, workspaces::Connector};
@@ -110,6 +111,8 @@ pub enum Failure {
     Rejected(String),
     /// The tenant already has its share of downstream calls in flight on this replica.
     RateLimited,
+    /// The connector's credential slot cannot be used (missing, unreadable, vault off).
+    Auth(super::credentials::Problem),
     /// The arguments cannot be turned into a request (they passed the schema, but e.g. a path
     /// argument is `..`).
     BadArguments(String),
@@ -127,6 +130,7 @@ impl Failure {
                 ("rate_limited", "this tenant has too many calls in flight; retry shortly".to_owned(), Some(250))
             }
             Failure::Rejected(message) | Failure::BadArguments(message) => ("downstream_error", message, None),
+            Failure::Auth(problem) => return problem.into_error(),
         };
         crate::error::Error::Unavailable { code, message, retry_after_ms }
     }
@@ -180,7 +184,7 @@ impl Downstreams {
         semaphore.try_acquire_owned().map_err(|_| Failure::RateLimited)
     }
 
-    async fn connect(&self, connector: &Connector) -> Result<Session, Failure> {
+    async fn connect(&self, connector: &Connector, credential: Option<&Credential>) -> Result<Session, Failure> {
         let Connector::RemoteMcp { url, transport, headers, timeout_ms, .. } = connector else {
             return Err(Failure::Unavailable("not an MCP connector".into()));
         };
@@ -189,6 +193,9 @@ impl Downstreams {
             if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
                 custom.insert(n, v);
             }
+        }
+        for (name, value) in credential.map(|c| c.headers.as_slice()).unwrap_or_default() {
+            custom.insert(name.clone(), value.clone());
         }
         let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
         let deadline = Duration::from_millis(timeout_ms.unwrap_or(crate::workspaces::config::DEFAULT_TIMEOUT_MS));
@@ -219,19 +226,46 @@ impl Downstreams {
         }
     }
 
-    async fn session(&self, key: &str, connector: &Connector) -> Result<Session, Failure> {
-        if let Some(s) = self.sessions.lock().await.get(key)
+    /// One session per key and credential: the credential's owner and version are part of
+    /// the session's key, so a replaced credential opens a new session.
+    async fn session(&self, key: &str, connector: &Connector, credential: Option<&Credential>) -> Result<Session, Failure> {
+        let key = session_key(key, credential);
+        if let Some(s) = self.sessions.lock().await.get(&key)
             && !s.is_closed()
         {
             return Ok(s.clone());
         }
-        let fresh = self.connect(connector).await?;
+        let fresh = self.connect(connector, credential).await?;
         let mut sessions = self.sessions.lock().await;
         if sessions.len() >= MAX_SESSIONS {
             sessions.retain(|_, s| !s.is_closed() && s.in_use());
         }
-        sessions.insert(key.to_owned(), fresh.clone());
+        // Sessions of older versions of this credential will never be used again.
+        if let Some(c) = credential {
+            let owner = c.tag.split('@').next().unwrap_or_default();
+            let stale = format!("{}#{owner}@", key.split('#').next().unwrap_or_default());
+            sessions.retain(|k, _| !k.starts_with(&stale));
+        }
+        sessions.insert(key, fresh.clone());
         Ok(fresh)
+    }
+
+    /// Lists the connector's tools over a fresh session that is not kept (`credentials/…/test`).
+    pub async fn probe(&self, connector: &Connector, credential: Option<&Credential>) -> Result<usize, Failure> {
+        let deadline = Duration::from_millis(connector.timeout_ms());
+        let session = self.connect(connector, credential).await?;
+        let listed = match tokio::time::timeout(deadline, session.list_tools()).await {
+            Ok(Ok(tools)) => Ok(tools.len()),
+            Ok(Err(SessionError::Gone)) => Err(Failure::Unavailable("the server forgot the new session".into())),
+            Ok(Err(SessionError::Failed { failure, .. })) => Err(failure),
+            Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
+        };
+        if let Session::Rmcp(running) = session
+            && let Ok(running) = Arc::try_unwrap(running)
+        {
+            let _ = running.cancel().await;
+        }
+        listed
     }
 
     /// Open downstream sessions on this replica.
@@ -239,8 +273,8 @@ impl Downstreams {
         self.sessions.lock().await.values().filter(|s| !s.is_closed()).count()
     }
 
-    async fn forget(&self, key: &str) {
-        self.sessions.lock().await.remove(key);
+    async fn forget(&self, key: &str, credential: Option<&Credential>) {
+        self.sessions.lock().await.remove(&session_key(key, credential));
     }
 
     fn remember(&self, key: &str, catalog: Catalog) -> impl Future<Output = ()> + '_ {
@@ -267,6 +301,7 @@ impl Downstreams {
         key: &str,
         stamp: Option<&(String, chrono::DateTime<chrono::Utc>)>,
         connector: &Connector,
+        credential: Option<&Credential>,
     ) -> Result<Arc<Vec<Tool>>, Failure> {
         if let Connector::HttpApi(api) = connector {
             if let Some((_, tools)) = self.catalogs.lock().await.get(key) {
@@ -296,7 +331,7 @@ impl Downstreams {
                 Err(e) => tracing::warn!(error = %e, "could not read the shared catalog cache; asking the server"),
             }
         }
-        self.fetch(db, target, key, connector, None).await.map(|(tools, _)| tools)
+        self.fetch(db, target, key, connector, credential, None).await.map(|(tools, _)| tools)
     }
 
     /// Asks the server for its catalog now and stores it for every replica (`audit`: an
@@ -307,19 +342,20 @@ impl Downstreams {
         target: Target<'_>,
         key: &str,
         connector: &Connector,
+        credential: Option<&Credential>,
         audit: Option<&crate::admin_log::Audit>,
     ) -> Result<(Arc<Vec<Tool>>, Option<chrono::DateTime<chrono::Utc>>), Failure> {
         if let Connector::HttpApi(api) = connector {
             return Ok((Arc::new(super::http_api::catalog(api)), None));
         }
         let _slot = self.admit(target.tenant.0)?;
-        let session = self.session(key, connector).await?;
+        let session = self.session(key, connector, credential).await?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         let listed = tokio::time::timeout(deadline, async {
             match session.list_tools().await {
                 Err(SessionError::Gone) => {
-                    self.forget(key).await;
-                    self.session(key, connector)
+                    self.forget(key, credential).await;
+                    self.session(key, connector, credential)
                         .await
                         .map_err(|failure| SessionError::Failed { failure, drop: false })?
                         .list_tools()
@@ -330,7 +366,7 @@ impl Downstreams {
         });
         let tools = match listed.await {
             Ok(Ok(tools)) => Arc::new(tools),
-            Ok(Err(e)) => return Err(self.failed(key, e).await),
+            Ok(Err(e)) => return Err(self.failed(key, credential, e).await),
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
         let fetched_at = match catalogs::store(db, target, &tools, audit).await {
@@ -380,24 +416,30 @@ impl Downstreams {
         connector: &Connector,
         tool: &str,
         args: JsonObject,
+        credential: Option<&Credential>,
     ) -> Result<CallToolResult, Failure> {
         let _slot = self.admit(tenant)?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         if let Connector::HttpApi(api) = connector {
             let http = self.http.as_ref().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
-            return match tokio::time::timeout(deadline, super::http_api::call(http, api, tool, &args)).await {
+            return match tokio::time::timeout(deadline, super::http_api::call(http, api, tool, &args, credential)).await {
                 Ok(result) => result,
                 Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
             };
         }
         let called = tokio::time::timeout(deadline, async {
-            let session = self.session(key, connector).await.map_err(|failure| SessionError::Failed { failure, drop: false })?;
+            let session = self
+                .session(key, connector, credential)
+                .await
+                .map_err(|failure| SessionError::Failed { failure, drop: false })?;
             match session.call_tool(tool, &args).await {
                 // The server forgot the session without processing the call: safe to send again.
                 Err(SessionError::Gone) => {
-                    self.forget(key).await;
-                    let session =
-                        self.session(key, connector).await.map_err(|failure| SessionError::Failed { failure, drop: false })?;
+                    self.forget(key, credential).await;
+                    let session = self
+                        .session(key, connector, credential)
+                        .await
+                        .map_err(|failure| SessionError::Failed { failure, drop: false })?;
                     session.call_tool(tool, &args).await
                 }
                 other => other,
@@ -405,26 +447,34 @@ impl Downstreams {
         });
         match called.await {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(e)) => Err(self.failed(key, e).await),
+            Ok(Err(e)) => Err(self.failed(key, credential, e).await),
             Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
         }
     }
 
     /// The failure to report; a broken (or twice forgotten) session is dropped so the next
     /// call reconnects.
-    async fn failed(&self, key: &str, e: SessionError) -> Failure {
+    async fn failed(&self, key: &str, credential: Option<&Credential>, e: SessionError) -> Failure {
         match e {
             SessionError::Gone => {
-                self.forget(key).await;
+                self.forget(key, credential).await;
                 Failure::Unavailable("the server refused the request on a new session too (HTTP 400 or 404)".into())
             }
             SessionError::Failed { failure, drop } => {
                 if drop {
-                    self.forget(key).await;
+                    self.forget(key, credential).await;
                 }
                 failure
             }
         }
+    }
+}
+
+/// A session's key: the catalog key, then the credential's owner and version tag.
+fn session_key(key: &str, credential: Option<&Credential>) -> String {
+    match credential {
+        Some(c) => format!("{key}#{}", c.tag),
+        None => key.to_owned(),
     }
 }
 

@@ -81,12 +81,21 @@ pub fn request_url(api: &HttpApi, tool: &HttpTool, args: &JsonObject) -> Result<
 }
 
 /// Sends the request under no deadline of its own (the caller holds the connector's).
-pub async fn call(http: &reqwest::Client, api: &HttpApi, name: &str, args: &JsonObject) -> Result<CallToolResult, Failure> {
+pub async fn call(
+    http: &reqwest::Client,
+    api: &HttpApi,
+    name: &str,
+    args: &JsonObject,
+    credential: Option<&super::credentials::Credential>,
+) -> Result<CallToolResult, Failure> {
     let tool = api.tools.iter().find(|t| t.name == name).ok_or_else(|| Failure::Rejected(format!("no tool `{name}`")))?;
     let url = request_url(api, tool, args).map_err(Failure::BadArguments)?;
     let mut request = http.request(tool.method.as_reqwest(), url).header(reqwest::header::ACCEPT, "application/json");
     for (header, value) in &api.headers {
         request = request.header(header, value);
+    }
+    for (header, value) in credential.map(|c| c.headers.as_slice()).unwrap_or_default() {
+        request = request.header(header.clone(), value.clone());
     }
     if matches!(tool.method, Method::Post | Method::Put | Method::Patch) {
         let body: serde_json::Map<String, Value> =

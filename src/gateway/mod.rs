@@ -3,6 +3,7 @@
 
 pub mod activity;
 pub mod catalogs;
+pub mod credentials;
 pub mod downstream;
 pub mod http_api;
 pub mod mcp_client;
@@ -61,6 +62,11 @@ impl GatewayCtx {
     pub fn visible(&self, connector: &str, tool: Option<&str>) -> bool {
         self.bound.document.granted(&self.caller, connector, tool)
             && self.pool.as_ref().is_none_or(|(_, p)| p.includes(connector, tool))
+            // A connector of personal credentials is absent for callers who are no member.
+            && (self.caller.member_id.is_some()
+                || self.bound.document.connectors.get(connector).is_none_or(|c| {
+                    c.auth().slot() != Some(workspaces::config::SlotKind::Personal)
+                }))
     }
 }
 

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::{
     GatewayCtx,
     catalogs::Target,
+    credentials::{self, Credential},
     downstream::{self, Failure},
     stash,
 };
@@ -171,6 +172,7 @@ fn failure(f: Failure) -> Outcome {
         ),
         Failure::Rejected(message) => Outcome::error("downstream_error", message, None),
         Failure::BadArguments(message) => Outcome::error("invalid_args", message, None),
+        Failure::Auth(p) => Outcome::error(p.code, p.message, None),
         Failure::RateLimited => Outcome::error(
             "rate_limited",
             "this tenant has too many calls in flight; retry shortly".into(),
@@ -202,7 +204,7 @@ pub async fn dispatch(state: &AppState, ctx: &GatewayCtx, name: &str, args: Json
         "search_tools" => search(state, ctx, &args).await,
         "call_tool" => call(state, ctx, &args, false).await,
         "call_destructive_tool" => call(state, ctx, &args, true).await,
-        "authorize_connector" => authorize(ctx, &args),
+        "authorize_connector" => authorize(state, ctx, &args).await,
         "skills" => match args.get("name").and_then(Value::as_str).unwrap_or("usage") {
             "usage" => Outcome::ok(json!({ "name": "usage", "text": USAGE })),
             other => Outcome::error("unknown_skill", format!("no skill named `{}`; try `usage`", echo(other)), None),
@@ -235,7 +237,22 @@ async fn catalog(
         connector_id: id,
         config_key: downstream::config_key(key),
     };
-    state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c).await
+    // An HTTP API's catalog is its configuration; an MCP server is asked with the credential.
+    let credential = if matches!(c, Connector::HttpApi(_)) { None } else { credential(state, ctx, id, c).await? };
+    state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c, credential.as_ref()).await
+}
+
+/// The connector's credential for this caller, if it takes one.
+async fn credential(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Result<Option<Credential>, Failure> {
+    let caller = credentials::Caller {
+        tenant: ctx.tenant.id,
+        tenant_slug: &ctx.tenant.slug,
+        workspace: ctx.bound.workspace.id.0,
+        workspace_slug: &ctx.bound.workspace.slug,
+        member_id: ctx.caller.member_id,
+        epoch: Some(ctx.bound.epoch),
+    };
+    credentials::resolve(state, &caller, id, c).await.map_err(Failure::Auth)
 }
 
 async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
@@ -346,7 +363,15 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
         out.classification = Some(class_name(class));
         return out;
     }
-    let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args).await {
+    let credential = match credential(state, ctx, id, c).await {
+        Ok(credential) => credential,
+        Err(f) => {
+            let mut out = failure(f).about(id, name);
+            out.classification = Some(class_name(class));
+            return out;
+        }
+    };
+    let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args, credential.as_ref()).await {
         Ok(result) => {
             let body = serde_json::to_string(&result).unwrap_or_default();
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
@@ -367,10 +392,27 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
     out
 }
 
-fn authorize(ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
+/// Says honestly where the connector's credential stands: not needed, set, missing,
+/// unreadable, or the vault off, and how to repair it.
+async fn authorize(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
     let id = args.get("connector").and_then(Value::as_str).unwrap_or("");
     match connector(ctx, id) {
         None => Outcome::error("unknown_connector", format!("this workspace has no connector `{}`", echo(id)), None),
+        Some(c) if c.auth().slot().is_some() => {
+            let slot = c.auth().slot().map(|k| k.as_str());
+            match credential(state, ctx, id, c).await {
+                Ok(_) => Outcome::ok(json!({
+                    "connector": id,
+                    "slot": slot,
+                    "status": "set",
+                    "message": "The connector's credential is set and opens. If its server still refuses calls, the credential itself is wrong: set it again.",
+                })),
+                Err(Failure::Auth(p)) => {
+                    Outcome::ok(json!({ "connector": id, "slot": slot, "status": p.state, "code": p.code, "message": p.message }))
+                }
+                Err(f) => failure(f),
+            }
+        }
         Some(_) => Outcome::ok(json!({
             "connector": id,
             "status": "no_credentials",

@@ -103,10 +103,96 @@ pub enum Auth {
     /// No credentials (static, non-secret headers may still be sent).
     #[default]
     None,
-    /// A credential slot of the vault (arrives with the vault issue).
-    Slot { slot: String },
-    /// OAuth to the downstream's authorization server (arrives with the vault issue).
+    /// Headers filled from a credential slot sealed by the vault: the workspace's (`shared`)
+    /// or the calling member's own (`personal`). `headers` are templates whose `{field}`
+    /// placeholders name the slot's fields (`"Authorization": "Bearer {token}"`); `basic`
+    /// sends `Authorization: Basic base64(username:password)` from the two named fields.
+    Slot {
+        slot: SlotKind,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        basic: Option<Basic>,
+    },
+    /// OAuth to the downstream's authorization server (not supported yet).
     Oauth,
+}
+
+/// Whose credential a slot holds.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotKind {
+    /// One credential for the workspace, managed by people with `credential_administration`.
+    Shared,
+    /// Each member's own; callers without a member principal do not see the connector.
+    Personal,
+}
+
+impl SlotKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotKind::Shared => "shared",
+            SlotKind::Personal => "personal",
+        }
+    }
+}
+
+/// HTTP Basic authentication from two slot fields (their names, not their values).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Basic {
+    pub username: String,
+    pub password: String,
+}
+
+impl Auth {
+    /// The slot this connector takes its credential from, if any.
+    pub fn slot(&self) -> Option<SlotKind> {
+        match self {
+            Auth::Slot { slot, .. } => Some(*slot),
+            _ => None,
+        }
+    }
+
+    /// The slot fields the headers need.
+    pub fn fields_needed(&self) -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        if let Auth::Slot { headers, basic, .. } = self {
+            for template in headers.values() {
+                out.extend(super::http_api::placeholders(template).unwrap_or_default().into_iter().map(str::to_owned));
+            }
+            if let Some(b) = basic {
+                out.insert(b.username.clone());
+                out.insert(b.password.clone());
+            }
+        }
+        out
+    }
+
+    /// The headers to send, filled from the slot's `fields`; `Err` names a missing field.
+    pub fn render(&self, fields: &BTreeMap<String, String>) -> Result<Vec<(String, String)>, String> {
+        let Auth::Slot { headers, basic, .. } = self else { return Ok(Vec::new()) };
+        let get = |name: &str| fields.get(name).ok_or_else(|| name.to_owned());
+        let mut out = Vec::new();
+        for (name, template) in headers {
+            let mut value = String::with_capacity(template.len() + 32);
+            let mut rest = template.as_str();
+            while let Some(open) = rest.find('{') {
+                value.push_str(&rest[..open]);
+                let close = rest[open..].find('}').map_or(rest.len(), |c| open + c);
+                value.push_str(get(&rest[open + 1..close.min(rest.len())])?);
+                rest = rest.get(close + 1..).unwrap_or("");
+            }
+            value.push_str(rest);
+            out.push((name.clone(), value));
+        }
+        if let Some(b) = basic {
+            use base64::Engine;
+            let pair = format!("{}:{}", get(&b.username)?, get(&b.password)?);
+            out.push(("Authorization".into(), format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))));
+        }
+        Ok(out)
+    }
 }
 
 /// How the gateway speaks MCP to a remote server.
@@ -212,11 +298,57 @@ pub(super) fn check_headers(id: &str, headers: &BTreeMap<String, String>, bad: &
     }
 }
 
-pub(super) fn check_auth(auth: &Auth, field: &str, bad: &mut dyn FnMut(String, &str)) {
+/// A slot field name: 1 to 64 characters of `A-Za-z0-9_`.
+pub fn valid_field_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+pub(super) fn check_auth(auth: &Auth, static_headers: &BTreeMap<String, String>, field: &str, bad: &mut dyn FnMut(String, &str)) {
     match auth {
         Auth::None => {}
-        Auth::Slot { .. } | Auth::Oauth => {
-            bad(field.into(), "credential slots and OAuth are not supported yet (they arrive with the vault)")
+        Auth::Oauth => bad(field.into(), "OAuth to downstreams is not supported yet; use a credential slot"),
+        Auth::Slot { headers, basic, .. } => {
+            if headers.is_empty() && basic.is_none() {
+                bad(field.into(), "a slot sends its fields in `headers` templates and/or `basic`");
+            }
+            if headers.len() > MAX_HEADERS {
+                bad(format!("{field}.headers"), "at most 16 headers");
+            }
+            for (name, template) in headers {
+                let at = format!("{field}.headers.{name}");
+                let lower = name.to_ascii_lowercase();
+                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                    bad(at, "is not a header name");
+                } else if ["host", "content-length", "content-type", "accept", "mcp-session-id", "mcp-protocol-version"]
+                    .contains(&lower.as_str())
+                {
+                    bad(at, "is set by the gateway itself");
+                } else if static_headers.keys().any(|s| s.eq_ignore_ascii_case(name)) {
+                    bad(at, "is also a static header");
+                } else if basic.is_some() && lower == "authorization" {
+                    bad(at, "`basic` already sends Authorization");
+                } else if template.len() > 1024 || !template.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                    bad(at, "a header template is at most 1024 visible ASCII characters");
+                } else {
+                    match super::http_api::placeholders(template) {
+                        Err(message) => bad(at, message),
+                        Ok(names) if names.is_empty() => {
+                            bad(at, "takes no {field} from the slot: a secret never goes in configuration")
+                        }
+                        Ok(names) if names.iter().any(|n| !valid_field_name(n)) => {
+                            bad(at, "a slot field name is 1 to 64 characters of A-Z, a-z, 0-9 and '_'")
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            }
+            if let Some(b) = basic {
+                for (f, name) in [("username", &b.username), ("password", &b.password)] {
+                    if !valid_field_name(name) {
+                        bad(format!("{field}.basic.{f}"), "names a slot field: 1 to 64 characters of A-Z, a-z, 0-9 and '_'");
+                    }
+                }
+            }
         }
     }
 }
@@ -257,7 +389,7 @@ impl Document {
                 Connector::RemoteMcp { url, headers, auth, timeout_ms, transport: _ } => {
                     check_url(url, &at("url"), &mut bad);
                     check_headers(id, headers, &mut bad);
-                    check_auth(auth, &at("auth"), &mut bad);
+                    check_auth(auth, headers, &at("auth"), &mut bad);
                     check_timeout(*timeout_ms, &at("timeout_ms"), &mut bad);
                 }
                 Connector::HttpApi(api) => api.issues(id, &mut bad),
@@ -403,6 +535,68 @@ mod tests {
         d.grants = Some(vec![Grant { to: "everyone".into(), tools: vec!["nope".into()] }]);
         let fields: Vec<_> = d.issues().into_iter().map(|i| i.field).collect();
         assert_eq!(fields, ["grants.0.to", "grants.0.tools.nope"]);
+    }
+
+    #[test]
+    fn slot_templates_are_checked_and_rendered() {
+        let auth: Auth = serde_json::from_value(serde_json::json!({
+            "type": "slot", "slot": "shared", "headers": { "Authorization": "Bearer {token}", "X-Org": "{org}-x" }
+        }))
+        .unwrap();
+        let mut d = Document::default();
+        d.connectors.insert(
+            "c".into(),
+            Connector::RemoteMcp {
+                url: "https://x.example/mcp".into(),
+                transport: RemoteTransport::default(),
+                headers: BTreeMap::new(),
+                auth: auth.clone(),
+                timeout_ms: None,
+            },
+        );
+        assert!(d.validate().is_ok());
+        assert_eq!(auth.fields_needed().into_iter().collect::<Vec<_>>(), ["org", "token"]);
+        let fields = BTreeMap::from([("token".to_owned(), "t0k".to_owned()), ("org".to_owned(), "acme".to_owned())]);
+        assert_eq!(
+            auth.render(&fields).unwrap(),
+            [("Authorization".to_owned(), "Bearer t0k".to_owned()), ("X-Org".to_owned(), "acme-x".to_owned())]
+        );
+        assert_eq!(auth.render(&BTreeMap::new()), Err("token".to_owned()));
+        let basic: Auth = serde_json::from_value(serde_json::json!({
+            "type": "slot", "slot": "personal", "basic": { "username": "user", "password": "pass" }
+        }))
+        .unwrap();
+        let fields = BTreeMap::from([("user".to_owned(), "Aladdin".to_owned()), ("pass".to_owned(), "open sesame".to_owned())]);
+        assert_eq!(
+            basic.render(&fields).unwrap(),
+            [("Authorization".to_owned(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==".to_owned())]
+        );
+
+        let bad: Auth = serde_json::from_value(serde_json::json!({
+            "type": "slot", "slot": "shared",
+            "headers": { "Authorization": "Bearer s3cret", "X-A": "{to-ken}", "Host": "{h}", "X-Team": "{t}", "X-B": "{open" },
+            "basic": { "username": "u", "password": "bad name" }
+        }))
+        .unwrap();
+        let mut fields = Vec::new();
+        let statics = BTreeMap::from([("x-team".to_owned(), "blue".to_owned())]);
+        check_auth(&bad, &statics, "auth", &mut |f, _| fields.push(f));
+        assert_eq!(
+            fields,
+            [
+                "auth.headers.Authorization",
+                "auth.headers.Host",
+                "auth.headers.X-A",
+                "auth.headers.X-B",
+                "auth.headers.X-Team",
+                "auth.basic.password"
+            ]
+        );
+        let empty: Auth = serde_json::from_value(serde_json::json!({ "type": "slot", "slot": "shared" })).unwrap();
+        let mut n = 0;
+        check_auth(&empty, &BTreeMap::new(), "auth", &mut |_, _| n += 1);
+        assert_eq!(n, 1, "a slot that sends nothing is refused");
+        assert!(serde_json::from_value::<Auth>(serde_json::json!({ "type": "slot", "slot": "team" })).is_err());
     }
 
     proptest! {

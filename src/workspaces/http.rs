@@ -82,6 +82,7 @@ async fn add_connector(
 ) -> Result<(StatusCode, Json<Bound>)> {
     ctx.require_person(Permission::CredentialAdministration)?;
     let connector = parse_connector(&body.id, body.connector)?;
+    crate::vault::slots::check_connector(state.config.vault_keys.as_ref(), &connector)?;
     let bound =
         workspaces::add_connector(&state.db, ctx.tenant.id, &ctx.audit, &slug, body.expected_version, &body.id, connector)
             .await?;
@@ -147,8 +148,23 @@ async fn refresh_connector(
         connector_id: &id,
         config_key: crate::gateway::downstream::config_key(&key),
     };
-    let (tools, fetched_at) =
-        state.downstreams.fetch(&state.db, target, &key, connector, Some(&ctx.audit)).await.map_err(|f| f.into_error())?;
+    let caller = crate::gateway::credentials::Caller {
+        tenant: ctx.tenant.id,
+        tenant_slug: &ctx.tenant.slug,
+        workspace: bound.workspace.id.0,
+        workspace_slug: &slug,
+        member_id: ctx.member_id(),
+        epoch: None,
+    };
+    let credential = match connector {
+        Connector::HttpApi(_) => None,
+        _ => crate::gateway::credentials::resolve(&state, &caller, &id, connector).await.map_err(|p| p.into_error())?,
+    };
+    let (tools, fetched_at) = state
+        .downstreams
+        .fetch(&state.db, target, &key, connector, credential.as_ref(), Some(&ctx.audit))
+        .await
+        .map_err(|f| f.into_error())?;
     Ok(Json(json!({ "connector": id, "tools": tools.len(), "fetched_at": fetched_at })))
 }
 
