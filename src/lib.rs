@@ -4,6 +4,7 @@
 
 pub mod admin_log;
 pub mod auth;
+pub mod code;
 pub mod config;
 pub mod db;
 pub mod dev_idp;
@@ -39,6 +40,8 @@ pub struct AppState {
     pub downstreams: Arc<gateway::downstream::Downstreams>,
     /// Queues activity rows for the background writer.
     pub activity: gateway::activity::Recorder,
+    /// Runs `execute_code` programs (this replica's slots and queue).
+    pub code: Arc<code::Executor>,
 }
 
 /// Installs the process-wide TLS crypto provider (ring). reqwest is built without one, so

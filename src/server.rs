@@ -89,7 +89,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         config.tenant_concurrency,
     ));
     let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone());
-    let state = AppState { db: db.clone(), config: Arc::new(config), rp, dev_idp, downstreams, activity };
+    let code = Arc::new(crate::code::Executor::new(config.code.clone()));
+    let state = AppState { db: db.clone(), config: Arc::new(config), rp, dev_idp, downstreams, activity, code };
     let app = crate::http::router(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
