@@ -307,8 +307,8 @@ mod tests {
 
     #[test]
     fn code_limits_are_validated_and_the_tenant_share_follows_the_slots() {
-        let c = load(&[("GATEHOUSE_CODE_RUNNING", "8"), ("GATEHOUSE_CODE_QUEUED", "20"), ("GATEHOUSE_CODE_CPU_MS", "1000")])
-            .unwrap();
+        let c =
+            load(&[("GATEHOUSE_CODE_RUNNING", "8"), ("GATEHOUSE_CODE_QUEUED", "20"), ("GATEHOUSE_CODE_CPU_MS", "1000")]).unwrap();
         assert_eq!((c.code.running, c.code.tenant_running, c.code.queued, c.code.tenant_queued), (8, 7, 20, 10));
         assert_eq!(c.code.cpu_ms, 1000);
         let err = load(&[("GATEHOUSE_CODE_HEAP_BYTES", "12"), ("GATEHOUSE_CODE_TENANT_RUNNING", "3")]).unwrap_err();

@@ -201,8 +201,11 @@ async fn adversarial_programs_end_in_typed_errors_and_the_replica_keeps_serving(
 #[tokio::test]
 async fn writes_need_a_trusted_pool_and_are_counted() {
     let s = setup().await;
-    configure(&s.t, json!({ "pools": { "ops": { "tools": ["everything"], "trusted": true }, "plain": { "tools": ["everything"] } } }))
-        .await;
+    configure(
+        &s.t,
+        json!({ "pools": { "ops": { "tools": ["everything"], "trusted": true }, "plain": { "tools": ["everything"] } } }),
+    )
+    .await;
     let mut cmd = gatehouse(Some(&s.t.url));
     cmd.env("GATEHOUSE_CODE_WRITES", "2");
     let served = Served::start(cmd).await;
@@ -254,7 +257,8 @@ async fn large_results_are_paged() {
     let mut offset = Some(0);
     while let Some(o) = offset {
         let (err, page, _) =
-            tool(&url, &s.machine, "call_tool", json!({ "address": "gatehouse.result", "args": { "id": id, "offset": o } })).await;
+            tool(&url, &s.machine, "call_tool", json!({ "address": "gatehouse.result", "args": { "id": id, "offset": o } }))
+                .await;
         assert!(!err, "{page}");
         text.push_str(page["chunk"].as_str().unwrap());
         offset = page["next_offset"].as_u64();
@@ -275,7 +279,8 @@ async fn admission_refuses_when_every_slot_and_place_is_taken() {
     cmd.env("GATEHOUSE_CODE_RUNNING", "1").env("GATEHOUSE_CODE_QUEUED", "1").env("GATEHOUSE_CODE_QUEUE_TIMEOUT_MS", "300");
     let served = Served::start(cmd).await;
     let url = format!("{}/t/acme/w/main/mcp", served.base);
-    let slow = "async () => !!(await gatehouse.call('everything.trigger-long-running-operation', { duration: 2, steps: 1 })).isError";
+    let slow =
+        "async () => !!(await gatehouse.call('everything.trigger-long-running-operation', { duration: 2, steps: 1 })).isError";
     let runs = (0..3).map(|_| run(&url, &s.machine, slow));
     let results = join_all(runs).await;
     let overloaded: Vec<_> = results.iter().filter(|(_, b)| b["error"]["code"] == "executor_overloaded").collect();

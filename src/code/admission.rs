@@ -79,7 +79,9 @@ impl Admission {
         let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
         tenants
             .entry(id)
-            .or_insert_with(|| Arc::new(Tenant { running: Arc::new(Semaphore::new(self.tenant_running)), queued: AtomicUsize::new(0) }))
+            .or_insert_with(|| {
+                Arc::new(Tenant { running: Arc::new(Semaphore::new(self.tenant_running)), queued: AtomicUsize::new(0) })
+            })
             .clone()
     }
 
@@ -127,7 +129,14 @@ mod tests {
     use super::*;
 
     fn admission(running: usize, queued: usize, tenant_running: usize, tenant_queued: usize) -> Admission {
-        Admission::new(&CodeConfig { running, queued, tenant_running, tenant_queued, queue_timeout_ms: 200, ..Default::default() })
+        Admission::new(&CodeConfig {
+            running,
+            queued,
+            tenant_running,
+            tenant_queued,
+            queue_timeout_ms: 200,
+            ..Default::default()
+        })
     }
 
     async fn until_waiting(a: &Admission, n: usize) {

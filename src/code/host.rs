@@ -59,18 +59,19 @@ impl Env {
         self.writes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Admits write `id` to `address`, or says why not (the run is over; the budget is spent).
-    fn begin_write(&self, id: u32, address: &str) -> Result<(), Outcome> {
+    /// Admits write `id` to `address` (`None`), or says why not (the run is over; the budget
+    /// is spent).
+    fn begin_write(&self, id: u32, address: &str) -> Option<Outcome> {
         let mut log = self.log();
         if log.closed {
-            return Err(Outcome::error("run_ended", "the program's run ended before this write started".into(), None));
+            return Some(Outcome::error("run_ended", "the program's run ended before this write started".into(), None));
         }
         if log.entries.len() >= self.config.writes as usize {
             let message = format!("the program tried more than {} writes", self.config.writes);
-            return Err(Outcome::error("write_budget_exceeded", message, None));
+            return Some(Outcome::error("write_budget_exceeded", message, None));
         }
         log.entries.push((id, address.to_owned(), WriteState::Running));
-        Ok(())
+        None
     }
 
     fn is_write(&self, id: u32) -> bool {

@@ -30,8 +30,7 @@ use crate::{
     AppState,
     config::CodeConfig,
     gateway::{
-        GatewayCtx,
-        stash,
+        GatewayCtx, stash,
         surface::{self, Outcome, PROGRAM_ADDRESS},
     },
 };
@@ -150,7 +149,12 @@ pub async fn execute(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> O
         tracing::error!("a program thread ended without a report");
         return Outcome::error("sandbox_failed", "the program's sandbox failed".into(), None);
     };
-    tracing::debug!(cpu_us = report.cpu.as_micros() as u64, wall_us = report.wall.as_micros() as u64, calls = report.host_calls, "program ran");
+    tracing::debug!(
+        cpu_us = report.cpu.as_micros() as u64,
+        wall_us = report.wall.as_micros() as u64,
+        calls = report.host_calls,
+        "program ran"
+    );
     finish(state, ctx, &env, report).await
 }
 

@@ -131,13 +131,11 @@ pub fn diagnose(source: &str, name: &str, message: &str) -> Option<Mistake> {
 
 /// Type annotations, interfaces, generics on calls, `as` casts.
 fn looks_like_typescript(source: &str) -> bool {
-    const TYPES: [&str; 10] =
-        ["string", "number", "boolean", "any", "unknown", "void", "Promise<", "Record<", "Array<", "never"];
+    const TYPES: [&str; 10] = ["string", "number", "boolean", "any", "unknown", "void", "Promise<", "Record<", "Array<", "never"];
     let annotated = source.match_indices(':').any(|(i, _)| {
         let after = source[i + 1..].trim_start();
         TYPES.iter().any(|t| {
-            after.starts_with(t)
-                && after[t.len()..].chars().next().is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$'))
+            after.starts_with(t) && after[t.len()..].chars().next().is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$'))
         })
     });
     let declared = source.lines().any(|l| {

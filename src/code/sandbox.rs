@@ -310,7 +310,9 @@ fn drive<'js>(
         }
         if shared.pending.borrow().is_empty() {
             return End::Failed(Failure {
-                hint: Some("Every promise the program awaits must settle: await gatehouse calls, not promises that never resolve."),
+                hint: Some(
+                    "Every promise the program awaits must settle: await gatehouse calls, not promises that never resolve.",
+                ),
                 ..Failure::new("program_stalled", "the program waits for a promise that nothing will settle")
             });
         }
@@ -356,7 +358,8 @@ fn install<'js>(ctx: &Ctx<'js>, shared: &Rc<Shared>) -> rquickjs::Result<Api<'js
         log_line(&ctx, &s, &level, &text)
     })?;
     let s = shared.clone();
-    let emit = Function::new(ctx.clone(), move |ctx: Ctx<'js>, block: String| -> rquickjs::Result<()> { emit_block(&ctx, &s, &block) })?;
+    let emit =
+        Function::new(ctx.clone(), move |ctx: Ctx<'js>, block: String| -> rquickjs::Result<()> { emit_block(&ctx, &s, &block) })?;
     let api: Object = install.call((host, log, emit))?;
     Ok(Api { start: api.get("start")?, settle: api.get("settle")?, poll: api.get("poll")? })
 }
@@ -423,8 +426,7 @@ fn emit_block(ctx: &Ctx<'_>, s: &Shared, block: &str) -> rquickjs::Result<()> {
     let count = s.emitted.borrow().len() + 1;
     let total = s.emitted_bytes.get() + bytes;
     if count > s.limits.emit_blocks || total > s.limits.emit_bytes {
-        let message =
-            format!("the program emitted more than {} blocks or {} bytes", s.limits.emit_blocks, s.limits.emit_bytes);
+        let message = format!("the program emitted more than {} blocks or {} bytes", s.limits.emit_blocks, s.limits.emit_bytes);
         s.stop("emit_limit", message.clone());
         return Err(Exception::throw_internal(ctx, &message));
     }
@@ -489,7 +491,10 @@ fn failure(program: &Program, error: &Json, compiling: bool) -> Failure {
     if (name == "InternalError" && message == "string too long")
         || (name == "RangeError" && (message == "invalid string length" || message == "invalid array length"))
     {
-        return Failure { line, ..Failure::new("memory_exceeded", "the program built a string or array larger than the sandbox allows") };
+        return Failure {
+            line,
+            ..Failure::new("memory_exceeded", "the program built a string or array larger than the sandbox allows")
+        };
     }
     if name == "RangeError" && message.contains("call stack size exceeded") {
         return Failure {
@@ -626,11 +631,14 @@ mod tests {
         let mut big_cpu = limits();
         big_cpu.cpu = Duration::from_secs(10);
         assert_eq!(failed_with(bomb, big_cpu.clone()).code, "memory_exceeded");
-        for huge in ["async () => { let s = 'x'; for (;;) s += s; }", "async () => 'x'.repeat(1 << 29)", "async () => new Array(2 ** 32)"] {
+        for huge in
+            ["async () => { let s = 'x'; for (;;) s += s; }", "async () => 'x'.repeat(1 << 29)", "async () => new Array(2 ** 32)"]
+        {
             assert_eq!(failed_with(huge, big_cpu.clone()).code, "memory_exceeded", "{huge}");
         }
         assert_eq!(failed("async () => { const f = (n) => f(n + 1) + 1; return f(0); }").code, "stack_overflow");
-        let calls = "async () => { for (let i = 0; i < 21; i++) { try { await gatehouse.skill('usage'); } catch {} } return 'caught'; }";
+        let calls =
+            "async () => { for (let i = 0; i < 21; i++) { try { await gatehouse.skill('usage'); } catch {} } return 'caught'; }";
         assert_eq!(failed(calls).code, "budget_exceeded");
         assert_eq!(failed("async () => { for (;;) console.log('spam'); }").code, "log_limit");
         let emit = "async () => { for (let i = 0; i < 33; i++) gatehouse.emit({ type: 'text', text: 'x' }); }";

@@ -374,8 +374,8 @@ pub enum Writes<'a> {
     Refuse,
     /// Make it (`call_destructive_tool`, native pools: the client asks the human).
     Allow,
-    /// Make it if the gate agrees (programs on a trusted pool); otherwise the gate's answer.
-    Gated(&'a (dyn Fn(&str) -> Result<(), Outcome> + Sync)),
+    /// Make it unless the gate refuses (programs on a trusted pool): then the gate's refusal.
+    Gated(&'a (dyn Fn(&str) -> Option<Outcome> + Sync)),
 }
 
 async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive: bool) -> Outcome {
@@ -440,7 +440,7 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
     // Counted only once the call is sure to be made.
     if class == Class::Write
         && let Writes::Gated(gate) = writes
-        && let Err(refused) = gate(address)
+        && let Some(refused) = gate(address)
     {
         let mut out = refused.about(id, name);
         out.classification = Some("write");
