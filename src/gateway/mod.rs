@@ -11,13 +11,6 @@ pub mod surface;
 
 use std::{sync::Arc, time::Instant};
 
-use crate::{
-    AppState,
-    auth::{Actor, TenantCtx, TenantRef},
-    error::{Error, problem},
-    members::Permission,
-    workspaces::{self, Document, Workspace},
-};
 use axum::{
     Router,
     extract::{FromRequestParts, RawPathParams, Request, State},
@@ -33,6 +26,14 @@ use rmcp::{
     },
     service::RequestContext,
     transport::{StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager},
+};
+
+use crate::{
+    AppState,
+    auth::{Actor, TenantCtx, TenantRef},
+    error::{Error, problem},
+    members::Permission,
+    workspaces::{self, Document, Workspace},
 };
 
 /// What the authentication middleware hands to the tool handlers, through the request's
