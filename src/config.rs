@@ -57,6 +57,63 @@ pub struct Config {
     pub token_cap: i32,
     /// Downstream calls one tenant may have in flight per replica (`GATEHOUSE_TENANT_CONCURRENCY`).
     pub tenant_concurrency: usize,
+    /// Limits of `execute_code` programs (`GATEHOUSE_CODE_*`).
+    pub code: CodeConfig,
+}
+
+/// Limits of `execute_code`: each is enforced with its own error code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeConfig {
+    /// JavaScript heap per program (`GATEHOUSE_CODE_HEAP_BYTES`, default 64 MiB).
+    pub heap_bytes: usize,
+    /// Guest CPU time per program; waiting on host calls does not count (`GATEHOUSE_CODE_CPU_MS`, 250).
+    pub cpu_ms: u64,
+    /// Wall clock per program (`GATEHOUSE_CODE_WALL_MS`, 30,000).
+    pub wall_ms: u64,
+    /// Host calls per program; the next one ends the run (`GATEHOUSE_CODE_HOST_CALLS`, 20).
+    pub host_calls: u32,
+    /// Deadline of one host call (`GATEHOUSE_CODE_HOST_CALL_TIMEOUT_MS`, 15,000).
+    pub host_call_timeout_ms: u64,
+    /// A larger result is stashed and paged (`GATEHOUSE_CODE_RESULT_CHARS`, 24,000).
+    pub result_chars: usize,
+    /// Captured console output (`GATEHOUSE_CODE_LOG_CHARS`, 4,000).
+    pub log_chars: usize,
+    /// Emitted content blocks, in bytes and in number (`GATEHOUSE_CODE_EMIT_BYTES` 4,000,000, `…_EMIT_BLOCKS` 32).
+    pub emit_bytes: usize,
+    pub emit_blocks: usize,
+    /// Writes per program on a trusted pool (`GATEHOUSE_CODE_WRITES`, 10).
+    pub writes: u32,
+    /// Programs running at once per replica (`GATEHOUSE_CODE_RUNNING`, 2) and waiting (`GATEHOUSE_CODE_QUEUED`, 8).
+    pub running: usize,
+    pub queued: usize,
+    /// How long a program may wait for a slot before `executor_overloaded` (`GATEHOUSE_CODE_QUEUE_TIMEOUT_MS`, 5,000).
+    pub queue_timeout_ms: u64,
+    /// One tenant's share: programs running (`GATEHOUSE_CODE_TENANT_RUNNING`, default one less than
+    /// `running`, at least 1) and waiting (`GATEHOUSE_CODE_TENANT_QUEUED`, default half of `queued`, at least 1).
+    pub tenant_running: usize,
+    pub tenant_queued: usize,
+}
+
+impl Default for CodeConfig {
+    fn default() -> Self {
+        CodeConfig {
+            heap_bytes: 64 << 20,
+            cpu_ms: 250,
+            wall_ms: 30_000,
+            host_calls: 20,
+            host_call_timeout_ms: 15_000,
+            result_chars: 24_000,
+            log_chars: 4_000,
+            emit_bytes: 4_000_000,
+            emit_blocks: 32,
+            writes: 10,
+            running: 2,
+            queued: 8,
+            queue_timeout_ms: 5_000,
+            tenant_running: 1,
+            tenant_queued: 4,
+        }
+    }
 }
 
 impl Config {
@@ -179,6 +236,27 @@ impl Config {
         let db_max_connections = number("GATEHOUSE_DB_MAX_CONNECTIONS", 16, 1, 1000) as u32;
         let token_cap = number("GATEHOUSE_TOKEN_CAP", 100, 1, 1000) as i32;
         let tenant_concurrency = number("GATEHOUSE_TENANT_CONCURRENCY", 32, 1, 10_000) as usize;
+        let d = CodeConfig::default();
+        let running = number("GATEHOUSE_CODE_RUNNING", d.running as u64, 1, 256) as usize;
+        let queued = number("GATEHOUSE_CODE_QUEUED", d.queued as u64, 0, 10_000) as usize;
+        let code = CodeConfig {
+            heap_bytes: number("GATEHOUSE_CODE_HEAP_BYTES", d.heap_bytes as u64, 1 << 20, 4 << 30) as usize,
+            cpu_ms: number("GATEHOUSE_CODE_CPU_MS", d.cpu_ms, 1, 600_000),
+            wall_ms: number("GATEHOUSE_CODE_WALL_MS", d.wall_ms, 10, 3_600_000),
+            host_calls: number("GATEHOUSE_CODE_HOST_CALLS", d.host_calls as u64, 0, 10_000) as u32,
+            host_call_timeout_ms: number("GATEHOUSE_CODE_HOST_CALL_TIMEOUT_MS", d.host_call_timeout_ms, 10, 3_600_000),
+            result_chars: number("GATEHOUSE_CODE_RESULT_CHARS", d.result_chars as u64, 100, 10_000_000) as usize,
+            log_chars: number("GATEHOUSE_CODE_LOG_CHARS", d.log_chars as u64, 0, 10_000_000) as usize,
+            emit_bytes: number("GATEHOUSE_CODE_EMIT_BYTES", d.emit_bytes as u64, 0, 64 << 20) as usize,
+            emit_blocks: number("GATEHOUSE_CODE_EMIT_BLOCKS", d.emit_blocks as u64, 0, 1_000) as usize,
+            writes: number("GATEHOUSE_CODE_WRITES", d.writes as u64, 0, 1_000) as u32,
+            running,
+            queued,
+            queue_timeout_ms: number("GATEHOUSE_CODE_QUEUE_TIMEOUT_MS", d.queue_timeout_ms, 0, 600_000),
+            tenant_running: number("GATEHOUSE_CODE_TENANT_RUNNING", running.saturating_sub(1).max(1) as u64, 1, running as u64)
+                as usize,
+            tenant_queued: number("GATEHOUSE_CODE_TENANT_QUEUED", (queued / 2).max(1) as u64, 1, queued.max(1) as u64) as usize,
+        };
 
         // Never echo the value: it is key material.
         let vault_keys = get("GATEHOUSE_VAULT_KEYS").and_then(|spec| match crate::vault::KeyRing::parse(&spec) {
@@ -206,6 +284,7 @@ impl Config {
             db_max_connections,
             token_cap,
             tenant_concurrency,
+            code,
         };
         if problems.is_empty() { Ok(config) } else { Err(ConfigError(problems)) }
     }
@@ -234,6 +313,18 @@ mod tests {
         assert!(!c.cookie_secure());
         assert!(c.dev_sign_in());
         assert_eq!(c.token_cap, 100);
+        assert_eq!(c.code, CodeConfig::default(), "the issue's limits are the defaults");
+    }
+
+    #[test]
+    fn code_limits_are_validated_and_the_tenant_share_follows_the_slots() {
+        let c =
+            load(&[("GATEHOUSE_CODE_RUNNING", "8"), ("GATEHOUSE_CODE_QUEUED", "20"), ("GATEHOUSE_CODE_CPU_MS", "1000")]).unwrap();
+        assert_eq!((c.code.running, c.code.tenant_running, c.code.queued, c.code.tenant_queued), (8, 7, 20, 10));
+        assert_eq!(c.code.cpu_ms, 1000);
+        let err = load(&[("GATEHOUSE_CODE_HEAP_BYTES", "12"), ("GATEHOUSE_CODE_TENANT_RUNNING", "3")]).unwrap_err();
+        let vars: Vec<_> = err.0.iter().map(|p| p.var).collect();
+        assert_eq!(vars, ["GATEHOUSE_CODE_HEAP_BYTES", "GATEHOUSE_CODE_TENANT_RUNNING"], "a share above the slots is refused");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod admin_log;
 pub mod auth;
+pub mod code;
 pub mod config;
 pub mod db;
 pub mod dev_idp;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub bound: Arc<epochs::Cache<(tenants::TenantId, String), Arc<workspaces::Bound>>>,
     /// Sealed credential slots (never their plaintext), labelled the same way.
     pub credentials: Arc<epochs::Cache<gateway::credentials::SlotKey, Arc<Option<vault::store::Stored>>>>,
+    /// Runs `execute_code` programs (this replica's slots and queue).
+    pub code: Arc<code::Executor>,
 }
 
 /// Installs the process-wide TLS crypto provider (ring). reqwest is built without one, so

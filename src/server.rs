@@ -89,6 +89,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         config.tenant_concurrency,
     ));
     let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone());
+    let code = Arc::new(crate::code::Executor::new(config.code.clone()));
     let state = AppState {
         db: db.clone(),
         config: Arc::new(config),
@@ -99,6 +100,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         machines: Arc::default(),
         bound: Arc::default(),
         credentials: Arc::default(),
+        code,
     };
     let app = crate::http::router(state);
 

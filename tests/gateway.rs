@@ -110,7 +110,10 @@ async fn the_python_sdk_agent_works_through_the_gateway() {
     .await;
     assert_eq!(out["server"], "gatehouse");
     assert_eq!(out["protocol"], "2025-11-25");
-    assert_eq!(out["tools"], json!(["search_tools", "call_tool", "call_destructive_tool", "authorize_connector", "skills"]));
+    assert_eq!(
+        out["tools"],
+        json!(["search_tools", "call_tool", "call_destructive_tool", "execute_code", "authorize_connector", "skills"])
+    );
     let calls = out["calls"].as_array().unwrap();
     let search: Value = serde_json::from_str(calls[0]["text"][0].as_str().unwrap()).unwrap();
     assert_eq!(search["results"][0]["address"], "everything.echo");

@@ -45,6 +45,39 @@ pub struct Row {
     pub pool: Option<String>,
 }
 
+impl Row {
+    /// The row of one tool call: a top-level one (`source = "mcp"`) or a program's host call
+    /// (`source = "execute_code"`). `name` is the tool called when the outcome names none.
+    pub fn of_call(
+        ctx: &super::GatewayCtx,
+        name: &str,
+        outcome: &super::surface::Outcome,
+        started: std::time::Instant,
+        source: &'static str,
+    ) -> Row {
+        Row {
+            tenant_id: ctx.tenant.id.0,
+            occurred_at: Utc::now(),
+            id: Uuid::now_v7(),
+            workspace_id: ctx.bound.workspace.id.0,
+            request_id: ctx.request_id.clone(),
+            actor_kind: ctx.actor_kind,
+            actor_id: ctx.actor_id.clone(),
+            connector: outcome.connector.clone(),
+            tool: outcome.tool.clone().unwrap_or_else(|| name.to_owned()),
+            source,
+            outcome: if outcome.error_code.is_some() { "error" } else { "ok" },
+            duration_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
+            error_code: outcome.error_code.clone(),
+            classification: outcome.classification,
+            result_bytes: outcome.result_bytes,
+            client_name: ctx.client.as_ref().map(|c| c.0.clone()),
+            client_version: ctx.client.as_ref().map(|c| c.1.clone()),
+            pool: ctx.pool.as_ref().map(|(name, _)| name.clone()),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Recorder {
     tx: mpsc::Sender<Row>,

@@ -29,7 +29,6 @@ use rmcp::{
     service::RequestContext,
     transport::{StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager},
 };
-use uuid::Uuid;
 
 use crate::{
     AppState,
@@ -54,6 +53,8 @@ pub struct GatewayCtx {
     pub caller: workspaces::config::Caller,
     /// The pool this request came through (`…/mcp/{pool}`), if any.
     pub pool: Option<(String, workspaces::config::Pool)>,
+    /// The MCP client's name and version, once the call's request is parsed.
+    pub client: Option<(String, String)>,
 }
 
 impl GatewayCtx {
@@ -155,6 +156,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         request_id: ctx.audit.request_id.clone(),
         caller,
         pool,
+        client: None,
     });
     next.run(Request::from_parts(parts, body)).await
 }
@@ -220,7 +222,7 @@ impl ServerHandler for Gateway {
         if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
             return Ok(ListToolsResult::with_all_items(surface::native_tools(&self.state, &ctx).await));
         }
-        Ok(ListToolsResult::with_all_items(surface::tools()))
+        Ok(ListToolsResult::with_all_items(surface::tools_for(ctx.pool.as_ref().is_some_and(|(_, p)| p.trusted))))
     }
 
     async fn call_tool(
@@ -228,7 +230,8 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let ctx = gateway_ctx(&cx)?;
+        let mut ctx = gateway_ctx(&cx)?;
+        ctx.client = cx.client_info().map(|c| (c.name.clone(), c.version.clone()));
         let started = Instant::now();
         let args = request.arguments.unwrap_or_default();
         let outcome = if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
@@ -236,27 +239,7 @@ impl ServerHandler for Gateway {
         } else {
             surface::dispatch(&self.state, &ctx, &request.name, args).await
         };
-        let client = cx.client_info();
-        self.state.activity.record(activity::Row {
-            tenant_id: ctx.tenant.id.0,
-            occurred_at: chrono::Utc::now(),
-            id: Uuid::now_v7(),
-            workspace_id: ctx.bound.workspace.id.0,
-            request_id: ctx.request_id.clone(),
-            actor_kind: ctx.actor_kind,
-            actor_id: ctx.actor_id.clone(),
-            connector: outcome.connector.clone(),
-            tool: outcome.tool.clone().unwrap_or_else(|| request.name.to_string()),
-            source: "mcp",
-            outcome: if outcome.error_code.is_some() { "error" } else { "ok" },
-            duration_ms: started.elapsed().as_millis().min(i32::MAX as u128) as i32,
-            error_code: outcome.error_code.clone(),
-            classification: outcome.classification,
-            result_bytes: outcome.result_bytes,
-            client_name: client.as_ref().map(|c| c.name.clone()),
-            client_version: client.as_ref().map(|c| c.version.clone()),
-            pool: ctx.pool.as_ref().map(|(name, _)| name.clone()),
-        });
+        self.state.activity.record(activity::Row::of_call(&ctx, &request.name, &outcome, started, "mcp"));
         Ok(outcome.result.into())
     }
 }

@@ -70,13 +70,21 @@ pub async fn get(db: &Db, tenant: TenantId, workspace: Uuid, actor: &str, id: Uu
 /// The page of `body` starting at byte `offset` (moved back to a character boundary), at most
 /// [`PAGE_BYTES`] long; and where the next page starts, if there is one.
 pub fn page(body: &str, offset: usize) -> (&str, usize, Option<usize>) {
+    page_within(body, offset, PAGE_BYTES)
+}
+
+/// [`page`] with pages of at most `max` bytes (at least one character, so paging always moves on).
+pub fn page_within(body: &str, offset: usize, max: usize) -> (&str, usize, Option<usize>) {
     let mut start = offset.min(body.len());
     while !body.is_char_boundary(start) {
         start -= 1;
     }
-    let mut end = (start + PAGE_BYTES).min(body.len());
+    let mut end = (start + max.max(1)).min(body.len());
     while !body.is_char_boundary(end) {
         end -= 1;
+    }
+    if end == start && start < body.len() {
+        end = start + body[start..].chars().next().map_or(0, char::len_utf8);
     }
     (&body[start..end], start, (end < body.len()).then_some(end))
 }

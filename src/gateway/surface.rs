@@ -1,5 +1,5 @@
 //! The tool surface every workspace endpoint serves: `search_tools`, `call_tool`,
-//! `call_destructive_tool`, `authorize_connector`, `skills`. Writes are classified
+//! `call_destructive_tool`, `execute_code`, `authorize_connector`, `skills`. Writes are classified
 //! fail-closed: a tool is a read only when the workspace says so, or when the downstream
 //! declares `readOnlyHint: true` without `destructiveHint: true`.
 
@@ -22,9 +22,14 @@ use crate::{
     workspaces::{Connector, Document, config::Class},
 };
 
-pub const INSTRUCTIONS: &str = "Gatehouse serves this workspace's tools through five tools. Find a tool with \
-search_tools, call a read with call_tool, and a write with call_destructive_tool (your client should ask the \
-human first). Read the `usage` skill for the routing rules.";
+pub const INSTRUCTIONS: &str = "Gatehouse serves this workspace's tools through six tools. Find a tool with \
+search_tools, call one known read with call_tool, and a write with call_destructive_tool (your client should ask \
+the human first). For an unknown address, dependent calls or reducing results, run a JavaScript program with \
+execute_code. Read the `usage` skill for the routing rules.";
+
+/// The stash address of a program's own (large) result: no tool address lacks a dot, so it
+/// cannot name a connector's tool.
+pub const PROGRAM_ADDRESS: &str = "execute_code";
 
 /// Caller-authored text echoed back in errors is capped at this many bytes.
 const ECHO_CAP: usize = 512;
@@ -35,8 +40,30 @@ Tools are addressed as `<connector>.<tool>`.\n\n\
 - One known read: `call_tool` with `address` and `args`.\n\
 - A write (anything not declared read-only): `call_destructive_tool` with the same arguments; clients ask the human first. \
 `call_tool` refuses writes with `destructive_tool_requires_approval` and names the exact call to make instead.\n\
+- An unknown address, calls that depend on each other, or results to filter and reduce: `execute_code` with \
+one async arrow function, e.g. `async () => { const r = await gatehouse.call(\"github.list_issues\", {}); return r.content.length; }`. \
+Only the program's return value comes back to you.\n\
 - A connector that needs credentials: `authorize_connector` says how to repair it.\n\n\
-Errors carry a stable `code`; `unavailable`, `timeout` and `rate_limited` are worth retrying.\n";
+Routing rule: one known read -> `call_tool`; unknown address, dependent calls or reduction -> `execute_code`; \
+writes -> `call_destructive_tool`.\n\n\
+## execute_code\n\n\
+The program is plain JavaScript (no TypeScript, no `import`/`require`, no timers, network, files or `eval`), \
+run in a fresh sandbox each time. The only host object is `gatehouse` (do not declare a variable or parameter \
+of that name):\n\
+- `await gatehouse.search({query, connector, safety, limit, offset})` -> the same answer as `search_tools`.\n\
+- `await gatehouse.describe({addresses: [\"c.t\", ...]})` -> each tool's description, safety and input schema.\n\
+- `await gatehouse.call(address, args, {timeoutMs})` -> the tool's MCP result `{content, structuredContent, isError}`; \
+a result over 24,000 bytes resolves to `{stashed: {id, total_bytes}}`: read it with `gatehouse.result(id, {offset, maxBytes})`, \
+which answers `{chunk, next_offset, total_bytes}`.\n\
+- `await gatehouse.skill(\"usage\")`; `gatehouse.emit({type: \"text\", text})` (or image/audio with `data` and `mimeType`) \
+adds a content block to the answer; `console.log/warn/error` are returned as `logs`.\n\
+Gateway refusals reject with an error whose `code` is stable. Run calls in parallel with `Promise.all`. \
+Writes are refused inside programs (`destructive_tool_requires_approval` names the call_destructive_tool call to make) \
+except on a pool marked trusted, which allows 10 writes per run, never retried.\n\
+Limits per run: 20 host calls (the 21st ends the run with `budget_exceeded`), 250 ms of CPU (waiting for calls does \
+not count), 30 s in all, 15 s per call, 64 MiB of memory, a 24,000-character result (larger ones are paged), \
+4,000 characters of logs, 32 emitted blocks / 4 MB.\n\n\
+Errors carry a stable `code`; `unavailable`, `timeout`, `rate_limited` and `executor_overloaded` are worth retrying.\n";
 
 fn schema(value: Value) -> JsonObject {
     match value {
@@ -50,8 +77,13 @@ fn tool(name: &'static str, description: &'static str, input: Value, read_only: 
     Tool::new(name, description, schema(input)).with_annotations(annotations)
 }
 
-/// The surface, as `tools/list` shows it.
+/// The surface, as `tools/list` shows it on an endpoint whose programs may not write.
 pub fn tools() -> Vec<Tool> {
+    tools_for(false)
+}
+
+/// The surface; `trusted` (a trusted pool) marks `execute_code` as able to write.
+pub fn tools_for(trusted: bool) -> Vec<Tool> {
     let call_args = json!({
         "type": "object",
         "properties": {
@@ -86,6 +118,25 @@ pub fn tools() -> Vec<Tool> {
         ),
         tool("call_destructive_tool", "Call a tool that may change something. Ask the human before using it.", call_args, false),
         tool(
+            "execute_code",
+            "Run one async arrow JavaScript function in a sandbox whose only host object is `gatehouse` \
+             (search, describe, call, result, skill, emit): discover tools, make dependent or parallel calls and reduce \
+             their results server-side, so only the answer comes back. Read the `usage` skill first.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "code": {
+                        "type": "string",
+                        "maxLength": crate::code::MAX_CODE_BYTES,
+                        "description": "e.g. async () => { const r = await gatehouse.search({ query: \"issues\" }); return r.total; }"
+                    }
+                },
+                "required": ["code"],
+                "additionalProperties": false
+            }),
+            !trusted,
+        ),
+        tool(
             "authorize_connector",
             "Say how to repair a connector's authorization.",
             json!({ "type": "object", "properties": { "connector": { "type": "string" } }, "required": ["connector"], "additionalProperties": false }),
@@ -108,10 +159,12 @@ pub struct Outcome {
     pub error_code: Option<String>,
     pub classification: Option<&'static str>,
     pub result_bytes: i32,
+    /// The result was stashed: `result` says how to page it.
+    pub stashed: bool,
 }
 
 impl Outcome {
-    fn ok(value: Value) -> Outcome {
+    pub(crate) fn ok(value: Value) -> Outcome {
         let text = value.to_string();
         let bytes = text.len() as i32;
         Outcome {
@@ -121,10 +174,11 @@ impl Outcome {
             error_code: None,
             classification: None,
             result_bytes: bytes,
+            stashed: false,
         }
     }
 
-    fn error(code: &str, message: String, extra: Option<Value>) -> Outcome {
+    pub(crate) fn error(code: &str, message: String, extra: Option<Value>) -> Outcome {
         let mut error = json!({ "code": code, "message": message });
         if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut error) {
             map.extend(extra);
@@ -136,7 +190,22 @@ impl Outcome {
             error_code: Some(code.to_owned()),
             classification: None,
             result_bytes: 0,
+            stashed: false,
         }
+    }
+
+    /// A gateway refusal (not a downstream tool's own error result): its `{"code", "message", …}`.
+    pub(crate) fn refusal(&self) -> Option<Value> {
+        let code = self.error_code.as_deref()?;
+        if code == "tool_error" {
+            return None;
+        }
+        let text = self.result.content.first().and_then(|c| c.as_text()).map(|t| t.text.as_str()).unwrap_or("");
+        let parsed: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+        Some(match parsed.get("error") {
+            Some(error) => error.clone(),
+            None => json!({ "code": code, "message": text }),
+        })
     }
 
     fn about(mut self, connector: &str, tool: &str) -> Outcome {
@@ -147,7 +216,7 @@ impl Outcome {
 }
 
 /// Caps caller-authored text echoed back in an error.
-fn echo(text: &str) -> String {
+pub(crate) fn echo(text: &str) -> String {
     let mut end = text.len().min(ECHO_CAP);
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -204,12 +273,18 @@ pub async fn dispatch(state: &AppState, ctx: &GatewayCtx, name: &str, args: Json
         "search_tools" => search(state, ctx, &args).await,
         "call_tool" => call(state, ctx, &args, false).await,
         "call_destructive_tool" => call(state, ctx, &args, true).await,
+        "execute_code" => crate::code::execute(state, ctx, &args).await,
         "authorize_connector" => authorize(state, ctx, &args).await,
-        "skills" => match args.get("name").and_then(Value::as_str).unwrap_or("usage") {
-            "usage" => Outcome::ok(json!({ "name": "usage", "text": USAGE })),
-            other => Outcome::error("unknown_skill", format!("no skill named `{}`; try `usage`", echo(other)), None),
-        },
+        "skills" => skill(args.get("name").and_then(Value::as_str).unwrap_or("usage")),
         other => Outcome::error("unknown_tool", format!("this endpoint has no tool `{}`", echo(other)), None),
+    }
+}
+
+/// A built-in skill by name.
+pub fn skill(name: &str) -> Outcome {
+    match name {
+        "usage" => Outcome::ok(json!({ "name": "usage", "text": USAGE })),
+        other => Outcome::error("unknown_skill", format!("no skill named `{}`; try `usage`", echo(other)), None),
     }
 }
 
@@ -255,7 +330,7 @@ async fn credential(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector)
     credentials::resolve(state, &caller, id, c).await.map_err(Failure::Auth)
 }
 
-async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
+pub async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
     let query = args.get("query").and_then(Value::as_str).unwrap_or("").to_lowercase();
     let only = args.get("connector").and_then(Value::as_str);
     let safety = args.get("safety").and_then(Value::as_str);
@@ -310,7 +385,23 @@ async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcom
     Outcome::ok(json!({ "results": results, "total": total, "offset": offset, "limit": limit, "unavailable": unavailable }))
 }
 
+/// What `call` does with a tool classified as a write.
+pub enum Writes<'a> {
+    /// Refuse it with `destructive_tool_requires_approval` and the call to make instead.
+    Refuse,
+    /// Make it (`call_destructive_tool`, native pools: the client asks the human).
+    Allow,
+    /// Make it unless the gate refuses (programs on a trusted pool): then the gate's refusal.
+    Gated(&'a (dyn Fn(&str) -> Option<Outcome> + Sync)),
+}
+
 async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive: bool) -> Outcome {
+    call_with(state, ctx, args, if destructive { Writes::Allow } else { Writes::Refuse }).await
+}
+
+/// `call_tool`'s path, with `writes` deciding what happens to a write: grants, fail-closed
+/// classification, schema check, the downstream call under its deadline, stashing.
+pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, writes: Writes<'_>) -> Outcome {
     let Some(address) = args.get("address").and_then(Value::as_str) else {
         return Outcome::error("invalid_args", "`address` (<connector>.<tool>) is required".into(), None);
     };
@@ -336,7 +427,7 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
     };
     let Some(tool) = tools.iter().find(|t| t.name == name) else { return unknown().about(id, name) };
     let class = classify(&ctx.bound.document, id, tool);
-    if class == Class::Write && !destructive {
+    if class == Class::Write && matches!(writes, Writes::Refuse) {
         let call = json!({ "address": address, "args": tool_args });
         let mut next = json!({ "tool": "call_destructive_tool" });
         if call.to_string().len() <= ECHO_CAP {
@@ -371,13 +462,24 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
             return out;
         }
     };
+    // Counted only once the call is sure to be made.
+    if class == Class::Write
+        && let Writes::Gated(gate) = writes
+        && let Some(refused) = gate(address)
+    {
+        let mut out = refused.about(id, name);
+        out.classification = Some("write");
+        return out;
+    }
     let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args, credential.as_ref()).await {
         Ok(result) => {
             let body = serde_json::to_string(&result).unwrap_or_default();
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
-            let result = if body.len() > stash::INLINE_CAP_BYTES { stashed(state, ctx, address, &body).await } else { result };
+            let large = body.len() > stash::INLINE_CAP_BYTES;
+            let result = if large { stashed(state, ctx, address, &body).await } else { result };
             Outcome {
                 error_code,
+                stashed: large && !result.is_error.unwrap_or(false),
                 result,
                 connector: None,
                 tool: None,
@@ -390,6 +492,52 @@ async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive
     .about(id, name);
     out.classification = Some(class_name(class));
     out
+}
+
+/// Tools a program may ask about at once.
+pub const DESCRIBE_MAX: usize = 20;
+
+/// What a program needs to call each address: description, safety and schemas. An unknown or
+/// ungranted address answers `unknown_tool` in its own entry.
+pub async fn describe(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
+    let Some(addresses) = args.get("addresses").and_then(Value::as_array) else {
+        return Outcome::error("invalid_args", "`addresses` is a list of <connector>.<tool>".into(), None);
+    };
+    if addresses.is_empty() || addresses.len() > DESCRIBE_MAX {
+        return Outcome::error("invalid_args", format!("`addresses` holds 1 to {DESCRIBE_MAX} addresses"), None);
+    }
+    let mut tools = Vec::with_capacity(addresses.len());
+    for address in addresses {
+        let address = address.as_str().unwrap_or("");
+        let unknown = json!({ "address": echo(address), "error": { "code": "unknown_tool" } });
+        let Some((id, name)) = address.split_once('.') else {
+            tools.push(unknown);
+            continue;
+        };
+        let Some(c) = connector(ctx, id).filter(|_| ctx.visible(id, Some(name))) else {
+            tools.push(unknown);
+            continue;
+        };
+        let found = match catalog(state, ctx, id, &key(ctx, id, c), c).await {
+            Ok(catalog) => catalog.iter().find(|t| t.name == name).cloned(),
+            Err(f) => {
+                tools.push(json!({ "address": address, "error": { "code": failure(f).error_code } }));
+                continue;
+            }
+        };
+        tools.push(match found {
+            Some(t) => json!({
+                "address": address,
+                "title": t.title,
+                "description": t.description,
+                "safety": class_name(classify(&ctx.bound.document, id, &t)),
+                "inputSchema": t.input_schema,
+                "outputSchema": t.output_schema,
+            }),
+            None => unknown,
+        });
+    }
+    Outcome::ok(json!({ "tools": tools }))
 }
 
 /// Says honestly where the connector's credential stands: not needed, set, missing,
@@ -461,7 +609,7 @@ pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: J
 
 /// Stashes a result over the inline cap and answers with how to page it. If it cannot be
 /// stashed, the call still happened: say so rather than drop the answer silently.
-async fn stashed(state: &AppState, ctx: &GatewayCtx, address: &str, body: &str) -> CallToolResult {
+pub(crate) async fn stashed(state: &AppState, ctx: &GatewayCtx, address: &str, body: &str) -> CallToolResult {
     match stash::put(&state.db, ctx.tenant.id, ctx.bound.workspace.id.0, &ctx.actor_id, address, body).await {
         Ok(id) => {
             let (_, _, next) = stash::page(body, 0);
@@ -484,6 +632,11 @@ async fn stashed(state: &AppState, ctx: &GatewayCtx, address: &str, body: &str) 
 }
 
 async fn result_page(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
+    result_page_within(state, ctx, args, stash::PAGE_BYTES).await
+}
+
+/// A page of at most `max_bytes` (and of `args.maxBytes` when smaller) of a stashed result.
+pub async fn result_page_within(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, max_bytes: usize) -> Outcome {
     let Some(id) = args.get("id").and_then(Value::as_str).and_then(|s| s.parse::<uuid::Uuid>().ok()) else {
         return Outcome::error("invalid_args", "`args.id` is the stashed result's id".into(), None);
     };
@@ -493,12 +646,16 @@ async fn result_page(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> O
     else {
         return missing();
     };
-    // The caller's grants are checked again on every page.
-    let Some((connector, tool)) = address.split_once('.') else { return missing() };
-    if !ctx.visible(connector, Some(tool)) {
-        return missing();
+    // The caller's grants are checked again on every page. A program's own result was made
+    // from what the same caller could see when it ran.
+    if address != PROGRAM_ADDRESS {
+        let Some((connector, tool)) = address.split_once('.') else { return missing() };
+        if !ctx.visible(connector, Some(tool)) {
+            return missing();
+        }
     }
-    let (chunk, start, next) = stash::page(&body, offset);
+    let max = args.get("maxBytes").and_then(Value::as_u64).map_or(max_bytes, |m| (m as usize).clamp(1, max_bytes));
+    let (chunk, start, next) = stash::page_within(&body, offset, max);
     Outcome::ok(
         json!({ "id": id, "address": address, "offset": start, "next_offset": next, "total_bytes": body.len(), "chunk": chunk }),
     )

@@ -39,6 +39,10 @@ pub struct Pool {
     /// gateway's surface (so an unmodified MCP client can use a downstream through the gateway).
     #[serde(default)]
     pub native: bool,
+    /// Programs (`execute_code`) served here may make writes (at most 10 a run). Left out of
+    /// stored documents when false, so older documents keep their digests.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trusted: bool,
 }
 
 impl Pool {
