@@ -38,15 +38,7 @@ async fn configure(t: &TestDb, patch: Value) {
 /// One raw `tools/call` (protocol 2025-11-25, stateless): whether it is an error, and the JSON
 /// of its first text block; plus the whole result.
 async fn tool(url: &str, m: &Machine, name: &str, arguments: Value) -> (bool, Value, Value) {
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
-    let r = m
-        .headers(http().post(url))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = common::mcp_post(url, m, "tools/call", json!({ "name": name, "arguments": arguments })).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
     let result = body["result"].clone();

@@ -69,15 +69,7 @@ async fn configure(t: &TestDb, patch: Value) {
 
 /// One raw JSON-RPC request to an MCP endpoint (protocol 2025-11-25, stateless).
 async fn rpc(url: &str, m: &Machine, method: &str, params: Value) -> (u16, Value) {
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    let r = m
-        .headers(http().post(url))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = common::mcp_post(url, m, method, params).await;
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
 }

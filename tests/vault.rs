@@ -90,15 +90,7 @@ fn add_args<'a>(id: &'a str, file: &'a str) -> Vec<&'a str> {
 
 /// Calls a gateway tool; (is error, its JSON, the raw response text).
 async fn tool(url: &str, m: &Machine, name: &str, arguments: Value) -> (bool, Value, String) {
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
-    let r = m
-        .headers(http().post(url))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = common::mcp_post(url, m, "tools/call", json!({ "name": name, "arguments": arguments })).await;
     assert_eq!(r.status(), 200);
     let raw = r.text().await.unwrap();
     let answer: Value = serde_json::from_str(&raw).unwrap();

@@ -361,3 +361,16 @@ pub async fn python_agent(url: &str, m: &Machine, calls: serde_json::Value) -> s
     assert!(out.status.success(), "agent failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("agent prints JSON")
 }
+
+/// One raw JSON-RPC request to an MCP endpoint with machine credentials (protocol 2025-11-25,
+/// stateless, no handshake).
+pub async fn mcp_post(url: &str, m: &Machine, method: &str, params: serde_json::Value) -> reqwest::Response {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    m.headers(http().post(url))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
