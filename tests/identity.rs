@@ -546,3 +546,53 @@ async fn sessions_end_at_idle_and_absolute_expiry() {
     }
     assert_eq!(served.terminate().await, 0);
 }
+
+/// The replica caches never outlive a revocation: while eight tasks call two server
+/// processes without pause, a token is revoked; every request sent after the revocation
+/// committed is refused, on both processes. Three rounds, each with fresh credentials.
+#[tokio::test]
+async fn under_load_no_request_after_a_revocation_is_served() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    let a = Served::start(gatehouse(Some(&t.url))).await;
+    let b = Served::start(gatehouse(Some(&t.url))).await;
+    for round in 0..3 {
+        let m = provision(&t.url, "acme").await;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let url = format!("{}/api/v1/tenants/acme", if i % 2 == 0 { &a.base } else { &b.base });
+            let (m, stop) = (m.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let client = http();
+                let mut seen = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let sent = std::time::Instant::now();
+                    let status = m.headers(client.get(&url)).send().await.unwrap().status().as_u16();
+                    seen.push((sent, status));
+                }
+                seen
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        cli(&t.url, &["token", "revoke", "--tenant", "acme", &m.token_id]).await;
+        let revoked = std::time::Instant::now();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut before = 0;
+        let mut after = 0;
+        for task in tasks {
+            for (sent, status) in task.await.unwrap() {
+                if sent > revoked {
+                    assert_eq!(status, 401, "round {round}: a request sent after the revocation was served");
+                    after += 1;
+                } else if status == 200 {
+                    before += 1;
+                }
+            }
+        }
+        assert!(before > 8 && after > 8, "round {round}: {before} served before, {after} refused after");
+    }
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
