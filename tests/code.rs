@@ -292,3 +292,43 @@ async fn admission_refuses_when_every_slot_and_place_is_taken() {
     assert_eq!(whole["content"][2]["type"], "image");
     assert_eq!(served.terminate().await, 0);
 }
+
+/// The two limits that need a slow downstream: the wall clock ends a program whose host calls
+/// (each within its own deadline) add up past it, and a write whose host call times out is
+/// reported as `write_outcome_unknown` (it may have happened), never retried.
+#[tokio::test]
+async fn wall_clock_and_unknown_write_outcomes() {
+    let s = setup().await;
+    configure(&s.t, json!({ "pools": { "ops": { "tools": ["everything"], "trusted": true } } })).await;
+    let mut cmd = gatehouse(Some(&s.t.url));
+    cmd.env("GATEHOUSE_CODE_WALL_MS", "1500").env("GATEHOUSE_CODE_HOST_CALL_TIMEOUT_MS", "700");
+    let served = Served::start(cmd).await;
+    let trusted = format!("{}/t/acme/w/main/mcp/ops", served.base);
+
+    // Five reads of half a second each: every one inside its deadline, together past the wall.
+    let started = std::time::Instant::now();
+    let slow_reads = r#"async () => {
+      for (let i = 0; i < 5; i++) await gatehouse.call("everything.trigger-long-running-operation", { duration: 0.5, steps: 1 });
+      return "not reached";
+    }"#;
+    let (err, body) = run(&trusted, &s.machine, slow_reads).await;
+    assert!(err && body["error"]["code"] == "wall_clock_exceeded", "{body}");
+    assert!(started.elapsed() < Duration::from_millis(2500), "ended at the wall clock, not after the calls");
+
+    // The same tool declared a write: its call outlives the host-call deadline.
+    configure(
+        &s.t,
+        json!({
+            "classification": { "everything.trigger-long-running-operation": "write" },
+            "pools": { "ops": { "tools": ["everything"], "trusted": true } }
+        }),
+    )
+    .await;
+    let write = r#"async () => {
+      try { await gatehouse.call("everything.trigger-long-running-operation", { duration: 3, steps: 1 }); } catch (e) { return "caught " + e.code; }
+      return "not reached";
+    }"#;
+    let (err, body) = run(&trusted, &s.machine, write).await;
+    assert!(err && body["error"]["code"] == "write_outcome_unknown", "{body}");
+    assert_eq!(served.terminate().await, 0);
+}
