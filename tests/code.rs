@@ -301,19 +301,23 @@ async fn wall_clock_and_unknown_write_outcomes() {
     let s = setup().await;
     configure(&s.t, json!({ "pools": { "ops": { "tools": ["everything"], "trusted": true } } })).await;
     let mut cmd = gatehouse(Some(&s.t.url));
-    cmd.env("GATEHOUSE_CODE_WALL_MS", "1500").env("GATEHOUSE_CODE_HOST_CALL_TIMEOUT_MS", "700");
+    cmd.env("GATEHOUSE_CODE_WALL_MS", "2000").env("GATEHOUSE_CODE_HOST_CALL_TIMEOUT_MS", "2500");
     let served = Served::start(cmd).await;
     let trusted = format!("{}/t/acme/w/main/mcp/ops", served.base);
+    // The downstream session and catalog first, so no host call below pays for them.
+    let (err, body, _) = tool(&trusted, &s.machine, "search_tools", json!({ "query": "long" })).await;
+    assert!(!err, "{body}");
 
-    // Five reads of half a second each: every one inside its deadline, together past the wall.
+    // Eight reads of half a second each: every one well inside its deadline, together twice
+    // the wall clock.
     let started = std::time::Instant::now();
     let slow_reads = r#"async () => {
-      for (let i = 0; i < 5; i++) await gatehouse.call("everything.trigger-long-running-operation", { duration: 0.5, steps: 1 });
+      for (let i = 0; i < 8; i++) await gatehouse.call("everything.trigger-long-running-operation", { duration: 0.5, steps: 1 });
       return "not reached";
     }"#;
     let (err, body) = run(&trusted, &s.machine, slow_reads).await;
     assert!(err && body["error"]["code"] == "wall_clock_exceeded", "{body}");
-    assert!(started.elapsed() < Duration::from_millis(2500), "ended at the wall clock, not after the calls");
+    assert!(started.elapsed() < Duration::from_millis(3800), "ended at the wall clock, not after the calls");
 
     // The same tool declared a write: its call outlives the host-call deadline.
     configure(
@@ -325,7 +329,7 @@ async fn wall_clock_and_unknown_write_outcomes() {
     )
     .await;
     let write = r#"async () => {
-      try { await gatehouse.call("everything.trigger-long-running-operation", { duration: 3, steps: 1 }); } catch (e) { return "caught " + e.code; }
+      try { await gatehouse.call("everything.trigger-long-running-operation", { duration: 6, steps: 1 }); } catch (e) { return "caught " + e.code; }
       return "not reached";
     }"#;
     let (err, body) = run(&trusted, &s.machine, write).await;
