@@ -5,6 +5,7 @@
 pub mod admin_log;
 pub mod auth;
 pub mod config;
+pub mod connect_links;
 pub mod db;
 pub mod dev_idp;
 pub mod doctor;

@@ -126,6 +126,9 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools) VALUES ($1, $1, $2, 'k', '[]')",
         "INSERT INTO credentials (tenant_id, workspace_id, connector_id, owner, key_id, envelope, fields, updated_by)
          VALUES ($1, $1, $2, 'shared', 'k1', 'v1.k1.x.y', '[]', 'test')",
+        "INSERT INTO connect_links (tenant_id, id, workspace_id, connector_id, email, token_hash, created_by, expires_at)
+         VALUES ($1, gen_random_uuid(), $1, $2, $2 || '@x.test', convert_to($2 || 'link', 'UTF8'), 'test', now() + interval '1 day')",
+        "INSERT INTO mail_outbox (tenant_id, id, to_address, subject, body) VALUES ($1, gen_random_uuid(), $2 || '@x.test', 's', 'b')",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }
