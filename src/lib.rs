@@ -16,6 +16,7 @@ pub mod http;
 pub mod kv;
 pub mod members;
 pub mod metrics;
+pub mod oauth;
 pub mod oidc;
 pub mod pages;
 pub mod secrets;
@@ -49,6 +50,8 @@ pub struct AppState {
     pub bound: Arc<epochs::Cache<(tenants::TenantId, String), Arc<workspaces::Bound>>>,
     /// Sealed credential slots (never their plaintext), labelled the same way.
     pub credentials: Arc<epochs::Cache<gateway::credentials::SlotKey, Arc<Option<vault::store::Stored>>>>,
+    /// Downstream OAuth: its HTTP client and the grants this replica read (sealed), by epoch.
+    pub oauth: Arc<oauth::Oauth>,
 }
 
 /// Installs the process-wide TLS crypto provider (ring). reqwest is built without one, so

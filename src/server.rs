@@ -99,6 +99,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         machines: Arc::default(),
         bound: Arc::default(),
         credentials: Arc::default(),
+        oauth: Arc::new(crate::oauth::Oauth::new(crate::oidc::http_client()?)),
     };
     let app = crate::http::router(state);
 

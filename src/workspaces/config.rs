@@ -180,6 +180,12 @@ impl Auth {
         }
     }
 
+    /// Whether each member holds their own credential (a personal slot or OAuth grant).
+    pub fn personal(&self) -> bool {
+        matches!(self, Auth::Slot { slot: SlotKind::Personal, .. })
+            || matches!(self, Auth::Oauth(o) if o.grant == SlotKind::Personal)
+    }
+
     /// The connector's OAuth settings, if it authenticates with OAuth.
     pub fn oauth(&self) -> Option<&OauthAuth> {
         match self {
