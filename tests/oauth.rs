@@ -243,6 +243,11 @@ async fn a_personal_grant_is_connected_once_refreshed_once_across_replicas_and_r
 
     // Ann follows it and authorizes at the provider; duplicate callbacks race: one claim wins.
     let callback = walk_to_callback(&ann, &link, "ann-at-crm").await;
+    // The callback replayed in another person's browser consumes nothing.
+    let r = bob.client.get(&callback).send().await.unwrap();
+    assert_eq!(r.status(), 409, "only the member who started the flow may finish it");
+    let r = common::http().get(&callback).send().await.unwrap();
+    assert_eq!(r.status(), 409, "nor may a browser signed in as nobody");
     let mut racers = Vec::new();
     for _ in 0..4 {
         let (client, callback) = (ann.client.clone(), callback.clone());
@@ -430,4 +435,111 @@ async fn a_mailed_connect_link_authorizes_a_shared_grant_once() {
     assert_eq!(body["sub"], "it-admin");
     let ok_poll = eventually(Duration::from_secs(1), || async { true }).await;
     assert!(ok_poll);
+}
+
+/// A real MCP server (`server-everything`) behind a loopback gate that publishes protected
+/// resource metadata (RFC 9728) naming `issuer`, and lets through only requests whose bearer
+/// token the provider's userinfo endpoint vouches for. Answers (its /mcp URL, tokens shown).
+async fn protected_mcp(issuer: &str, upstream: &str) -> (String, Seen) {
+    use axum::{body::Body, extract::Request, http::StatusCode, response::IntoResponse};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen: Seen = Default::default();
+    let metadata = json!({ "resource": format!("{base}/mcp"), "authorization_servers": [issuer] });
+    let (log, userinfo, upstream) = (seen.clone(), format!("{issuer}/me"), upstream.to_owned());
+    let app = axum::Router::new()
+        .route("/.well-known/oauth-protected-resource/mcp", axum::routing::get(move || async move { axum::Json(metadata) }))
+        .fallback(move |request: Request| {
+            let (log, userinfo, upstream) = (log.clone(), userinfo.clone(), upstream.clone());
+            async move {
+                let token = request
+                    .headers()
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(str::to_owned);
+                let Some(token) = token else { return (StatusCode::UNAUTHORIZED, "bearer token required").into_response() };
+                log.lock().unwrap().push(token.clone());
+                let r = common::http().get(&userinfo).bearer_auth(&token).send().await.unwrap();
+                if r.status() != 200 {
+                    return (StatusCode::UNAUTHORIZED, "the provider does not vouch for this token").into_response();
+                }
+                let (parts, body) = request.into_parts();
+                let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+                let mut forward = common::http().request(parts.method, format!("{upstream}{}", parts.uri.path()));
+                for name in ["content-type", "accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"] {
+                    if let Some(v) = parts.headers.get(name) {
+                        forward = forward.header(name, v);
+                    }
+                }
+                let answer = forward.body(body).send().await.unwrap();
+                let mut response = axum::http::Response::builder().status(answer.status().as_u16());
+                for name in ["content-type", "mcp-session-id"] {
+                    if let Some(v) = answer.headers().get(name) {
+                        response = response.header(name, v.as_bytes());
+                    }
+                }
+                response.body(Body::from_stream(answer.bytes_stream())).unwrap().into_response()
+            }
+        });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("{base}/mcp"), seen)
+}
+
+#[tokio::test]
+async fn a_remote_mcp_server_names_its_authorization_server_and_gets_the_workspace_grant() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_REVOCATION", "1")]).await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream).await;
+    ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
+    ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
+    // No issuer and no endpoints: the server's protected resource metadata names them.
+    let file = json_file(&json!({ "auth": { "type": "oauth", "grant": "shared", "client_id": CLIENT, "scopes": ["openid"] } }));
+    let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "everything", "--kind", "remote_mcp"];
+    let mut without_vault = gatehouse(Some(&t.url));
+    without_vault.args(add).args(["--url", &mcp_url, "--config", &file]);
+    let (code, _, err) = run(without_vault).await;
+    assert!(code == 1 && err.contains("vault_disabled"), "OAuth tokens need the vault: {err}");
+    let mut with_vault = cmd(&t, &keys);
+    with_vault.args(add).args(["--url", &mcp_url, "--config", &file]);
+    assert_eq!(run(with_vault).await.0, 0);
+
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+    let machine = common::provision(&t.url, "acme").await;
+    let mcp = format!("{}/t/acme/w/main/mcp", served.base);
+    let echo = json!({ "address": "everything.echo", "args": { "message": "through OAuth" } });
+    let (err, body, _) = tool(&mcp, &machine, "call_tool", echo.clone()).await;
+    assert!(err && body["error"]["code"] == "auth_required", "{body}");
+    assert!(seen.lock().unwrap().is_empty(), "nothing was sent without a token");
+
+    // A person with credential_administration connects the workspace's grant.
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let path = "/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/shared";
+    let r = ann.write(Method::POST, &format!("{path}/connect"), json!({})).await;
+    assert_eq!(r.status(), 200);
+    let url = r.json::<Value>().await.unwrap()["url"].as_str().unwrap().to_owned();
+    let landing = ann.walk(&url, |f| (f == "login").then(|| "ops".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    assert!(landing.url.starts_with(&format!("{}/oauth/callback", served.base)), "{landing:?}");
+
+    // Tools are listed and called over the MCP session with the provider's token.
+    let (err, body, _) = tool(&mcp, &machine, "search_tools", json!({ "query": "echo" })).await;
+    assert!(!err, "{body}");
+    assert_eq!(body["results"][0]["address"], "everything.echo", "{body}");
+    let (err, body, raw) = tool(&mcp, &machine, "call_tool", echo).await;
+    assert!(!err, "{body}");
+    assert!(raw.contains("through OAuth"), "{raw}");
+    let r = ann.client.get(format!("{}{path}", served.base)).send().await.unwrap();
+    let grant: Value = r.json().await.unwrap();
+    assert_eq!((grant["status"].as_str(), grant["account_label"].as_str()), (Some("active"), Some("ops")), "{grant}");
+    let tokens = seen.lock().unwrap().clone();
+    assert!(!tokens.is_empty());
+    for token in &tokens {
+        assert!(!served.logs().contains(token.as_str()) && !raw.contains(token.as_str()));
+    }
 }

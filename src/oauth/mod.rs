@@ -284,7 +284,9 @@ pub struct Connected {
 fn claimed_error() -> Error {
     Error::Conflict {
         code: "flow_claimed",
-        message: "this authorization was already completed, has expired, or was never started here".into(),
+        message:
+            "this authorization was already completed, has expired, was started by another person, or was never started here"
+                .into(),
     }
 }
 
@@ -300,9 +302,10 @@ pub async fn finish(
     let tenant = flow_state.split_once('.').and_then(|(t, _)| Uuid::parse_str(t).ok()).map(TenantId).ok_or_else(claimed_error)?;
     let hash = secrets::digest(flow_state);
     let hash = &hash;
+    let member = session_member.filter(|(t, _)| *t == tenant).map(|(_, m)| m);
     let flow = state
         .db
-        .single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::claim_flow(conn, tenant, hash)))
+        .single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::claim_flow(conn, tenant, hash, member)))
         .await?
         .ok_or_else(claimed_error)?;
     let owner = crate::vault::slots::parse_owner(&flow.owner).ok_or_else(claimed_error)?;

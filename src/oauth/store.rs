@@ -61,15 +61,24 @@ pub async fn insert_flow(
     Ok(())
 }
 
-/// Claims an unclaimed, unexpired flow: of several duplicate callbacks exactly one gets it.
-pub async fn claim_flow(conn: &mut PgConnection, tenant: TenantId, state_hash: &[u8]) -> Result<Option<Flow>> {
+/// Claims an unclaimed, unexpired flow: of several duplicate callbacks exactly one gets it. A
+/// flow a member started is claimed only by that member's callback (`member`), so a callback
+/// replayed from another browser consumes nothing.
+pub async fn claim_flow(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    state_hash: &[u8],
+    member: Option<Uuid>,
+) -> Result<Option<Flow>> {
     let row = sqlx::query(
         "UPDATE oauth_flows SET claimed_at = now()
           WHERE tenant_id = $1 AND state_hash = $2 AND claimed_at IS NULL AND expires_at > now()
+            AND (started_by IS NULL OR started_by = $3)
           RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, token_endpoint",
     )
     .bind(tenant)
     .bind(state_hash)
+    .bind(member)
     .fetch_optional(conn)
     .await?;
     row.map(|r| {

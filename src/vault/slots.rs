@@ -117,9 +117,10 @@ pub fn require(ring: Option<&KeyRing>) -> Result<&KeyRing> {
     })
 }
 
-/// Refuses a connector that takes a credential slot when the vault is off.
+/// Refuses a connector that takes a credential slot (or OAuth, whose tokens the vault seals)
+/// when the vault is off.
 pub fn check_connector(ring: Option<&KeyRing>, connector: &Connector) -> Result<()> {
-    if connector.auth().slot().is_some() {
+    if connector.auth().slot().is_some() || connector.auth().oauth().is_some() {
         require(ring)?;
     }
     Ok(())
