@@ -10,6 +10,7 @@ CREATE TABLE oauth_flows (
     started_by uuid,
     link_id uuid,
     verifier text NOT NULL,
+    client_id text NOT NULL,
     token_endpoint text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     expires_at timestamptz NOT NULL,
@@ -33,6 +34,7 @@ CREATE TABLE oauth_grants (
     member_id uuid,
     status text NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'auth_required')),
     access_expires_at timestamptz,
+    client_id text NOT NULL,
     token_endpoint text NOT NULL,
     lease_holder uuid,
     lease_until timestamptz,
@@ -52,3 +54,19 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON oauth_grants TO gatehouse_app;
 -- every replica reads the grant again on its next request.
 CREATE TRIGGER oauth_grants_epoch AFTER INSERT OR UPDATE OR DELETE
     ON oauth_grants FOR EACH ROW EXECUTE FUNCTION gatehouse_bump_epoch();
+
+-- Clients Gatehouse registered for itself (RFC 7591), one per workspace connector and issuer:
+-- public clients (PKCE, no secret), so the row holds nothing secret. Replicas racing to
+-- register keep the first row; a second registration is left unused at the provider.
+CREATE TABLE oauth_clients (
+    tenant_id uuid NOT NULL REFERENCES tenants (id),
+    workspace_id uuid NOT NULL,
+    connector_id text NOT NULL,
+    issuer text NOT NULL,
+    client_id text NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, workspace_id, connector_id, issuer),
+    FOREIGN KEY (tenant_id, workspace_id) REFERENCES workspaces (tenant_id, id)
+);
+SELECT gatehouse_scope_to_tenant('oauth_clients');
+GRANT SELECT, INSERT ON oauth_clients TO gatehouse_app;

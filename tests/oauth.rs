@@ -7,13 +7,10 @@
 
 mod common;
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use common::{Machine, OidcPeer, Served, TestDb, browser::Browser, eventually, free_port, gatehouse, run};
+use common::{Machine, OidcPeer, Served, TestDb, browser::Browser, free_port, gatehouse, run};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
@@ -433,8 +430,6 @@ async fn a_mailed_connect_link_authorizes_a_shared_grant_once() {
     let (err, body, _) = tool(&mcp, &machine, "call_tool", json!({ "address": "crm.me", "args": {} })).await;
     assert!(!err, "{body}");
     assert_eq!(body["sub"], "it-admin");
-    let ok_poll = eventually(Duration::from_secs(1), || async { true }).await;
-    assert!(ok_poll);
 }
 
 /// A real MCP server (`server-everything`) behind a loopback gate that publishes protected
@@ -492,14 +487,19 @@ async fn a_remote_mcp_server_names_its_authorization_server_and_gets_the_workspa
     let keys = key("k1");
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let provider = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_REVOCATION", "1")]).await;
+    let provider = OidcPeer::start_with(
+        &base,
+        &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_REVOCATION", "1"), ("OIDC_REGISTRATION", "1")],
+    )
+    .await;
     let everything = common::Everything::start().await;
     let upstream = everything.url.trim_end_matches("/mcp").to_owned();
     let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream).await;
     ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
     ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
-    // No issuer and no endpoints: the server's protected resource metadata names them.
-    let file = json_file(&json!({ "auth": { "type": "oauth", "grant": "shared", "client_id": CLIENT, "scopes": ["openid"] } }));
+    // No issuer, no endpoints, no client: the server's protected resource metadata names its
+    // authorization server, whose metadata names the endpoints, where Gatehouse registers.
+    let file = json_file(&json!({ "auth": { "type": "oauth", "grant": "shared", "scopes": ["openid"] } }));
     let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "everything", "--kind", "remote_mcp"];
     let mut without_vault = gatehouse(Some(&t.url));
     without_vault.args(add).args(["--url", &mcp_url, "--config", &file]);
@@ -542,4 +542,21 @@ async fn a_remote_mcp_server_names_its_authorization_server_and_gets_the_workspa
     for token in &tokens {
         assert!(!served.logs().contains(token.as_str()) && !raw.contains(token.as_str()));
     }
+
+    // It registered itself once (RFC 7591), as a client of its own, and reuses that client.
+    let registered = || async {
+        let mut owner = t.owner_conn().await;
+        let mut tx = owner.begin().await.unwrap();
+        tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+        let ids: Vec<String> = sqlx::query_scalar("SELECT client_id FROM oauth_clients").fetch_all(&mut *tx).await.unwrap();
+        ids
+    };
+    let ids = registered().await;
+    assert_eq!(ids.len(), 1);
+    assert_ne!(ids[0], CLIENT, "not the static client");
+    let r = ann.write(Method::POST, &format!("{path}/connect"), json!({})).await;
+    let url = r.json::<Value>().await.unwrap()["url"].as_str().unwrap().to_owned();
+    let landing = ann.walk(&url, |f| (f == "login").then(|| "ops".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    assert_eq!(registered().await, ids, "the registration is reused");
 }

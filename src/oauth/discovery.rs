@@ -20,6 +20,10 @@ pub struct Endpoints {
     pub token: String,
     pub revocation: Option<String>,
     pub userinfo: Option<String>,
+    /// The issuer whose metadata gave these (None: all configured).
+    pub issuer: Option<String>,
+    /// RFC 7591 dynamic client registration.
+    pub registration: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -35,6 +39,7 @@ struct ServerMetadata {
     token_endpoint: Option<String>,
     revocation_endpoint: Option<String>,
     userinfo_endpoint: Option<String>,
+    registration_endpoint: Option<String>,
 }
 
 fn unavailable(what: &str) -> Error {
@@ -98,6 +103,7 @@ async fn resource_issuer(http: &reqwest::Client, resource: &str) -> Result<Strin
 /// The endpoints for `connector`: configured ones win; the rest come from metadata.
 pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthAuth) -> Result<Endpoints> {
     if o.issuer.is_none()
+        && o.client_id.is_some()
         && let (Some(authorization), Some(token)) = (&o.authorization_endpoint, &o.token_endpoint)
         && !matches!(connector, Connector::RemoteMcp { .. })
     {
@@ -106,6 +112,8 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
             token: token.clone(),
             revocation: o.revocation_endpoint.clone(),
             userinfo: None,
+            issuer: None,
+            registration: None,
         });
     }
     let issuer = match (&o.issuer, connector) {
@@ -122,6 +130,8 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
         token,
         revocation: o.revocation_endpoint.clone().or(m.revocation_endpoint),
         userinfo: m.userinfo_endpoint,
+        issuer: Some(m.issuer),
+        registration: m.registration_endpoint,
     })
 }
 

@@ -115,13 +115,13 @@ type Client = oauth2::Client<
     oauth2::EndpointSet,
 >;
 
-fn client(state: &AppState, o: &OauthAuth, authorization: &str, token: &str) -> Result<Client> {
+fn client(state: &AppState, client_id: &str, authorization: &str, token: &str) -> Result<Client> {
     let bad = |what: &str| Error::Unavailable {
         code: "oauth_misconfigured",
         message: format!("the connector's authorization server gave an unusable {what}"),
         retry_after_ms: None,
     };
-    Ok(BasicClient::new(ClientId::new(o.client_id.clone()))
+    Ok(BasicClient::new(ClientId::new(client_id.to_owned()))
         .set_auth_uri(AuthUrl::new(authorization.to_owned()).map_err(|_| bad("authorization endpoint"))?)
         .set_token_uri(TokenUrl::new(token.to_owned()).map_err(|_| bad("token endpoint"))?)
         .set_redirect_uri(RedirectUrl::new(redirect_uri(state)).map_err(|_| bad("redirect URI"))?)
@@ -248,7 +248,11 @@ pub async fn start(
         check_member(state, tenant, m, o.grant).await?;
     }
     let endpoints = discovery::endpoints(&state.oauth.http.0, connector, o).await?;
-    let client = client(state, o, &endpoints.authorization, &endpoints.token)?;
+    let client_id = match &o.client_id {
+        Some(c) => c.clone(),
+        None => register(state, tenant, workspace, id, &endpoints).await?,
+    };
+    let client = client(state, &client_id, &endpoints.authorization, &endpoints.token)?;
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
     // The tenant leads the state, so the callback knows whose rows to look in.
     let flow_state = Zeroizing::new(format!("{}.{}", tenant.0.simple(), secrets::random_b64(32)));
@@ -263,14 +267,77 @@ pub async fn start(
         Origin::Member(m) => (Some(m), None),
         Origin::Link(l) => (None, Some(l)),
     };
-    let (hash, sealed, token) = (&hash, &sealed, &endpoints.token);
+    let (hash, sealed, token, client_id) = (&hash, &sealed, &endpoints.token, &client_id);
     state
         .db
         .single_decision(Scope::Tenant(tenant), move |conn, _| {
-            Box::pin(store::insert_flow(conn, tenant, hash, workspace, id, owner, started_by, link_id, sealed, token))
+            Box::pin(store::insert_flow(conn, tenant, hash, workspace, id, owner, started_by, link_id, sealed, client_id, token))
         })
         .await?;
     Ok(url.to_string())
+}
+
+/// This connector's client at its authorization server, registered (RFC 7591) on first use as
+/// a public client: PKCE, no secret. Replicas racing here keep the first registration.
+async fn register(
+    state: &AppState,
+    tenant: TenantId,
+    workspace: Uuid,
+    id: &str,
+    endpoints: &discovery::Endpoints,
+) -> Result<String> {
+    let no_registration = || Error::Conflict {
+        code: "oauth_registration_unavailable",
+        message: format!("connector `{id}` names no client_id and its authorization server offers no dynamic registration"),
+    };
+    let (Some(issuer), Some(endpoint)) = (endpoints.issuer.as_deref(), endpoints.registration.as_deref()) else {
+        return Err(no_registration());
+    };
+    let known = state
+        .db
+        .single_decision(Scope::Tenant(tenant), move |conn, _| {
+            Box::pin(store::registered_client(conn, tenant, workspace, id, issuer))
+        })
+        .await?;
+    if let Some(client_id) = known {
+        return Ok(client_id);
+    }
+    let request = json!({
+        "client_name": "Gatehouse",
+        "redirect_uris": [redirect_uri(state)],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+        "application_type": "web",
+    });
+    let failed = |why: String| {
+        tracing::warn!(reason = %why, connector = %id, "dynamic client registration failed");
+        Error::Unavailable {
+            code: "oauth_registration_failed",
+            message: "the authorization server refused to register Gatehouse as a client".into(),
+            retry_after_ms: Some(5000),
+        }
+    };
+    let response =
+        state.oauth.http.0.post(endpoint).json(&request).send().await.map_err(|e| failed(e.without_url().to_string()))?;
+    if !response.status().is_success() {
+        return Err(failed(format!("status {}", response.status())));
+    }
+    let registered: serde_json::Value = response.json().await.map_err(|e| failed(e.without_url().to_string()))?;
+    let client_id = registered["client_id"].as_str().filter(|c| !c.is_empty()).ok_or_else(|| failed("no client_id".into()))?;
+    if registered.get("client_secret").is_some() {
+        // We asked for a public client; a secret we did not ask for is not kept anywhere.
+        tracing::warn!(connector = %id, "the authorization server issued a client secret to a public client; it is ignored");
+    }
+    let client_id = client_id.to_owned();
+    let cid = &client_id;
+    let kept = state
+        .db
+        .single_decision(Scope::Tenant(tenant), move |conn, _| {
+            Box::pin(store::keep_client(conn, tenant, workspace, id, issuer, cid))
+        })
+        .await?;
+    Ok(kept)
 }
 
 /// What a completed callback did.
@@ -331,7 +398,7 @@ pub async fn finish(
         .map_err(|_| claimed_error())?;
     let verifier = String::from_utf8(verifier.to_vec()).map_err(|_| claimed_error())?;
     let endpoints = discovery::endpoints(&state.oauth.http.0, connector, o).await?;
-    let client = client(state, o, &endpoints.authorization, &flow.token_endpoint)?;
+    let client = client(state, &flow.client_id, &endpoints.authorization, &flow.token_endpoint)?;
     let response = client
         .exchange_code(AuthorizationCode::new(code.to_owned()))
         .set_pkce_verifier(PkceCodeVerifier::new(verifier))
@@ -350,20 +417,9 @@ pub async fn finish(
     if let Some(link) = flow.link_id {
         crate::connect_links::consume(&state.db, tenant, &audit, link, label.as_deref().unwrap_or("connected")).await?;
     }
-    let stored = store_grant(
-        state,
-        ring,
-        tenant,
-        flow.workspace,
-        &flow.connector,
-        owner,
-        &tokens,
-        expires_in,
-        &flow.token_endpoint,
-        label.as_deref(),
-        &audit,
-    )
-    .await;
+    let grant =
+        GrantParts { expires_in, client_id: &flow.client_id, token_endpoint: &flow.token_endpoint, label: label.as_deref() };
+    let stored = store_grant(state, ring, tenant, flow.workspace, &flow.connector, owner, &tokens, grant, &audit).await;
     if let Err(e) = stored {
         if let Some(link) = flow.link_id {
             // The link was consumed for a credential that was never stored: give it back.
@@ -384,6 +440,15 @@ async fn account_label(state: &AppState, userinfo: Option<&str>, access_token: &
     ["email", "preferred_username", "sub"].iter().find_map(|k| claims[*k].as_str()).map(|s| s.chars().take(200).collect())
 }
 
+/// What a new grant records beside its tokens.
+#[derive(Clone, Copy)]
+struct GrantParts<'a> {
+    expires_in: Option<i64>,
+    client_id: &'a str,
+    token_endpoint: &'a str,
+    label: Option<&'a str>,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn store_grant(
     state: &AppState,
@@ -393,11 +458,10 @@ async fn store_grant(
     connector: &str,
     owner: Owner,
     tokens: &Tokens,
-    expires_in: Option<i64>,
-    token_endpoint: &str,
-    label: Option<&str>,
+    grant: GrantParts<'_>,
     audit: &Audit,
 ) -> Result<()> {
+    let GrantParts { expires_in, client_id, token_endpoint, label } = grant;
     let plaintext = Zeroizing::new(serde_json::to_vec(tokens).map_err(anyhow::Error::from)?);
     let envelope = ring.seal(&aad(tenant, workspace, connector, owner, PURPOSE_OAUTH_GRANT), &plaintext);
     let refreshable = tokens.refresh_token.is_some();
@@ -411,7 +475,8 @@ async fn store_grant(
                 crate::vault::store::upsert(&mut *conn, tenant, workspace, connector, owner, ring.active(), envelope, fields, &audit.actor)
                     .await
                     .map_err(|e| e.on_constraint("credentials_member_fkey", || Error::NotFound { what: "member" }))?;
-                store::upsert_grant(&mut *conn, tenant, workspace, connector, owner, expires_in, token_endpoint, label, &audit.actor).await?;
+                store::upsert_grant(&mut *conn, tenant, workspace, connector, owner, expires_in, client_id, token_endpoint, label, &audit.actor)
+                    .await?;
                 let entry = Entry {
                     tenant: Some(tenant),
                     audit,
@@ -504,7 +569,7 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, o: &OauthAuth)
             // Nothing to refresh with: the access token is used until the server refuses it.
             return credential(owner, grant, &tokens.access_token);
         };
-        match refresh_once(state, ring, at, id, owner, &grant.token_endpoint, o, refresh).await? {
+        match refresh_once(state, ring, at, id, owner, &grant.token_endpoint, &grant.client_id, refresh).await? {
             Refreshed::Done => {}
             Refreshed::Other if tokio::time::Instant::now() < deadline => {
                 // Another replica (or task) holds the lease: wait for its new token.
@@ -564,7 +629,7 @@ async fn refresh_once(
     id: &str,
     owner: Owner,
     token_endpoint: &str,
-    o: &OauthAuth,
+    client_id: &str,
     refresh: &str,
 ) -> Result<Refreshed, Problem> {
     let unavailable = |e: Error| {
@@ -586,7 +651,7 @@ async fn refresh_once(
         return Ok(Refreshed::Other);
     }
     // The token is recorded as spent: from here on it is never sent again, whatever happens.
-    let client = client(state, o, token_endpoint, token_endpoint).map_err(unavailable)?;
+    let client = client(state, client_id, token_endpoint, token_endpoint).map_err(unavailable)?;
     let response = client.exchange_refresh_token(&RefreshToken::new(refresh.to_owned())).request_async(&state.oauth.http).await;
     let audit = Audit { actor: "system:oauth_refresh".into(), request_id: None };
     let audit = &audit;
@@ -669,7 +734,7 @@ async fn refresh_once(
 /// POST directly; anything else is refused.
 async fn revoke(
     state: &AppState,
-    o: &OauthAuth,
+    client_id: &str,
     endpoints: &discovery::Endpoints,
     url: &str,
     token: StandardRevocableToken,
@@ -677,7 +742,7 @@ async fn revoke(
     use oauth2::RevocableToken;
     let parsed = url::Url::parse(url).map_err(|_| "the revocation endpoint does not parse".to_owned())?;
     if parsed.scheme() == "https" {
-        let client = client(state, o, &endpoints.authorization, &endpoints.token)
+        let client = client(state, client_id, &endpoints.authorization, &endpoints.token)
             .map_err(|e| e.to_string())?
             .set_revocation_url(RevocationUrl::from_url(parsed));
         let request = client.revoke_token(token).map_err(|e| e.to_string())?;
@@ -692,7 +757,7 @@ async fn revoke(
     if !loopback {
         return Err("the revocation endpoint is not https".into());
     }
-    let mut form = vec![("token", token.secret().to_owned()), ("client_id", o.client_id.clone())];
+    let mut form = vec![("token", token.secret().to_owned()), ("client_id", client_id.to_owned())];
     if let Some(hint) = token.type_hint() {
         form.push(("token_type_hint", hint.to_owned()));
     }
@@ -757,6 +822,7 @@ pub async fn disconnect(
         .db
         .single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::grant(conn, tenant, workspace, id, owner)))
         .await?;
+    let client_id = row.as_ref().map(|g| g.client_id.clone()).unwrap_or_default();
     let tokens = row.as_ref().and_then(|g| g.envelope.as_deref()).and_then(|e| {
         let plaintext = ring.open(&aad(tenant, workspace, id, owner, PURPOSE_OAUTH_GRANT), e).ok()?;
         serde_json::from_slice::<Tokens>(&plaintext).ok()
@@ -798,7 +864,7 @@ pub async fn disconnect(
             revocable.insert(0, StandardRevocableToken::RefreshToken(RefreshToken::new(r.clone())));
         }
         for token in revocable {
-            if let Err(e) = revoke(state, o, endpoints, &url, token).await {
+            if let Err(e) = revoke(state, &client_id, endpoints, &url, token).await {
                 tracing::warn!(error = %e, connector = %id, "OAuth revocation failed");
                 outcome = "failed";
             }

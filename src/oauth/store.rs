@@ -21,6 +21,7 @@ pub struct Flow {
     pub started_by: Option<Uuid>,
     pub link_id: Option<Uuid>,
     pub verifier: String,
+    pub client_id: String,
     pub token_endpoint: String,
 }
 
@@ -35,6 +36,7 @@ pub async fn insert_flow(
     started_by: Option<Uuid>,
     link_id: Option<Uuid>,
     verifier: &str,
+    client_id: &str,
     token_endpoint: &str,
 ) -> Result<()> {
     sqlx::query("DELETE FROM oauth_flows WHERE tenant_id = $1 AND expires_at <= now() - interval '1 hour'")
@@ -43,8 +45,8 @@ pub async fn insert_flow(
         .await?;
     sqlx::query(
         "INSERT INTO oauth_flows (tenant_id, state_hash, workspace_id, connector_id, owner, started_by, link_id, verifier,
-                                  token_endpoint, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8))",
+                                  token_endpoint, expires_at, client_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8), $11)",
     )
     .bind(tenant)
     .bind(state_hash)
@@ -56,6 +58,7 @@ pub async fn insert_flow(
     .bind(verifier)
     .bind(token_endpoint)
     .bind(FLOW_TTL_SECS as f64)
+    .bind(client_id)
     .execute(conn)
     .await?;
     Ok(())
@@ -74,7 +77,7 @@ pub async fn claim_flow(
         "UPDATE oauth_flows SET claimed_at = now()
           WHERE tenant_id = $1 AND state_hash = $2 AND claimed_at IS NULL AND expires_at > now()
             AND (started_by IS NULL OR started_by = $3)
-          RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, token_endpoint",
+          RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, client_id, token_endpoint",
     )
     .bind(tenant)
     .bind(state_hash)
@@ -89,6 +92,7 @@ pub async fn claim_flow(
             started_by: r.try_get("started_by")?,
             link_id: r.try_get("link_id")?,
             verifier: r.try_get("verifier")?,
+            client_id: r.try_get("client_id")?,
             token_endpoint: r.try_get("token_endpoint")?,
         })
     })
@@ -100,6 +104,7 @@ pub async fn claim_flow(
 pub struct Grant {
     pub status: String,
     pub access_expires_at: Option<DateTime<Utc>>,
+    pub client_id: String,
     pub token_endpoint: String,
     pub account_label: Option<String>,
     pub connected_at: DateTime<Utc>,
@@ -124,7 +129,7 @@ pub async fn grant(
     owner: Owner,
 ) -> Result<(Option<Grant>, i64)> {
     let row = sqlx::query(
-        "SELECT (SELECT epoch FROM tenants WHERE id = $1) AS epoch, g.status, g.access_expires_at, g.token_endpoint,
+        "SELECT (SELECT epoch FROM tenants WHERE id = $1) AS epoch, g.status, g.access_expires_at, g.client_id, g.token_endpoint,
                 g.account_label, g.connected_at, g.refreshed_at, c.envelope, c.version, c.updated_at
            FROM (SELECT 1) one
            LEFT JOIN oauth_grants g ON g.tenant_id = $1 AND g.workspace_id = $2 AND g.connector_id = $3 AND g.owner = $4
@@ -143,6 +148,7 @@ pub async fn grant(
         Some(status) => Some(Grant {
             status,
             access_expires_at: row.try_get("access_expires_at")?,
+            client_id: row.try_get("client_id")?,
             token_endpoint: row.try_get("token_endpoint")?,
             account_label: row.try_get("account_label")?,
             connected_at: row.try_get("connected_at")?,
@@ -164,16 +170,18 @@ pub async fn upsert_grant(
     connector: &str,
     owner: Owner,
     expires_in_secs: Option<i64>,
+    client_id: &str,
     token_endpoint: &str,
     account_label: Option<&str>,
     by: &str,
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO oauth_grants AS g (tenant_id, workspace_id, connector_id, owner, member_id, access_expires_at,
-                                       token_endpoint, account_label, connected_by)
-         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8), $7, $8, $9)
+                                       token_endpoint, account_label, connected_by, client_id)
+         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8), $7, $8, $9, $10)
          ON CONFLICT (tenant_id, workspace_id, connector_id, owner) DO UPDATE
             SET status = 'active', access_expires_at = EXCLUDED.access_expires_at, token_endpoint = EXCLUDED.token_endpoint,
+                client_id = EXCLUDED.client_id,
                 account_label = EXCLUDED.account_label, connected_by = EXCLUDED.connected_by, connected_at = now(),
                 lease_holder = NULL, lease_until = NULL, spent_refresh = NULL, refreshed_at = NULL",
     )
@@ -186,6 +194,7 @@ pub async fn upsert_grant(
     .bind(token_endpoint)
     .bind(account_label)
     .bind(by)
+    .bind(client_id)
     .execute(conn)
     .await?;
     Ok(())
@@ -281,4 +290,49 @@ pub async fn delete(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, 
             .await?;
     crate::vault::store::delete(conn, tenant, workspace, connector, owner).await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// The client registered for this connector at `issuer`, if any.
+pub async fn registered_client(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    issuer: &str,
+) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT client_id FROM oauth_clients WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND issuer = $4",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(issuer)
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// Keeps a registration unless another replica's came first; answers the one kept.
+pub async fn keep_client(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    issuer: &str,
+    client_id: &str,
+) -> Result<String> {
+    let kept: Option<String> = sqlx::query_scalar(
+        "INSERT INTO oauth_clients (tenant_id, workspace_id, connector_id, issuer, client_id) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT DO NOTHING RETURNING client_id",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(issuer)
+    .bind(client_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match kept {
+        Some(id) => Ok(id),
+        None => Ok(registered_client(conn, tenant, workspace, connector, issuer).await?.unwrap_or_else(|| client_id.to_owned())),
+    }
 }

@@ -138,8 +138,11 @@ pub struct OauthAuth {
     /// RFC 7009 revocation, used at disconnect when present (configured or advertised).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revocation_endpoint: Option<String>,
-    /// A statically registered public client (PKCE, no secret).
-    pub client_id: String,
+    /// A statically registered public client (PKCE, no secret). Absent: Gatehouse registers
+    /// itself as a public client at the server's registration endpoint (RFC 7591), once per
+    /// workspace connector and issuer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
 }
@@ -369,8 +372,15 @@ pub(super) fn check_auth(
                     "an HTTP API names its authorization server: `issuer`, or both `authorization_endpoint` and `token_endpoint`",
                 );
             }
-            if o.client_id.is_empty() || o.client_id.len() > 256 || o.client_id.chars().any(char::is_control) {
-                bad(format!("{field}.client_id"), "a client id is 1 to 256 characters");
+            match &o.client_id {
+                Some(id) if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) => {
+                    bad(format!("{field}.client_id"), "a client id is 1 to 256 characters")
+                }
+                None if o.issuer.is_none() && !remote_mcp => bad(
+                    format!("{field}.client_id"),
+                    "without a client id Gatehouse registers itself (RFC 7591), which needs the server's metadata: name its `issuer`",
+                ),
+                _ => {}
             }
             if o.scopes.len() > 32 || o.scopes.iter().any(|s| s.is_empty() || s.len() > 128 || s.contains(char::is_whitespace)) {
                 bad(format!("{field}.scopes"), "at most 32 scopes, each 1 to 128 characters without spaces");
@@ -541,7 +551,7 @@ mod tests {
                     authorization_endpoint: None,
                     token_endpoint: None,
                     revocation_endpoint: None,
-                    client_id: String::new(),
+                    client_id: Some(String::new()),
                     scopes: Vec::new(),
                 }),
                 timeout_ms: Some(5),

@@ -68,6 +68,8 @@ if (downstreamClient) {
   });
   configuration.issueRefreshToken = async (_ctx, client) => client.grantTypeAllowed('refresh_token');
   configuration.features.revocation = { enabled: env('OIDC_REVOCATION', '') === '1' };
+  // Open dynamic client registration (RFC 7591), for clients that register themselves.
+  configuration.features.registration = { enabled: env('OIDC_REGISTRATION', '') === '1' };
   const ttl = Number(env('OIDC_ACCESS_TOKEN_TTL', '3600'));
   configuration.ttl = { AccessToken: ttl, RefreshToken: 86400, AuthorizationCode: 600, Grant: 86400, Session: 86400, Interaction: 3600 };
 }
