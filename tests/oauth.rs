@@ -369,7 +369,7 @@ async fn a_mailed_connect_link_authorizes_a_shared_grant_once() {
     let base = format!("http://127.0.0.1:{port}");
     let provider = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_TEST_STATS", "1")]).await;
     let (api, _seen) = protected_api(&provider.issuer).await;
-    ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme"]).await;
+    ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
     ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
     let file = json_file(&api_connector(&api, &provider.issuer, "shared"));
     ok(
@@ -394,6 +394,14 @@ async fn a_mailed_connect_link_authorizes_a_shared_grant_once() {
     let mail: Value = serde_json::from_str(&ok(cmd(&t, &keys), &["outbox", "list", "--tenant", "acme"]).await[0]).unwrap();
     let body = mail["body"].as_str().unwrap();
     let url = body[body.find("http://").unwrap()..].lines().next().unwrap().to_owned();
+    // The operator reads the same mail in the console (owners and admins only).
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let page = ann.client.get(format!("{}/console/t/acme/outbox", served.base)).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains(&url), "the console shows the waiting mail");
+    let stranger = dev_sign_in(&served, "eve@example.test").await;
+    let page = stranger.client.get(format!("{}/console/t/acme/outbox", served.base)).send().await.unwrap();
+    assert_eq!(page.status(), 404, "no member of the tenant");
 
     // The recipient is no member: the link alone starts the flow. They open it three times and
     // come back three times at once: one flow consumes the link, the others are refused.

@@ -155,7 +155,7 @@ async fn callback(State(state): State<AppState>, headers: HeaderMap, Query(q): Q
         let done = super::finish(&state, &flow_state, &code, member).await?;
         let label = done.account_label.as_deref().map(|l| format!(" as {}", escape(l))).unwrap_or_default();
         let body = format!(
-            "<h1>Connected</h1><p>The connector <code>{}</code> is authorized{label} ({} grant). You can close this page.</p>",
+            "<p>The connector <code>{}</code> is authorized{label} ({} grant). You can close this page.</p>",
             escape(&done.connector),
             done.grant
         );
