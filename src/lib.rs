@@ -52,6 +52,8 @@ pub struct AppState {
     pub credentials: Arc<epochs::Cache<gateway::credentials::SlotKey, Arc<Option<vault::store::Stored>>>>,
     /// Downstream OAuth: its HTTP client and the grants this replica read (sealed), by epoch.
     pub oauth: Arc<oauth::Oauth>,
+    /// SMTP delivery, when `GATEHOUSE_SMTP_URL` is set.
+    pub mailer: Option<Arc<connect_links::mail::Mailer>>,
 }
 
 /// Installs the process-wide TLS crypto provider (ring). reqwest is built without one, so

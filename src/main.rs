@@ -70,8 +70,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum LinkCommand {
-    /// Mint a link for a connector and an email address; the link goes to the outbox.
-    /// Prints the link's id and its mail's id.
+    /// Mint a link for a connector and an email address, mailed by SMTP when configured, else
+    /// left in the outbox. Prints the link's id, its mail's id, and `sent` or `outbox`.
     Create {
         #[command(flatten)]
         t: TenantArg,
@@ -527,9 +527,11 @@ async fn link_command(db: &Db, audit: &Audit, config: &Config, cmd: LinkCommand)
         LinkCommand::Create { t, workspace, connector, email, ttl_days } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?;
             let public = config.public_origin();
+            let mailer = connect_links::mail::Mailer::from_config(config)?;
+            let (ws, c) = (workspace.as_str(), connector.as_str());
             let m =
-                connect_links::mint(db, tenant.id, &tenant.slug, public, audit, &workspace, &connector, &email, ttl_days).await?;
-            println!("{}\n{}", m.link.id, m.mail_id);
+                connect_links::mint(db, tenant.id, &tenant.slug, public, audit, ws, c, &email, ttl_days, mailer.as_ref()).await?;
+            println!("{}\n{}\n{}", m.link.id, m.mail_id, if m.delivered { "sent" } else { "outbox" });
         }
         LinkCommand::List { t, history } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;

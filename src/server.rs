@@ -89,6 +89,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         config.tenant_concurrency,
     ));
     let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone());
+    let config_for_mail = config.clone();
     let state = AppState {
         db: db.clone(),
         config: Arc::new(config),
@@ -100,6 +101,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         bound: Arc::default(),
         credentials: Arc::default(),
         oauth: Arc::new(crate::oauth::Oauth::new(crate::oidc::http_client()?)),
+        mailer: crate::connect_links::mail::Mailer::from_config(&config_for_mail)?.map(Arc::new),
     };
     let app = crate::http::router(state);
 

@@ -13,6 +13,7 @@ use gatehouse::{
     workspaces::{self, Connector},
 };
 use sqlx::{Connection, Executor};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 fn oauth_api(grant: &str) -> Connector {
     serde_json::from_value(serde_json::json!({
@@ -58,9 +59,10 @@ async fn three_concurrent_consumes_have_exactly_one_winner_and_every_transition_
     let t = TestDb::new().await;
     let tenant = setup(&t, "acme").await;
     let audit = Audit::cli();
-    let minted = connect_links::mint(&t.db, tenant, "acme", "http://gh.test", &audit, "main", "crm", "Ann@Example.test", None)
-        .await
-        .unwrap();
+    let minted =
+        connect_links::mint(&t.db, tenant, "acme", "http://gh.test", &audit, "main", "crm", "Ann@Example.test", None, None)
+            .await
+            .unwrap();
     let link = minted.link;
     assert_eq!((link.status.as_str(), link.email.as_str()), ("outstanding", "ann@example.test"));
     let days = (link.expires_at - link.created_at).num_hours();
@@ -113,7 +115,7 @@ async fn three_concurrent_consumes_have_exactly_one_winner_and_every_transition_
 
     // Revocation of an outstanding link; revoking again changes nothing; restore never undoes it.
     let second =
-        connect_links::mint(&t.db, tenant, "acme", "http://gh.test", &audit, "main", "crm", "bob@example.test", Some(30))
+        connect_links::mint(&t.db, tenant, "acme", "http://gh.test", &audit, "main", "crm", "bob@example.test", Some(30), None)
             .await
             .unwrap()
             .link;
@@ -142,7 +144,9 @@ async fn expired_links_are_refused_and_links_are_bounded_checked_and_tenant_scop
     let mint = |ttl: Option<i64>, connector: &'static str, ws: &'static str| {
         let db = t.db.clone();
         let audit = audit.clone();
-        async move { connect_links::mint(&db, acme, "acme", "http://gh.test", &audit, ws, connector, "a@example.test", ttl).await }
+        async move {
+            connect_links::mint(&db, acme, "acme", "http://gh.test", &audit, ws, connector, "a@example.test", ttl, None).await
+        }
     };
     for bad in [0, 31, -1] {
         assert_eq!(code(&mint(Some(bad), "crm", "main").await.unwrap_err()), "invalid_ttl");
@@ -150,7 +154,7 @@ async fn expired_links_are_refused_and_links_are_bounded_checked_and_tenant_scop
     assert_eq!(code(&mint(None, "mine", "main").await.unwrap_err()), "not_oauth_shared", "a personal grant takes no link");
     assert_eq!(code(&mint(None, "nope", "main").await.unwrap_err()), "not_found");
     assert_eq!(code(&mint(None, "crm", "nope").await.unwrap_err()), "not_found");
-    let bad_email = connect_links::mint(&t.db, acme, "acme", "http://gh.test", &audit, "main", "crm", "not-an-email", None)
+    let bad_email = connect_links::mint(&t.db, acme, "acme", "http://gh.test", &audit, "main", "crm", "not-an-email", None, None)
         .await
         .unwrap_err();
     assert_eq!(code(&bad_email), "invalid_email");
@@ -218,4 +222,109 @@ async fn the_cli_mints_lists_and_revokes_links_and_reads_the_outbox() {
     ]);
     bad.args(["--ttl-days", "31"]);
     assert_eq!(run(bad).await.0, 1);
+}
+
+/// A minimal SMTP server on loopback that accepts every message and keeps its DATA.
+async fn smtp_sink() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let got: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let keep = got.clone();
+    tokio::spawn(async move {
+        loop {
+            let (socket, _) = listener.accept().await.unwrap();
+            let keep = keep.clone();
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut lines = BufReader::new(read).lines();
+                write.write_all(b"220 sink ESMTP\r\n").await.unwrap();
+                let mut data: Option<String> = None;
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Some(body) = data.as_mut() {
+                        if line == "." {
+                            keep.lock().unwrap().push(std::mem::take(body));
+                            data = None;
+                            write.write_all(b"250 queued\r\n").await.unwrap();
+                        } else {
+                            body.push_str(&line);
+                            body.push('\n');
+                        }
+                        continue;
+                    }
+                    let verb = line.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
+                    let reply: &[u8] = match verb.as_str() {
+                        "EHLO" | "HELO" => b"250 sink\r\n",
+                        "DATA" => {
+                            data = Some(String::new());
+                            b"354 go ahead\r\n"
+                        }
+                        "QUIT" => {
+                            write.write_all(b"221 bye\r\n").await.unwrap();
+                            break;
+                        }
+                        _ => b"250 ok\r\n",
+                    };
+                    write.write_all(reply).await.unwrap();
+                }
+            });
+        }
+    });
+    (port, got)
+}
+
+#[tokio::test]
+async fn with_smtp_configured_the_link_is_mailed_and_leaves_the_outbox() {
+    let t = TestDb::new().await;
+    setup(&t, "acme").await;
+    let (port, got) = smtp_sink().await;
+    let mut c = gatehouse(Some(&t.url));
+    c.env("GATEHOUSE_SMTP_URL", format!("smtp://127.0.0.1:{port}")).env("GATEHOUSE_SMTP_FROM", "Gatehouse <gh@example.test>");
+    c.args([
+        "connect-link",
+        "create",
+        "--tenant",
+        "acme",
+        "--workspace",
+        "main",
+        "--connector",
+        "crm",
+        "--email",
+        "d@example.test",
+    ]);
+    let (code, out, err) = run(c).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[2], "sent", "{out}");
+    let mails = got.lock().unwrap().clone();
+    assert_eq!(mails.len(), 1);
+    assert!(mails[0].contains("To: d@example.test") && mails[0].contains("/connect/acme/gcl_"), "{}", mails[0]);
+    assert!(cli(&t.url, &["outbox", "list", "--tenant", "acme"]).await.is_empty(), "delivered mail leaves the outbox");
+    assert_eq!(cli(&t.url, &["outbox", "list", "--tenant", "acme", "--all"]).await.len(), 1);
+
+    // A dead SMTP server: the mail stays in the outbox, and the link is still minted.
+    let mut c = gatehouse(Some(&t.url));
+    c.env("GATEHOUSE_SMTP_URL", format!("smtp://127.0.0.1:{}", common::free_port()));
+    c.args([
+        "connect-link",
+        "create",
+        "--tenant",
+        "acme",
+        "--workspace",
+        "main",
+        "--connector",
+        "crm",
+        "--email",
+        "e@example.test",
+    ]);
+    let (code, out, err) = run(c).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().nth(2), Some("outbox"));
+    assert_eq!(cli(&t.url, &["outbox", "list", "--tenant", "acme"]).await.len(), 1);
+
+    // A malformed URL stops the command and never echoes it.
+    let mut c = gatehouse(Some(&t.url));
+    c.env("GATEHOUSE_SMTP_URL", "ftp://user:hunter2@x").args(["connect-link", "list", "--tenant", "acme"]);
+    let (code, _, err) = run(c).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("GATEHOUSE_SMTP_URL") && !err.contains("hunter2"), "{err}");
 }

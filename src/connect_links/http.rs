@@ -50,6 +50,7 @@ async fn create_link(
         &connector,
         &body.email,
         body.ttl_days,
+        state.mailer.as_deref(),
     )
     .await?;
     Ok((StatusCode::CREATED, Json(minted)))

@@ -3,10 +3,12 @@
 //! connector's OAuth grant for the workspace without being a member. A link is `outstanding`
 //! until one OAuth callback consumes it (`used`) or an admin revokes it. Every transition is
 //! one conditional update and commits with its admin-log row; of racing consumers exactly one
-//! wins. The link's secret is stored only as its SHA-256 and travels only in the mail (SMTP is
-//! not built in yet: mail waits in the outbox, read with `gatehouse outbox list`).
+//! wins. The link's secret is stored only as its SHA-256 and travels only in the mail: sent by
+//! SMTP when `GATEHOUSE_SMTP_URL` is set, else (or when sending fails) left in the outbox for
+//! the operator (`gatehouse outbox list`, the console's outbox page).
 
 pub mod http;
+pub mod mail;
 pub mod store;
 
 use serde_json::json;
@@ -35,6 +37,8 @@ pub struct Minted {
     pub link: Link,
     /// The outbox message that carries it.
     pub mail_id: Uuid,
+    /// Whether SMTP delivered it (else it waits in the outbox).
+    pub delivered: bool,
 }
 
 /// The public URL of a link (only ever written into its mail).
@@ -55,6 +59,7 @@ pub async fn mint(
     connector: &str,
     email: &str,
     ttl_days: Option<i64>,
+    mailer: Option<&mail::Mailer>,
 ) -> Result<Minted> {
     let email = crate::members::normalize_email(email)?;
     let ttl_days = ttl_days.unwrap_or(DEFAULT_TTL_DAYS);
@@ -83,7 +88,7 @@ pub async fn mint(
     ));
     let ws_id = bound.workspace.id.0;
     let (email, hash, subject, body) = (&email, &hash, &subject, &body);
-    db.serializable(Scope::Tenant(tenant), move |conn, _| {
+    let mut minted = db.serializable(Scope::Tenant(tenant), move |conn, _| {
         Box::pin(async move {
             let id = Uuid::now_v7();
             let link = store::insert(&mut *conn, tenant, id, ws_id, connector, email, hash, ttl_days * 86_400, &audit.actor).await?;
@@ -97,10 +102,20 @@ pub async fn mint(
                 after: Some(json!({ "workspace_id": ws_id, "connector": connector, "email": email, "expires_at": link.expires_at, "mail_id": mail_id })),
             };
             admin_log::record(conn, entry).await?;
-            Ok(Minted { link, mail_id })
+            Ok(Minted { link, mail_id, delivered: false })
         })
     })
-    .await
+    .await?;
+    if let Some(mailer) = mailer {
+        match mailer.send(email, subject, body).await {
+            Ok(()) => {
+                minted.delivered =
+                    mark_sent(db, tenant, &Audit { actor: "system:smtp".into(), request_id: None }, minted.mail_id).await?
+            }
+            Err(reason) => tracing::warn!(%reason, mail_id = %minted.mail_id, "a connect link's mail stays in the outbox"),
+        }
+    }
+    Ok(minted)
 }
 
 pub async fn list(db: &Db, tenant: TenantId, history: bool) -> Result<Vec<Link>> {
