@@ -48,6 +48,11 @@ pub struct Config {
     /// be managed or used.
     pub vault_keys: Option<crate::vault::KeyRing>,
     pub otlp_endpoint: Option<String>,
+    /// `GATEHOUSE_SMTP_URL` (`smtps://user:password@host`, `smtp://host:25?tls=required`, …):
+    /// mail (connect links) is sent by SMTP; unset, it waits in the outbox for the operator.
+    pub smtp_url: Option<Secret>,
+    /// `GATEHOUSE_SMTP_FROM`, the sender (default `Gatehouse <gatehouse@localhost>`).
+    pub smtp_from: String,
     /// How long in-flight requests may drain after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
     pub request_timeout_ms: u64,
@@ -267,6 +272,18 @@ impl Config {
             }
         });
 
+        let smtp_url = get("GATEHOUSE_SMTP_URL").map(Secret::new);
+        if let Some(url) = &smtp_url
+            && lettre::AsyncSmtpTransport::<lettre::Tokio1Executor>::from_url(url.expose()).is_err()
+        {
+            // Never echo the URL: it may carry a password.
+            bad("GATEHOUSE_SMTP_URL", "not an SMTP URL (smtp://, smtps://, with ?tls=required or opportunistic)".into());
+        }
+        let smtp_from = get("GATEHOUSE_SMTP_FROM").unwrap_or_else(|| "Gatehouse <gatehouse@localhost>".into());
+        if smtp_from.parse::<lettre::message::Mailbox>().is_err() {
+            bad("GATEHOUSE_SMTP_FROM", "not a mailbox (`Name <address>` or `address`)".into());
+        }
+
         let config = Config {
             database_url,
             listen,
@@ -278,6 +295,8 @@ impl Config {
             oidc_client_secret: get("GATEHOUSE_OIDC_CLIENT_SECRET").map(Secret::new),
             vault_keys,
             otlp_endpoint: get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            smtp_url,
+            smtp_from,
             shutdown_grace_ms,
             request_timeout_ms,
             body_limit_bytes,

@@ -46,6 +46,8 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::kv::http::router())
         .merge(crate::workspaces::http::router())
         .merge(crate::vault::http::router())
+        .merge(crate::connect_links::http::router())
+        .merge(crate::oauth::http::router())
         .merge(crate::gateway::activity::http::router())
         .merge(gateway);
     if dev_idp {

@@ -6,6 +6,7 @@ pub mod admin_log;
 pub mod auth;
 pub mod code;
 pub mod config;
+pub mod connect_links;
 pub mod db;
 pub mod dev_idp;
 pub mod doctor;
@@ -16,6 +17,7 @@ pub mod http;
 pub mod kv;
 pub mod members;
 pub mod metrics;
+pub mod oauth;
 pub mod oidc;
 pub mod pages;
 pub mod secrets;
@@ -51,6 +53,10 @@ pub struct AppState {
     pub credentials: Arc<epochs::Cache<gateway::credentials::SlotKey, Arc<Option<vault::store::Stored>>>>,
     /// Runs `execute_code` programs (this replica's slots and queue).
     pub code: Arc<code::Executor>,
+    /// Downstream OAuth: its HTTP client and the grants this replica read (sealed), by epoch.
+    pub oauth: Arc<oauth::Oauth>,
+    /// SMTP delivery, when `GATEHOUSE_SMTP_URL` is set.
+    pub mailer: Option<Arc<connect_links::mail::Mailer>>,
 }
 
 /// Installs the process-wide TLS crypto provider (ring). reqwest is built without one, so

@@ -60,6 +60,62 @@ enum Command {
     /// The vault's key ring.
     #[command(subcommand)]
     Vault(VaultCommand),
+    /// Mailed connect links that authorize a connector's shared OAuth grant.
+    #[command(subcommand, name = "connect-link")]
+    ConnectLink(LinkCommand),
+    /// Mail waiting for the operator (connect links when SMTP is not configured).
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
+}
+
+#[derive(Subcommand)]
+enum LinkCommand {
+    /// Mint a link for a connector and an email address, mailed by SMTP when configured, else
+    /// left in the outbox. Prints the link's id, its mail's id, and `sent` or `outbox`.
+    Create {
+        #[command(flatten)]
+        t: TenantArg,
+        #[arg(long)]
+        workspace: String,
+        #[arg(long)]
+        connector: String,
+        #[arg(long)]
+        email: String,
+        /// Days the link stays valid (default 7, at most 30).
+        #[arg(long)]
+        ttl_days: Option<i64>,
+    },
+    /// Outstanding links (or, with --history, every link), one per line: id, status,
+    /// connector, email, expires at, used at, account label.
+    List {
+        #[command(flatten)]
+        t: TenantArg,
+        #[arg(long)]
+        history: bool,
+    },
+    /// Revoke an outstanding link (idempotent; a used link stays used). Prints its status.
+    Revoke {
+        #[command(flatten)]
+        t: TenantArg,
+        id: uuid::Uuid,
+    },
+}
+
+#[derive(Subcommand)]
+enum OutboxCommand {
+    /// Undelivered mail (or, with --all, every mail) as JSON lines.
+    List {
+        #[command(flatten)]
+        t: TenantArg,
+        #[arg(long)]
+        all: bool,
+    },
+    /// Mark a mail delivered by hand.
+    Sent {
+        #[command(flatten)]
+        t: TenantArg,
+        id: uuid::Uuid,
+    },
 }
 
 #[derive(Args)]
@@ -442,6 +498,20 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         Command::Workspace(cmd) => workspace_command(db, &audit, cmd).await?,
         Command::Connector(cmd) => connector_command(db, &audit, config, cmd).await?,
         Command::Credential(cmd) => return slot_command(db, &audit, config, cmd).await,
+        Command::ConnectLink(cmd) => link_command(db, &audit, config, cmd).await?,
+        Command::Outbox(OutboxCommand::List { t, all }) => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            for mail in gatehouse::connect_links::outbox(db, tenant, all).await? {
+                println!("{}", serde_json::to_string(&mail)?);
+            }
+        }
+        Command::Outbox(OutboxCommand::Sent { t, id }) => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            if !gatehouse::connect_links::mark_sent(db, tenant, &audit, id).await? {
+                return Ok(Outcome::Refused);
+            }
+            println!("sent");
+        }
         Command::Vault(VaultCommand::Rotate { batch }) => {
             let ring = gatehouse::vault::slots::require(config.vault_keys.as_ref())?;
             let done = gatehouse::vault::slots::rotate(db, ring, batch).await?;
@@ -449,6 +519,34 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         }
     }
     Ok(Outcome::Ok)
+}
+
+async fn link_command(db: &Db, audit: &Audit, config: &Config, cmd: LinkCommand) -> anyhow::Result<()> {
+    use gatehouse::connect_links;
+    match cmd {
+        LinkCommand::Create { t, workspace, connector, email, ttl_days } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?;
+            let public = config.public_origin();
+            let mailer = connect_links::mail::Mailer::from_config(config)?;
+            let (ws, c) = (workspace.as_str(), connector.as_str());
+            let m =
+                connect_links::mint(db, tenant.id, &tenant.slug, public, audit, ws, c, &email, ttl_days, mailer.as_ref()).await?;
+            println!("{}\n{}\n{}", m.link.id, m.mail_id, if m.delivered { "sent" } else { "outbox" });
+        }
+        LinkCommand::List { t, history } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            for l in connect_links::list(db, tenant, history).await? {
+                let used = l.used_at.map(|u| u.to_rfc3339()).unwrap_or_else(|| "-".into());
+                let label = l.account_label.as_deref().unwrap_or("-");
+                println!("{}\t{}\t{}\t{}\t{}\t{used}\t{label}", l.id, l.status, l.connector, l.email, l.expires_at.to_rfc3339());
+            }
+        }
+        LinkCommand::Revoke { t, id } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            println!("{}", connect_links::revoke(db, tenant, audit, id).await?.status);
+        }
+    }
+    Ok(())
 }
 
 /// Field values from `GATEHOUSE_FIELD_<NAME>`, else one stdin line each, in order.

@@ -90,6 +90,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     ));
     let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone());
     let code = Arc::new(crate::code::Executor::new(config.code.clone()));
+    let config_for_mail = config.clone();
     let state = AppState {
         db: db.clone(),
         config: Arc::new(config),
@@ -101,6 +102,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         bound: Arc::default(),
         credentials: Arc::default(),
         code,
+        oauth: Arc::new(crate::oauth::Oauth::new(crate::oidc::http_client()?)),
+        mailer: crate::connect_links::mail::Mailer::from_config(&config_for_mail)?.map(Arc::new),
     };
     let app = crate::http::router(state);
 

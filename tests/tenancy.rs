@@ -126,6 +126,14 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools) VALUES ($1, $1, $2, 'k', '[]')",
         "INSERT INTO credentials (tenant_id, workspace_id, connector_id, owner, key_id, envelope, fields, updated_by)
          VALUES ($1, $1, $2, 'shared', 'k1', 'v1.k1.x.y', '[]', 'test')",
+        "INSERT INTO connect_links (tenant_id, id, workspace_id, connector_id, email, token_hash, created_by, expires_at)
+         VALUES ($1, gen_random_uuid(), $1, $2, $2 || '@x.test', convert_to($2 || 'link', 'UTF8'), 'test', now() + interval '1 day')",
+        "INSERT INTO mail_outbox (tenant_id, id, to_address, subject, body) VALUES ($1, gen_random_uuid(), $2 || '@x.test', 's', 'b')",
+        "INSERT INTO oauth_flows (tenant_id, state_hash, workspace_id, connector_id, owner, link_id, verifier, client_id, token_endpoint, expires_at)
+         VALUES ($1, convert_to($2, 'UTF8'), $1, $2, 'shared', gen_random_uuid(), 'v1.k1.x.y', 'c', 'http://as/token', now() + interval '15 minutes')",
+        "INSERT INTO oauth_grants (tenant_id, workspace_id, connector_id, owner, client_id, token_endpoint, connected_by)
+         VALUES ($1, $1, $2, 'shared', 'c', 'http://as/token', 'test')",
+        "INSERT INTO oauth_clients (tenant_id, workspace_id, connector_id, issuer, client_id) VALUES ($1, $1, $2, 'http://as', 'c')",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

@@ -88,6 +88,9 @@ pub struct Caller<'a> {
 
 /// The connector's credential for this caller: `Ok(None)` when it takes none.
 pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Connector) -> Result<Option<Credential>, Problem> {
+    if let Some(o) = connector.auth().oauth() {
+        return crate::oauth::resolve(state, at, id, o).await;
+    }
     let Some(kind) = connector.auth().slot() else { return Ok(None) };
     let how = || how_to_set(at.tenant_slug, at.workspace_slug, id, kind);
     let Some(ring) = state.config.vault_keys.as_ref() else {

@@ -65,9 +65,7 @@ impl GatewayCtx {
             && self.pool.as_ref().is_none_or(|(_, p)| p.includes(connector, tool))
             // A connector of personal credentials is absent for callers who are no member.
             && (self.caller.member_id.is_some()
-                || self.bound.document.connectors.get(connector).is_none_or(|c| {
-                    c.auth().slot() != Some(workspaces::config::SlotKind::Personal)
-                }))
+                || self.bound.document.connectors.get(connector).is_none_or(|c| !c.auth().personal()))
     }
 }
 

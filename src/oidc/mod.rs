@@ -204,8 +204,8 @@ fn invalid_id_token(reason: &str) -> Error {
 }
 
 /// The HTTP client adapter the openidconnect crate calls: our one reqwest, no redirects.
-#[derive(Debug)]
-struct Http(reqwest::Client);
+#[derive(Debug, Clone)]
+pub struct Http(pub reqwest::Client);
 
 impl<'c> openidconnect::AsyncHttpClient<'c> for Http {
     type Error = reqwest::Error;

@@ -30,6 +30,12 @@ use zeroize::Zeroizing;
 pub const FORMAT: &str = "v1";
 /// What connector credentials are sealed for (part of the associated data).
 pub const PURPOSE_CONNECTOR: &str = "connector_credential";
+/// A downstream OAuth grant's tokens.
+pub const PURPOSE_OAUTH_GRANT: &str = "oauth_grant";
+/// A pending OAuth flow's PKCE verifier.
+pub const PURPOSE_OAUTH_FLOW: &str = "oauth_flow";
+/// HKDF `info` of the key that signs connect links (never used for anything else).
+const LINK_KEY_INFO: &[u8] = b"gatehouse connect-link hmac v1";
 const NONCE_BYTES: usize = 12;
 const TAG_BYTES: usize = 16;
 
@@ -41,6 +47,8 @@ pub struct Unreadable;
 struct Key {
     kid: String,
     cipher: Aes256Gcm,
+    /// HMAC-SHA256 key for signed links, derived from this key with HKDF-SHA256.
+    link_key: Zeroizing<[u8; 32]>,
 }
 
 /// The key ring: the first key is active (seals); every key opens. Debug prints key ids only.
@@ -88,7 +96,11 @@ impl KeyRing {
                 return Err(format!("entry {n} (`{kid}`): the key must be exactly 32 bytes (AES-256), base64-encoded"));
             }
             let cipher = Aes256Gcm::new_from_slice(&bytes).map_err(|_| format!("entry {n} (`{kid}`): unusable key"))?;
-            keys.push(Key { kid: kid.to_owned(), cipher });
+            let mut link_key = Zeroizing::new([0u8; 32]);
+            hkdf::Hkdf::<sha2::Sha256>::new(None, &bytes)
+                .expand(LINK_KEY_INFO, link_key.as_mut())
+                .map_err(|_| format!("entry {n} (`{kid}`): unusable key"))?;
+            keys.push(Key { kid: kid.to_owned(), cipher, link_key });
         }
         if keys.is_empty() {
             return Err("no keys".into());
@@ -103,6 +115,22 @@ impl KeyRing {
 
     pub fn kids(&self) -> Vec<&str> {
         self.keys.iter().map(|k| k.kid.as_str()).collect()
+    }
+
+    /// Signs `message` with the active key's link key: (key id, base64url HMAC-SHA256).
+    pub fn sign_link(&self, message: &[u8]) -> (&str, String) {
+        let key = &self.keys[0];
+        use hmac::Mac;
+        (&key.kid, URL_SAFE_NO_PAD.encode(link_mac(&key.link_key, message).finalize().into_bytes()))
+    }
+
+    /// Checks a link signature made by [`KeyRing::sign_link`] with any key of the ring
+    /// (constant-time comparison).
+    pub fn verify_link(&self, kid: &str, message: &[u8], signature: &str) -> bool {
+        use hmac::Mac;
+        let Some(key) = self.keys.iter().find(|k| k.kid == kid) else { return false };
+        let Ok(tag) = URL_SAFE_NO_PAD.decode(signature) else { return false };
+        link_mac(&key.link_key, message).verify_slice(&tag).is_ok()
     }
 
     /// Seals `plaintext` under the active key with a fresh random nonce.
@@ -123,6 +151,14 @@ impl KeyRing {
         let aad = aad.bytes();
         key.cipher.decrypt(&nonce, Payload { msg: &parsed.ciphertext, aad: &aad }).map(Zeroizing::new).map_err(|_| Unreadable)
     }
+}
+
+fn link_mac(key: &[u8; 32], message: &[u8]) -> hmac::Hmac<sha2::Sha256> {
+    use hmac::Mac;
+    // HMAC takes keys of any length, so this never fails.
+    let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!());
+    mac.update(message);
+    mac
 }
 
 /// A parsed envelope (nothing checked but its shape).
@@ -271,6 +307,20 @@ mod tests {
         let mut other = aad("gh", Owner::Shared);
         other.purpose = "oauth_refresh";
         assert_eq!(r.open(&other, &sealed), Err(Unreadable), "another purpose");
+    }
+
+    #[test]
+    fn link_signatures_verify_under_their_key_only() {
+        let r = ring(&format!("k1:{K1}"));
+        let (kid, sig) = r.sign_link(b"tenant|workspace|connector");
+        assert_eq!(kid, "k1");
+        assert!(r.verify_link("k1", b"tenant|workspace|connector", &sig));
+        assert!(!r.verify_link("k1", b"tenant|workspace|other", &sig));
+        assert!(!r.verify_link("k2", b"tenant|workspace|connector", &sig));
+        assert!(!r.verify_link("k1", b"tenant|workspace|connector", "not base64!"));
+        assert!(!ring(&format!("k1:{K2}")).verify_link("k1", b"tenant|workspace|connector", &sig), "another key");
+        let rotated = ring(&format!("k2:{K2},k1:{K1}"));
+        assert!(rotated.verify_link("k1", b"tenant|workspace|connector", &sig), "an older key still verifies");
     }
 
     #[test]

@@ -117,9 +117,10 @@ pub fn require(ring: Option<&KeyRing>) -> Result<&KeyRing> {
     })
 }
 
-/// Refuses a connector that takes a credential slot when the vault is off.
+/// Refuses a connector that takes a credential slot (or OAuth, whose tokens the vault seals)
+/// when the vault is off.
 pub fn check_connector(ring: Option<&KeyRing>, connector: &Connector) -> Result<()> {
-    if connector.auth().slot().is_some() {
+    if connector.auth().slot().is_some() || connector.auth().oauth().is_some() {
         require(ring)?;
     }
     Ok(())
@@ -288,15 +289,19 @@ pub async fn rotate(db: &Db, ring: &KeyRing, batch: i64) -> Result<Rotation> {
                                 n.unreadable += 1;
                                 continue;
                             };
-                            let aad = Aad {
-                                tenant: row.tenant,
-                                workspace: row.workspace,
-                                connector: &row.connector,
-                                owner,
-                                purpose: PURPOSE_CONNECTOR,
-                            };
-                            match ring.open(&aad, &row.envelope) {
-                                Ok(plaintext) => {
+                            // A row holds a slot's fields or, for an OAuth connector, its grant's tokens.
+                            let opened = [PURPOSE_CONNECTOR, super::PURPOSE_OAUTH_GRANT].into_iter().find_map(|purpose| {
+                                let aad = Aad {
+                                    tenant: row.tenant,
+                                    workspace: row.workspace,
+                                    connector: &row.connector,
+                                    owner,
+                                    purpose,
+                                };
+                                ring.open(&aad, &row.envelope).ok().map(|p| (aad, p))
+                            });
+                            match opened.ok_or(Unreadable) {
+                                Ok((aad, plaintext)) => {
                                     let sealed = ring.seal(&aad, &plaintext);
                                     if store::reseal(&mut *conn, row, active, &sealed).await? {
                                         n.resealed += 1;

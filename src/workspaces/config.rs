@@ -118,8 +118,37 @@ pub enum Auth {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         basic: Option<Basic>,
     },
-    /// OAuth to the downstream's authorization server (not supported yet).
-    Oauth,
+    /// OAuth 2.0 (authorization code + PKCE) against the downstream's authorization server; the
+    /// grant's tokens are sealed by the vault and sent as `Authorization: Bearer`.
+    Oauth(OauthAuth),
+}
+
+/// Where a connector's OAuth authorization server is and how Gatehouse is registered there.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OauthAuth {
+    /// `shared`: one grant for the workspace (people with `credential_administration`, or a
+    /// mailed connect link); `personal`: each member's own grant.
+    pub grant: SlotKind,
+    /// The authorization server's issuer. A `remote_mcp` connector without one discovers it
+    /// through its protected resource metadata (RFC 9728); its metadata (RFC 8414, else OpenID
+    /// discovery) gives every endpoint not configured here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization_endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_endpoint: Option<String>,
+    /// RFC 7009 revocation, used at disconnect when present (configured or advertised).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revocation_endpoint: Option<String>,
+    /// A statically registered public client (PKCE, no secret). Absent: Gatehouse registers
+    /// itself as a public client at the server's registration endpoint (RFC 7591), once per
+    /// workspace connector and issuer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
 }
 
 /// Whose credential a slot holds.
@@ -154,6 +183,20 @@ impl Auth {
     pub fn slot(&self) -> Option<SlotKind> {
         match self {
             Auth::Slot { slot, .. } => Some(*slot),
+            _ => None,
+        }
+    }
+
+    /// Whether each member holds their own credential (a personal slot or OAuth grant).
+    pub fn personal(&self) -> bool {
+        matches!(self, Auth::Slot { slot: SlotKind::Personal, .. })
+            || matches!(self, Auth::Oauth(o) if o.grant == SlotKind::Personal)
+    }
+
+    /// The connector's OAuth settings, if it authenticates with OAuth.
+    pub fn oauth(&self) -> Option<&OauthAuth> {
+        match self {
+            Auth::Oauth(o) => Some(o),
             _ => None,
         }
     }
@@ -307,10 +350,49 @@ pub fn valid_field_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-pub(super) fn check_auth(auth: &Auth, static_headers: &BTreeMap<String, String>, field: &str, bad: &mut dyn FnMut(String, &str)) {
+pub(super) fn check_auth(
+    auth: &Auth,
+    static_headers: &BTreeMap<String, String>,
+    field: &str,
+    remote_mcp: bool,
+    bad: &mut dyn FnMut(String, &str),
+) {
     match auth {
         Auth::None => {}
-        Auth::Oauth => bad(field.into(), "OAuth to downstreams is not supported yet; use a credential slot"),
+        Auth::Oauth(o) => {
+            for (name, url) in [
+                ("issuer", &o.issuer),
+                ("authorization_endpoint", &o.authorization_endpoint),
+                ("token_endpoint", &o.token_endpoint),
+                ("revocation_endpoint", &o.revocation_endpoint),
+            ] {
+                if let Some(url) = url {
+                    check_url(url, &format!("{field}.{name}"), bad);
+                }
+            }
+            if o.issuer.is_none() && (o.authorization_endpoint.is_none() || o.token_endpoint.is_none()) && !remote_mcp {
+                bad(
+                    field.into(),
+                    "an HTTP API names its authorization server: `issuer`, or both `authorization_endpoint` and `token_endpoint`",
+                );
+            }
+            match &o.client_id {
+                Some(id) if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) => {
+                    bad(format!("{field}.client_id"), "a client id is 1 to 256 characters")
+                }
+                None if o.issuer.is_none() && !remote_mcp => bad(
+                    format!("{field}.client_id"),
+                    "without a client id Gatehouse registers itself (RFC 7591), which needs the server's metadata: name its `issuer`",
+                ),
+                _ => {}
+            }
+            if o.scopes.len() > 32 || o.scopes.iter().any(|s| s.is_empty() || s.len() > 128 || s.contains(char::is_whitespace)) {
+                bad(format!("{field}.scopes"), "at most 32 scopes, each 1 to 128 characters without spaces");
+            }
+            if static_headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
+                bad(field.into(), "OAuth sends Authorization itself");
+            }
+        }
         Auth::Slot { headers, basic, .. } => {
             if headers.is_empty() && basic.is_none() {
                 bad(field.into(), "a slot sends its fields in `headers` templates and/or `basic`");
@@ -393,7 +475,7 @@ impl Document {
                 Connector::RemoteMcp { url, headers, auth, timeout_ms, transport: _ } => {
                     check_url(url, &at("url"), &mut bad);
                     check_headers(id, headers, &mut bad);
-                    check_auth(auth, headers, &at("auth"), &mut bad);
+                    check_auth(auth, headers, &at("auth"), true, &mut bad);
                     check_timeout(*timeout_ms, &at("timeout_ms"), &mut bad);
                 }
                 Connector::HttpApi(api) => api.issues(id, &mut bad),
@@ -467,7 +549,15 @@ mod tests {
                 url: "https://user:pw@mcp.example/mcp".into(),
                 transport: RemoteTransport::Sse,
                 headers: BTreeMap::from([("Authorization".into(), "Bearer x".into()), ("X-Team".into(), "blue".into())]),
-                auth: Auth::Oauth,
+                auth: Auth::Oauth(OauthAuth {
+                    grant: SlotKind::Shared,
+                    issuer: None,
+                    authorization_endpoint: None,
+                    token_endpoint: None,
+                    revocation_endpoint: None,
+                    client_id: Some(String::new()),
+                    scopes: Vec::new(),
+                }),
                 timeout_ms: Some(5),
             },
         );
@@ -480,6 +570,7 @@ mod tests {
                 "connectors.Bad Id.url",
                 "connectors.ok.url",
                 "connectors.ok.headers.Authorization",
+                "connectors.ok.auth.client_id",
                 "connectors.ok.auth",
                 "connectors.ok.timeout_ms",
                 "classification.nope.tool",
@@ -584,7 +675,7 @@ mod tests {
         .unwrap();
         let mut fields = Vec::new();
         let statics = BTreeMap::from([("x-team".to_owned(), "blue".to_owned())]);
-        check_auth(&bad, &statics, "auth", &mut |f, _| fields.push(f));
+        check_auth(&bad, &statics, "auth", false, &mut |f, _| fields.push(f));
         assert_eq!(
             fields,
             [
@@ -598,7 +689,7 @@ mod tests {
         );
         let empty: Auth = serde_json::from_value(serde_json::json!({ "type": "slot", "slot": "shared" })).unwrap();
         let mut n = 0;
-        check_auth(&empty, &BTreeMap::new(), "auth", &mut |_, _| n += 1);
+        check_auth(&empty, &BTreeMap::new(), "auth", false, &mut |_, _| n += 1);
         assert_eq!(n, 1, "a slot that sends nothing is refused");
         assert!(serde_json::from_value::<Auth>(serde_json::json!({ "type": "slot", "slot": "team" })).is_err());
     }

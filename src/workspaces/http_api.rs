@@ -117,7 +117,7 @@ impl HttpApi {
             bad(at("base_url"), "must not have a query or a fragment");
         }
         check_headers(id, &self.headers, bad);
-        check_auth(&self.auth, &self.headers, &at("auth"), bad);
+        check_auth(&self.auth, &self.headers, &at("auth"), false, bad);
         check_timeout(self.timeout_ms, &at("timeout_ms"), bad);
         if self.tools.is_empty() || self.tools.len() > MAX_TOOLS {
             bad(at("tools"), "from 1 to 256 tools");

@@ -111,6 +111,12 @@ pub async fn list(db: &Db, tenant: TenantId) -> Result<Vec<Workspace>> {
     db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant))).await
 }
 
+/// [`bound`], by the workspace's id.
+pub async fn bound_by_id(db: &Db, tenant: TenantId, id: Uuid) -> Result<Bound> {
+    let slug = db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::slug_of(conn, tenant, id))).await?;
+    bound(db, tenant, &slug.ok_or(Error::NotFound { what: "workspace" })?).await
+}
+
 /// The workspace and the configuration it runs; another tenant's answers `not_found`.
 pub async fn bound(db: &Db, tenant: TenantId, slug: &str) -> Result<Bound> {
     db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::bound(conn, tenant, slug)))

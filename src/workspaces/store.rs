@@ -128,3 +128,12 @@ pub async fn bound(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Res
     let catalogs = serde_json::from_value(catalogs).map_err(|e| anyhow::anyhow!("catalog stamps unreadable: {e}"))?;
     Ok(Some(Bound { workspace: workspace(&row)?, document, catalogs, epoch: row.try_get("epoch")? }))
 }
+
+/// A workspace's slug by its id.
+pub async fn slug_of(conn: &mut PgConnection, tenant: TenantId, id: uuid::Uuid) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT slug FROM workspaces WHERE tenant_id = $1 AND id = $2")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(conn)
+        .await?)
+}

@@ -262,6 +262,11 @@ pub const PEER_CLIENT_SECRET: &str = "peer-test-secret";
 
 impl OidcPeer {
     pub async fn start(gatehouse_base: &str) -> OidcPeer {
+        Self::start_with(gatehouse_base, &[]).await
+    }
+
+    /// [`OidcPeer::start`] with extra settings of `server.mjs` (e.g. the downstream client).
+    pub async fn start_with(gatehouse_base: &str, extra: &[(&str, &str)]) -> OidcPeer {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/compose/oidc");
         assert!(
             dir.join("node_modules/oidc-provider").exists(),
@@ -278,6 +283,7 @@ impl OidcPeer {
             .env("OIDC_CLIENT_ID", PEER_CLIENT_ID)
             .env("OIDC_CLIENT_SECRET", PEER_CLIENT_SECRET)
             .env("OIDC_COOKIE_KEYS", "test-cookie-key")
+            .envs(extra.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)

@@ -55,7 +55,44 @@ const configuration = {
   },
 };
 
+// Optional: a public client (PKCE, no secret) for Gatehouse's downstream OAuth, as a
+// connector's authorization server (tests). Refresh tokens for it, rotated on every use.
+const downstreamClient = process.env.OIDC_DOWNSTREAM_CLIENT_ID;
+if (downstreamClient) {
+  configuration.clients.push({
+    client_id: downstreamClient,
+    redirect_uris: [`${publicUrl}/oauth/callback`],
+    grant_types: ['authorization_code', 'refresh_token'],
+    response_types: ['code'],
+    token_endpoint_auth_method: 'none',
+  });
+  configuration.issueRefreshToken = async (_ctx, client) => client.grantTypeAllowed('refresh_token');
+  configuration.features.revocation = { enabled: env('OIDC_REVOCATION', '') === '1' };
+  // Open dynamic client registration (RFC 7591), for clients that register themselves.
+  configuration.features.registration = { enabled: env('OIDC_REGISTRATION', '') === '1' };
+  const ttl = Number(env('OIDC_ACCESS_TOKEN_TTL', '3600'));
+  configuration.ttl = { AccessToken: ttl, RefreshToken: 86400, AuthorizationCode: 600, Grant: 86400, Session: 86400, Interaction: 3600 };
+}
+
 const provider = new Provider(issuer, configuration);
+
+// Optional: counts of token-endpoint refreshes and revocations at GET /_stats (tests assert
+// that a refresh token is never sent twice).
+if (env('OIDC_TEST_STATS', '') === '1') {
+  const stats = { refresh_requests: 0, refresh_failures: 0, revocations: 0 };
+  provider.use(async (ctx, next) => {
+    if (ctx.path === '/_stats') {
+      ctx.body = stats;
+      return;
+    }
+    await next();
+    if (ctx.oidc?.route === 'token' && ctx.oidc?.params?.grant_type === 'refresh_token') {
+      stats.refresh_requests += 1;
+      if (ctx.status >= 400) stats.refresh_failures += 1;
+    }
+    if (ctx.oidc?.route === 'revocation') stats.revocations += 1;
+  });
+}
 
 const server = provider.listen(port, () => {
   console.log(`development OpenID provider: issuer ${issuer}, listening on :${port}`);

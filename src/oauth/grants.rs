@@ -1,0 +1,242 @@
+//! Using a grant: the cached sealed tokens, opened per call, refreshed single-flight across
+//! replicas (a lease and the spent refresh token recorded by one compare-and-set).
+
+use super::*;
+
+fn problem(code: &'static str, state: &'static str, message: String) -> Problem {
+    Problem { code, state, message }
+}
+
+fn reconnect(at: &Caller<'_>, id: &str) -> String {
+    format!(
+        "connector `{id}` needs an OAuth authorization: call authorize_connector with {{\"connector\": \"{id}\"}} for a connect link (workspace {})",
+        at.workspace_slug
+    )
+}
+
+/// The grant's row for this replica: cached while the request's epoch matches.
+async fn load(
+    state: &AppState,
+    at: &Caller<'_>,
+    id: &str,
+    owner: Owner,
+    fresh: bool,
+) -> Result<Arc<Option<store::Grant>>, Problem> {
+    let key: SlotKey = (at.tenant, at.workspace, id.to_owned(), owner);
+    if !fresh && let Some((row, _)) = state.oauth.grants.get(&key).filter(|(_, label)| Some(*label) == at.epoch) {
+        state.oauth.grants.count(true);
+        return Ok(row);
+    }
+    state.oauth.grants.count(false);
+    let (tenant, workspace) = (at.tenant, at.workspace);
+    let (row, epoch) = state
+        .db
+        .single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::grant(conn, tenant, workspace, id, owner)))
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "could not read an OAuth grant");
+            problem("unavailable", "unavailable", "the connector's authorization could not be read; retry shortly".into())
+        })?;
+    let row = Arc::new(row);
+    state.oauth.grants.put(key, row.clone(), epoch);
+    Ok(row)
+}
+
+/// The connector's OAuth credential for this caller, refreshing it first when it is about to
+/// expire. Called by the gateway for every call of an OAuth connector.
+pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, o: &OauthAuth) -> Result<Option<Credential>, Problem> {
+    let Some(ring) = state.config.vault_keys.as_ref() else {
+        return Err(problem(
+            "vault_disabled",
+            "vault_disabled",
+            format!("connector `{id}` uses OAuth, whose tokens need the vault (GATEHOUSE_VAULT_KEYS)"),
+        ));
+    };
+    let Some(owner) = owner(o, at.member_id) else {
+        return Err(problem(
+            "auth_required",
+            "no_member",
+            format!("connector `{id}` uses each member's own authorization; this caller is no member"),
+        ));
+    };
+    let mut row = load(state, at, id, owner, false).await?;
+    let deadline = tokio::time::Instant::now() + FOLLOWER_WAIT;
+    loop {
+        let Some(grant) = row.as_ref() else { return Err(problem("auth_required", "missing", reconnect(at, id))) };
+        let Some(envelope) = grant.envelope.as_deref().filter(|_| grant.status == "active") else {
+            return Err(problem(
+                "auth_required",
+                "auth_required",
+                format!("the authorization expired or was refused; {}", reconnect(at, id)),
+            ));
+        };
+        let tokens = open(ring, at, id, owner, envelope)?;
+        let expiring = grant
+            .access_expires_at
+            .is_some_and(|e| e <= chrono::Utc::now() + chrono::Duration::seconds(store::EXPIRY_MARGIN_SECS));
+        if !expiring {
+            return credential(owner, grant, &tokens.access_token);
+        }
+        let Some(refresh) = tokens.refresh_token.as_deref() else {
+            // Nothing to refresh with: the access token is used until the server refuses it.
+            return credential(owner, grant, &tokens.access_token);
+        };
+        match refresh_once(state, ring, at, id, owner, &grant.token_endpoint, &grant.client_id, refresh).await? {
+            Refreshed::Done => {}
+            Refreshed::Other if tokio::time::Instant::now() < deadline => {
+                // Another replica (or task) holds the lease: wait for its new token.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Refreshed::Other => {
+                return Err(problem(
+                    "unavailable",
+                    "refreshing",
+                    "the connector's authorization is being refreshed; retry shortly".into(),
+                ));
+            }
+        }
+        row = load(state, at, id, owner, true).await?;
+    }
+}
+
+fn open(ring: &KeyRing, at: &Caller<'_>, id: &str, owner: Owner, envelope: &str) -> Result<Tokens, Problem> {
+    let unreadable = || {
+        problem(
+            "credential_unreadable",
+            "unreadable",
+            format!("the authorization of connector `{id}` cannot be opened with this deployment's vault keys; connect it again"),
+        )
+    };
+    let plaintext =
+        ring.open(&aad(at.tenant, at.workspace, id, owner, PURPOSE_OAUTH_GRANT), envelope).map_err(|_| unreadable())?;
+    serde_json::from_slice(&plaintext).map_err(|_| unreadable())
+}
+
+fn credential(owner: Owner, grant: &store::Grant, access_token: &str) -> Result<Option<Credential>, Problem> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {access_token}"))
+        .map_err(|_| problem("auth_required", "incomplete", "the access token cannot be sent in an HTTP header".into()))?;
+    value.set_sensitive(true);
+    let stamp = format!("{:?}|{:?}", grant.version, grant.updated_at.map(|u| u.timestamp_micros()));
+    let digest = Sha256::digest(stamp.as_bytes());
+    Ok(Some(Credential {
+        headers: vec![(HeaderName::from_static("authorization"), value)],
+        tag: format!("{}@{}", owner.as_text(), hex::encode(&digest[..8])),
+    }))
+}
+
+enum Refreshed {
+    /// This task refreshed (or found the grant dead): read it again.
+    Done,
+    /// Another holds the lease or already refreshed: wait and read again.
+    Other,
+}
+
+/// One refresh attempt: the lease and the spent mark by one compare-and-set, then (only for
+/// the winner) the request, then the outcome.
+#[allow(clippy::too_many_arguments)]
+async fn refresh_once(
+    state: &AppState,
+    ring: &KeyRing,
+    at: &Caller<'_>,
+    id: &str,
+    owner: Owner,
+    token_endpoint: &str,
+    client_id: &str,
+    refresh: &str,
+) -> Result<Refreshed, Problem> {
+    let unavailable = |e: Error| {
+        tracing::warn!(error = %e, "OAuth refresh bookkeeping failed");
+        problem("unavailable", "unavailable", "the connector's authorization could not be refreshed; retry shortly".into())
+    };
+    let (tenant, workspace) = (at.tenant, at.workspace);
+    let holder = Uuid::new_v4();
+    let spent = secrets::digest(refresh);
+    let spent = &spent;
+    let won = state
+        .db
+        .single_decision(Scope::Tenant(tenant), move |conn, _| {
+            Box::pin(store::take_lease(conn, tenant, workspace, id, owner, holder, spent))
+        })
+        .await
+        .map_err(unavailable)?;
+    if !won {
+        return Ok(Refreshed::Other);
+    }
+    // The token is recorded as spent: from here on it is never sent again, whatever happens.
+    let client = client(state, client_id, token_endpoint, token_endpoint).map_err(unavailable)?;
+    let response = client.exchange_refresh_token(&RefreshToken::new(refresh.to_owned())).request_async(&state.oauth.http).await;
+    let audit = Audit { actor: "system:oauth_refresh".into(), request_id: None };
+    let audit = &audit;
+    match response {
+        Ok(response) => {
+            let tokens = Tokens {
+                access_token: response.access_token().secret().clone(),
+                refresh_token: Some(response.refresh_token().map_or_else(|| refresh.to_owned(), |r| r.secret().clone())),
+            };
+            let rotated = response.refresh_token().is_some();
+            let expires_in = response.expires_in().map(|d| d.as_secs() as i64);
+            let plaintext = Zeroizing::new(serde_json::to_vec(&tokens).map_err(|e| unavailable(anyhow::Error::from(e).into()))?);
+            let envelope = ring.seal(&aad(tenant, workspace, id, owner, PURPOSE_OAUTH_GRANT), &plaintext);
+            let envelope = &envelope;
+            let fields = json!([{ "name": "access_token", "last4": null }, { "name": "refresh_token", "last4": null }]);
+            let fields = &fields;
+            state
+                .db
+                .serializable(Scope::Tenant(tenant), move |conn, _| {
+                    Box::pin(async move {
+                        if !store::refreshed(&mut *conn, tenant, workspace, id, owner, holder, expires_in, rotated).await? {
+                            // Disconnected (or killed) meanwhile: keep nothing.
+                            return Ok(());
+                        }
+                        crate::vault::store::upsert(
+                            &mut *conn,
+                            tenant,
+                            workspace,
+                            id,
+                            owner,
+                            ring.active(),
+                            envelope,
+                            fields,
+                            &audit.actor,
+                        )
+                        .await?;
+                        let entry = Entry {
+                            tenant: Some(tenant),
+                            audit,
+                            action: "oauth.refresh",
+                            target: format!("connector:{id}/grant:{}", owner.as_text()),
+                            before: None,
+                            after: Some(json!({ "workspace_id": workspace, "rotated": rotated })),
+                        };
+                        admin_log::record(conn, entry).await
+                    })
+                })
+                .await
+                .map_err(unavailable)?;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, connector = %id, "OAuth refresh failed; the grant needs a new authorization");
+            state
+                .db
+                .serializable(Scope::Tenant(tenant), move |conn, _| {
+                    Box::pin(async move {
+                        if store::kill(&mut *conn, tenant, workspace, id, owner).await? {
+                            let entry = Entry {
+                                tenant: Some(tenant),
+                                audit,
+                                action: "oauth.grant_dead",
+                                target: format!("connector:{id}/grant:{}", owner.as_text()),
+                                before: Some(json!({ "status": "active" })),
+                                after: Some(json!({ "status": "auth_required" })),
+                            };
+                            admin_log::record(conn, entry).await?;
+                        }
+                        Ok(())
+                    })
+                })
+                .await
+                .map_err(unavailable)?;
+        }
+    }
+    Ok(Refreshed::Done)
+}

@@ -1,0 +1,232 @@
+//! Downstream OAuth routes: the signed connect URL (`/oauth/connect`), a mailed connect link
+//! (`/connect/{tenant}/{secret}`), the callback (`/oauth/callback`), and the grant's API
+//! (`…/connectors/{id}/oauth/{shared|personal}`: show, connect URL, disconnect). No answer ever
+//! carries a token.
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode, Uri},
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{ConnectParams, Origin};
+use crate::{
+    AppState,
+    auth::{TenantCtx, session_cookie},
+    db::Scope,
+    error::{Error, Result},
+    members::{self, Permission},
+    pages::{self, escape},
+    sessions, tenants,
+    vault::Owner,
+    workspaces::{self, Connector, config::SlotKind},
+};
+
+fn browser_error(state: &AppState, e: Error) -> Response {
+    if e.status() == StatusCode::INTERNAL_SERVER_ERROR {
+        tracing::error!(error = %e, "downstream OAuth failed");
+        return pages::error_page(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error", state.config.dev_sign_in());
+    }
+    pages::error_page(e.status(), e.code(), &e.to_string(), state.config.dev_sign_in())
+}
+
+/// Who is behind this browser, for `tenant`.
+enum Browser {
+    SignedOut,
+    /// Signed in, but no member of the tenant.
+    Stranger,
+    Member(Uuid),
+}
+
+async fn browser(state: &AppState, headers: &HeaderMap, tenant: tenants::TenantId) -> Result<Browser> {
+    if session_cookie(headers, state.config.cookie_secure()).is_none() {
+        return Ok(Browser::SignedOut);
+    }
+    Ok(match session_member(state, headers, tenant).await? {
+        Some(m) => Browser::Member(m),
+        None if has_session(state, headers).await? => Browser::Stranger,
+        None => Browser::SignedOut,
+    })
+}
+
+async fn has_session(state: &AppState, headers: &HeaderMap) -> Result<bool> {
+    let Some(raw) = session_cookie(headers, state.config.cookie_secure()) else { return Ok(false) };
+    Ok(sessions::lookup(&state.db, raw).await?.is_some())
+}
+
+/// The signed-in member of `tenant` behind this browser, if any.
+async fn session_member(state: &AppState, headers: &HeaderMap, tenant: tenants::TenantId) -> Result<Option<Uuid>> {
+    let Some(raw) = session_cookie(headers, state.config.cookie_secure()) else { return Ok(None) };
+    let Some(session) = sessions::lookup(&state.db, raw).await? else { return Ok(None) };
+    let principal = session.principal;
+    let member = state
+        .db
+        .single_decision(Scope::Tenant(tenant), |conn, _| {
+            let principal = principal.clone();
+            Box::pin(async move { members::store::by_principal(conn, tenant, &principal).await })
+        })
+        .await?;
+    Ok(member.map(|m| m.id))
+}
+
+fn connector_of(bound: &workspaces::Bound, id: &str) -> Result<Connector> {
+    let c = bound.document.connectors.get(id).ok_or(Error::NotFound { what: "connector" })?;
+    if c.auth().oauth().is_none() {
+        return Err(Error::Conflict { code: "not_oauth", message: format!("connector `{id}` does not authenticate with OAuth") });
+    }
+    Ok(c.clone())
+}
+
+async fn connect(State(state): State<AppState>, headers: HeaderMap, uri: Uri, Query(p): Query<ConnectParams>) -> Response {
+    let run = async {
+        super::verify_connect(&state, &p).await?;
+        let tenant = tenants::by_slug(&state.db, &p.t).await?;
+        match browser(&state, &headers, tenant.id).await? {
+            Browser::SignedOut => {
+                // Sign in first, then come back to this very URL.
+                let next = uri.path_and_query().map(|pq| pq.as_str().to_owned()).unwrap_or_default();
+                let mut login = url::Url::parse("http://x/login").map_err(anyhow::Error::from)?;
+                login.query_pairs_mut().append_pair("next", &next);
+                return Ok(Redirect::to(&format!("/login?{}", login.query().unwrap_or_default())).into_response());
+            }
+            Browser::Stranger => {
+                return Err(Error::Forbidden {
+                    code: "wrong_member",
+                    message: "this connect link was made for another person; sign in as them".into(),
+                });
+            }
+            Browser::Member(m) if m != p.m => {
+                return Err(Error::Forbidden {
+                    code: "wrong_member",
+                    message: "this connect link was made for another person; sign in as them".into(),
+                });
+            }
+            Browser::Member(_) => {}
+        }
+        let bound = workspaces::bound(&state.db, tenant.id, &p.w).await?;
+        let connector = connector_of(&bound, &p.c)?;
+        let url = super::start(&state, tenant.id, bound.workspace.id.0, &p.c, &connector, Origin::Member(p.m)).await?;
+        Ok::<_, Error>(Redirect::to(&url).into_response())
+    };
+    run.await.unwrap_or_else(|e| browser_error(&state, e))
+}
+
+async fn follow_link(State(state): State<AppState>, Path((tenant, secret)): Path<(String, String)>) -> Response {
+    let run = async {
+        let tenant = tenants::by_slug(&state.db, &tenant).await?;
+        let link = crate::connect_links::check(&state.db, tenant.id, &secret).await?;
+        let bound = workspaces::bound_by_id(&state.db, tenant.id, link.workspace_id).await?;
+        let connector = connector_of(&bound, &link.connector)?;
+        let url = super::start(&state, tenant.id, link.workspace_id, &link.connector, &connector, Origin::Link(link.id)).await?;
+        Ok::<_, Error>(Redirect::to(&url).into_response())
+    };
+    run.await.unwrap_or_else(|e| browser_error(&state, e))
+}
+
+#[derive(Deserialize)]
+struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+}
+
+async fn callback(State(state): State<AppState>, headers: HeaderMap, Query(q): Query<CallbackQuery>) -> Response {
+    let run = async {
+        if let Some(error) = q.error {
+            let error: String = error.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(64).collect();
+            return Err(Error::Forbidden {
+                code: "authorization_denied",
+                message: format!("the authorization server answered `{error}`"),
+            });
+        }
+        let (Some(code), Some(flow_state)) = (q.code, q.state) else {
+            return Err(Error::invalid("invalid_callback", None, "the callback carries no code and state"));
+        };
+        let tenant = flow_state.split_once('.').and_then(|(t, _)| Uuid::parse_str(t).ok()).map(tenants::TenantId);
+        let member = match tenant {
+            Some(t) => session_member(&state, &headers, t).await?.map(|m| (t, m)),
+            None => None,
+        };
+        let done = super::finish(&state, &flow_state, &code, member).await?;
+        let label = done.account_label.as_deref().map(|l| format!(" as {}", escape(l))).unwrap_or_default();
+        let body = format!(
+            "<p>The connector <code>{}</code> is authorized{label} ({} grant). You can close this page.</p>",
+            escape(&done.connector),
+            done.grant
+        );
+        Ok(pages::page(StatusCode::OK, "Connected", state.config.dev_sign_in(), &body))
+    };
+    run.await.unwrap_or_else(|e| browser_error(&state, e))
+}
+
+type GrantPath = Path<(String, String, String, String)>;
+
+/// The grant a request manages: the shared one needs `credential_administration`, a personal
+/// one is the signed-in member's own. Tokens never manage grants.
+async fn grant_of(
+    state: &AppState,
+    ctx: &TenantCtx,
+    ws: &str,
+    id: &str,
+    kind: &str,
+) -> Result<(Uuid, Connector, SlotKind, Owner)> {
+    let kind = match kind {
+        "shared" => SlotKind::Shared,
+        "personal" => SlotKind::Personal,
+        _ => return Err(Error::NotFound { what: "grant" }),
+    };
+    let owner = match kind {
+        SlotKind::Shared => {
+            ctx.require_person(Permission::CredentialAdministration)?;
+            Owner::Shared
+        }
+        SlotKind::Personal => Owner::Member(ctx.require_person(Permission::ConnectorAccess)?.id),
+    };
+    let bound = workspaces::bound(&state.db, ctx.tenant.id, ws).await?;
+    let connector = connector_of(&bound, id)?;
+    let grant = connector.auth().oauth().map(|o| o.grant);
+    if grant != Some(kind) {
+        return Err(Error::Conflict {
+            code: "slot_mismatch",
+            message: format!("connector `{id}` takes no {} grant", kind.as_str()),
+        });
+    }
+    Ok((bound.workspace.id.0, connector, kind, owner))
+}
+
+async fn show_grant(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, ws, id, kind)): GrantPath,
+) -> Result<Json<super::GrantInfo>> {
+    let (workspace, _, kind, owner) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
+    Ok(Json(super::show(&state, ctx.tenant.id, workspace, &id, kind, owner).await?))
+}
+
+async fn connect_url(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, kind)): GrantPath) -> Result<Json<Value>> {
+    let (_, _, _, _) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
+    let member = ctx.person()?.id;
+    let url = super::connect_url(&state, &ctx.tenant.slug, &ws, &id, member).await?;
+    Ok(Json(json!({ "connector": id, "url": url, "expires_in_s": super::CONNECT_TTL_SECS })))
+}
+
+async fn disconnect(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, kind)): GrantPath) -> Result<Json<Value>> {
+    let (workspace, connector, _, owner) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
+    let o = connector.auth().oauth().cloned().ok_or(Error::NotFound { what: "grant" })?;
+    Ok(Json(super::disconnect(&state, &ctx.audit, ctx.tenant.id, workspace, &id, &connector, &o, owner).await?))
+}
+
+pub fn router() -> Router<AppState> {
+    const GRANT: &str = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}";
+    Router::new()
+        .route("/oauth/connect", get(connect))
+        .route("/oauth/callback", get(callback))
+        .route("/connect/{tenant}/{secret}", get(follow_link))
+        .route(GRANT, get(show_grant).delete(disconnect))
+        .route(&format!("{GRANT}/connect"), post(connect_url))
+}

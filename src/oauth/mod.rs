@@ -1,0 +1,436 @@
+//! Downstream OAuth: authorization code + PKCE (the `oauth2` crate) against a connector's
+//! authorization server, tokens sealed by the vault as the connector's credential, refresh
+//! single-flight across replicas, and disconnect with RFC 7009 revocation.
+//!
+//! - A person reaches the provider through a connect URL signed with an HMAC key derived from
+//!   the active vault key (HKDF), valid 15 minutes, naming the member it is for; or through a
+//!   mailed connect link (`crate::connect_links`). Either starts a flow: the SHA-256 of its
+//!   `state` maps to the sealed PKCE verifier for 15 minutes, claimed once at the callback.
+//! - The callback must come from the member who started the flow, who must still hold the
+//!   permission; a link's flow consumes the link (one winner) and restores it if storing fails.
+//! - Refresh: a lease taken by compare-and-set that also records the refresh token as spent
+//!   before it is sent, so a refresh token is never sent twice, by any replica. A refresh that
+//!   fails kills the grant (`auth_required`). Every grant change bumps the tenant's epoch.
+
+mod disconnect;
+pub mod discovery;
+mod grants;
+pub mod http;
+mod registration;
+pub mod store;
+
+pub use disconnect::{GrantInfo, disconnect, show};
+pub use grants::resolve;
+use registration::register;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::http::{HeaderName, HeaderValue};
+use oauth2::{
+    AuthType, AuthUrl, AuthorizationCode, ClientId, CsrfToken, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken,
+    RevocationUrl, Scope as OauthScope, StandardRevocableToken, TokenResponse, TokenUrl, basic::BasicClient,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+use zeroize::Zeroizing;
+
+use crate::{
+    AppState,
+    admin_log::{self, Audit, Entry},
+    db::Scope,
+    error::{Error, Result},
+    gateway::credentials::{Caller, Credential, Problem, SlotKey},
+    members::{self, Permission},
+    oidc::Http,
+    secrets,
+    tenants::TenantId,
+    vault::{Aad, KeyRing, Owner, PURPOSE_OAUTH_FLOW, PURPOSE_OAUTH_GRANT},
+    workspaces::{
+        Connector,
+        config::{OauthAuth, SlotKind},
+    },
+};
+
+/// A signed connect URL is valid this long.
+pub const CONNECT_TTL_SECS: i64 = 900;
+/// How long a replica that lost the refresh lease waits for the winner's new token.
+const FOLLOWER_WAIT: Duration = Duration::from_secs(10);
+
+/// This replica's OAuth state: its HTTP client and the grants it read, labelled by epoch.
+#[derive(Debug)]
+pub struct Oauth {
+    http: Http,
+    grants: crate::epochs::Cache<SlotKey, Arc<Option<store::Grant>>>,
+}
+
+impl Oauth {
+    pub fn new(http: reqwest::Client) -> Self {
+        Oauth { http: Http(http), grants: Default::default() }
+    }
+}
+
+/// The tokens a grant holds (sealed as JSON; zeroed on drop; never printed).
+#[derive(Serialize, Deserialize)]
+struct Tokens {
+    access_token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    refresh_token: Option<String>,
+}
+
+impl Drop for Tokens {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.access_token.zeroize();
+        if let Some(r) = self.refresh_token.as_mut() {
+            r.zeroize();
+        }
+    }
+}
+
+fn aad<'a>(tenant: TenantId, workspace: Uuid, connector: &'a str, owner: Owner, purpose: &'a str) -> Aad<'a> {
+    Aad { tenant: tenant.0, workspace, connector, owner, purpose }
+}
+
+fn ring(state: &AppState) -> Result<&KeyRing> {
+    crate::vault::slots::require(state.config.vault_keys.as_ref())
+}
+
+/// Whose grant a caller uses: the workspace's, or the member's own.
+pub fn owner(o: &OauthAuth, member: Option<Uuid>) -> Option<Owner> {
+    match o.grant {
+        SlotKind::Shared => Some(Owner::Shared),
+        SlotKind::Personal => member.map(Owner::Member),
+    }
+}
+
+fn redirect_uri(state: &AppState) -> String {
+    format!("{}/oauth/callback", state.config.public_url.trim_end_matches('/'))
+}
+
+type Client = oauth2::Client<
+    oauth2::basic::BasicErrorResponse,
+    oauth2::basic::BasicTokenResponse,
+    oauth2::basic::BasicTokenIntrospectionResponse,
+    StandardRevocableToken,
+    oauth2::basic::BasicRevocationErrorResponse,
+    oauth2::EndpointSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointSet,
+>;
+
+fn client(state: &AppState, client_id: &str, authorization: &str, token: &str) -> Result<Client> {
+    let bad = |what: &str| Error::Unavailable {
+        code: "oauth_misconfigured",
+        message: format!("the connector's authorization server gave an unusable {what}"),
+        retry_after_ms: None,
+    };
+    Ok(BasicClient::new(ClientId::new(client_id.to_owned()))
+        .set_auth_uri(AuthUrl::new(authorization.to_owned()).map_err(|_| bad("authorization endpoint"))?)
+        .set_token_uri(TokenUrl::new(token.to_owned()).map_err(|_| bad("token endpoint"))?)
+        .set_redirect_uri(RedirectUrl::new(redirect_uri(state)).map_err(|_| bad("redirect URI"))?)
+        // A public client (PKCE, no secret): the client id goes in the body.
+        .set_auth_type(AuthType::RequestBody))
+}
+
+/// The database clock, in Unix seconds (signed URLs expire by it, like everything else).
+async fn db_now(state: &AppState) -> Result<i64> {
+    state
+        .db
+        .single_decision(Scope::Global, |conn, _| {
+            Box::pin(async move {
+                Ok(sqlx::query_scalar::<_, i64>("SELECT extract(epoch FROM now())::bigint").fetch_one(conn).await?)
+            })
+        })
+        .await
+}
+
+fn connect_message(tenant: &str, workspace: &str, connector: &str, member: Uuid, expires: i64) -> String {
+    format!("gatehouse-connect|v1|{tenant}|{workspace}|{connector}|{member}|{expires}")
+}
+
+/// A signed connect URL for `member` to authorize `connector` (valid 15 minutes).
+pub async fn connect_url(state: &AppState, tenant: &str, workspace: &str, connector: &str, member: Uuid) -> Result<String> {
+    let ring = ring(state)?;
+    let expires = db_now(state).await? + CONNECT_TTL_SECS;
+    let (kid, sig) = ring.sign_link(connect_message(tenant, workspace, connector, member, expires).as_bytes());
+    let mut url = url::Url::parse(&format!("{}/oauth/connect", state.config.public_url.trim_end_matches('/')))
+        .map_err(|e| anyhow::anyhow!("bad public URL: {e}"))?;
+    url.query_pairs_mut()
+        .append_pair("t", tenant)
+        .append_pair("w", workspace)
+        .append_pair("c", connector)
+        .append_pair("m", &member.to_string())
+        .append_pair("exp", &expires.to_string())
+        .append_pair("k", kid)
+        .append_pair("sig", &sig);
+    Ok(url.to_string())
+}
+
+/// A connect URL's parameters.
+#[derive(Debug, Deserialize)]
+pub struct ConnectParams {
+    pub t: String,
+    pub w: String,
+    pub c: String,
+    pub m: Uuid,
+    pub exp: i64,
+    pub k: String,
+    pub sig: String,
+}
+
+/// Checks a connect URL's signature and expiry (database clock).
+pub async fn verify_connect(state: &AppState, p: &ConnectParams) -> Result<()> {
+    let ring = ring(state)?;
+    let message = connect_message(&p.t, &p.w, &p.c, p.m, p.exp);
+    if !ring.verify_link(&p.k, message.as_bytes(), &p.sig) {
+        return Err(Error::Forbidden { code: "invalid_link", message: "this connect link is not valid".into() });
+    }
+    if db_now(state).await? >= p.exp {
+        return Err(Error::Forbidden {
+            code: "link_expired",
+            message: "this connect link has expired; ask for a new one".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether `member` (still) may authorize a grant of this kind.
+async fn check_member(state: &AppState, tenant: TenantId, member: Uuid, kind: SlotKind) -> Result<()> {
+    let permitted = state
+        .db
+        .serializable(Scope::Tenant(tenant), move |conn, _| {
+            Box::pin(async move {
+                let Some(m) = members::store::get(&mut *conn, tenant, member).await? else { return Ok(false) };
+                let p = members::permissions(conn, tenant, m.role).await?;
+                Ok(match kind {
+                    SlotKind::Shared => p.has(Permission::CredentialAdministration),
+                    SlotKind::Personal => p.has(Permission::ConnectorAccess),
+                })
+            })
+        })
+        .await?;
+    if permitted {
+        Ok(())
+    } else {
+        Err(Error::Forbidden { code: "permission_denied", message: "you may not authorize this connector".into() })
+    }
+}
+
+/// Who starts a flow: a member (who must come back), or a connect link.
+#[derive(Clone, Copy, Debug)]
+pub enum Origin {
+    Member(Uuid),
+    Link(Uuid),
+}
+
+/// Starts a flow for `connector`; answers the provider's authorization URL.
+pub async fn start(
+    state: &AppState,
+    tenant: TenantId,
+    workspace: Uuid,
+    id: &str,
+    connector: &Connector,
+    origin: Origin,
+) -> Result<String> {
+    let ring = ring(state)?;
+    let o = connector
+        .auth()
+        .oauth()
+        .ok_or(Error::Conflict { code: "not_oauth", message: format!("connector `{id}` does not authenticate with OAuth") })?;
+    let owner = match (o.grant, origin) {
+        (SlotKind::Shared, _) => Owner::Shared,
+        (SlotKind::Personal, Origin::Member(m)) => Owner::Member(m),
+        (SlotKind::Personal, Origin::Link(_)) => {
+            return Err(Error::Conflict {
+                code: "not_oauth_shared",
+                message: "a connect link authorizes shared grants only".into(),
+            });
+        }
+    };
+    if let Origin::Member(m) = origin {
+        check_member(state, tenant, m, o.grant).await?;
+    }
+    let endpoints = discovery::endpoints(&state.oauth.http.0, connector, o).await?;
+    let client_id = match &o.client_id {
+        Some(c) => c.clone(),
+        None => register(state, tenant, workspace, id, &endpoints).await?,
+    };
+    let client = client(state, &client_id, &endpoints.authorization, &endpoints.token)?;
+    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+    // The tenant leads the state, so the callback knows whose rows to look in.
+    let flow_state = Zeroizing::new(format!("{}.{}", tenant.0.simple(), secrets::random_b64(32)));
+    let mut request = client.authorize_url(|| CsrfToken::new(flow_state.to_string())).set_pkce_challenge(challenge);
+    for scope in &o.scopes {
+        request = request.add_scope(OauthScope::new(scope.clone()));
+    }
+    let (url, _) = request.url();
+    let sealed = ring.seal(&aad(tenant, workspace, id, owner, PURPOSE_OAUTH_FLOW), verifier.secret().as_bytes());
+    let hash = secrets::digest(&flow_state);
+    let (started_by, link_id) = match origin {
+        Origin::Member(m) => (Some(m), None),
+        Origin::Link(l) => (None, Some(l)),
+    };
+    let (hash, sealed, token, client_id) = (&hash, &sealed, &endpoints.token, &client_id);
+    state
+        .db
+        .single_decision(Scope::Tenant(tenant), move |conn, _| {
+            Box::pin(store::insert_flow(conn, tenant, hash, workspace, id, owner, started_by, link_id, sealed, client_id, token))
+        })
+        .await?;
+    Ok(url.to_string())
+}
+
+/// What a completed callback did.
+#[derive(Debug, Serialize)]
+pub struct Connected {
+    pub connector: String,
+    pub grant: &'static str,
+    pub account_label: Option<String>,
+}
+
+fn claimed_error() -> Error {
+    Error::Conflict {
+        code: "flow_claimed",
+        message:
+            "this authorization was already completed, has expired, was started by another person, or was never started here"
+                .into(),
+    }
+}
+
+/// Completes a flow at the callback: claims it once, checks who came back, exchanges the code
+/// and seals the tokens as the connector's credential.
+pub async fn finish(
+    state: &AppState,
+    flow_state: &str,
+    code: &str,
+    session_member: Option<(TenantId, Uuid)>,
+) -> Result<Connected> {
+    let ring = ring(state)?;
+    let tenant = flow_state.split_once('.').and_then(|(t, _)| Uuid::parse_str(t).ok()).map(TenantId).ok_or_else(claimed_error)?;
+    let hash = secrets::digest(flow_state);
+    let hash = &hash;
+    let member = session_member.filter(|(t, _)| *t == tenant).map(|(_, m)| m);
+    let flow = state
+        .db
+        .single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::claim_flow(conn, tenant, hash, member)))
+        .await?
+        .ok_or_else(claimed_error)?;
+    let owner = crate::vault::slots::parse_owner(&flow.owner).ok_or_else(claimed_error)?;
+    let bound = crate::workspaces::bound_by_id(&state.db, tenant, flow.workspace).await?;
+    let connector = bound.document.connectors.get(&flow.connector).ok_or(Error::NotFound { what: "connector" })?;
+    let o = connector.auth().oauth().ok_or_else(claimed_error)?;
+    let audit = match flow.started_by {
+        Some(started_by) => {
+            // Only the member who started the flow may finish it, and only while permitted.
+            if session_member != Some((tenant, started_by)) {
+                return Err(Error::Forbidden {
+                    code: "wrong_member",
+                    message: "this authorization was started by another person; sign in as them, or start again".into(),
+                });
+            }
+            check_member(state, tenant, started_by, o.grant).await?;
+            Audit { actor: format!("member:{started_by}"), request_id: None }
+        }
+        None => Audit { actor: format!("connect_link:{}", flow.link_id.unwrap_or_default()), request_id: None },
+    };
+    let verifier = ring
+        .open(&aad(tenant, flow.workspace, &flow.connector, owner, PURPOSE_OAUTH_FLOW), &flow.verifier)
+        .map_err(|_| claimed_error())?;
+    let verifier = String::from_utf8(verifier.to_vec()).map_err(|_| claimed_error())?;
+    let endpoints = discovery::endpoints(&state.oauth.http.0, connector, o).await?;
+    let client = client(state, &flow.client_id, &endpoints.authorization, &flow.token_endpoint)?;
+    let response = client
+        .exchange_code(AuthorizationCode::new(code.to_owned()))
+        .set_pkce_verifier(PkceCodeVerifier::new(verifier))
+        .request_async(&state.oauth.http)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, connector = %flow.connector, "downstream OAuth code exchange failed");
+            Error::Forbidden { code: "token_exchange_failed", message: "the authorization server refused the code".into() }
+        })?;
+    let tokens = Tokens {
+        access_token: response.access_token().secret().clone(),
+        refresh_token: response.refresh_token().map(|r| r.secret().clone()),
+    };
+    let expires_in = response.expires_in().map(|d| d.as_secs() as i64);
+    let label = account_label(state, endpoints.userinfo.as_deref(), &tokens.access_token).await;
+    if let Some(link) = flow.link_id {
+        crate::connect_links::consume(&state.db, tenant, &audit, link, label.as_deref().unwrap_or("connected")).await?;
+    }
+    let grant =
+        GrantParts { expires_in, client_id: &flow.client_id, token_endpoint: &flow.token_endpoint, label: label.as_deref() };
+    let stored = store_grant(state, ring, tenant, flow.workspace, &flow.connector, owner, &tokens, grant, &audit).await;
+    if let Err(e) = stored {
+        if let Some(link) = flow.link_id {
+            // The link was consumed for a credential that was never stored: give it back.
+            if let Err(re) = crate::connect_links::restore(&state.db, tenant, &audit, link).await {
+                tracing::error!(error = %re, "could not restore a connect link after a failed store");
+            }
+        }
+        return Err(e);
+    }
+    Ok(Connected { connector: flow.connector, grant: o.grant.as_str(), account_label: label })
+}
+
+/// A label for the connected account (the provider's `email`, `preferred_username` or `sub`),
+/// when it offers userinfo.
+async fn account_label(state: &AppState, userinfo: Option<&str>, access_token: &str) -> Option<String> {
+    let response = state.oauth.http.0.get(userinfo?).bearer_auth(access_token).send().await.ok()?;
+    let claims: serde_json::Value = response.error_for_status().ok()?.json().await.ok()?;
+    ["email", "preferred_username", "sub"].iter().find_map(|k| claims[*k].as_str()).map(|s| s.chars().take(200).collect())
+}
+
+/// What a new grant records beside its tokens.
+#[derive(Clone, Copy)]
+struct GrantParts<'a> {
+    expires_in: Option<i64>,
+    client_id: &'a str,
+    token_endpoint: &'a str,
+    label: Option<&'a str>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn store_grant(
+    state: &AppState,
+    ring: &KeyRing,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+    tokens: &Tokens,
+    grant: GrantParts<'_>,
+    audit: &Audit,
+) -> Result<()> {
+    let GrantParts { expires_in, client_id, token_endpoint, label } = grant;
+    let plaintext = Zeroizing::new(serde_json::to_vec(tokens).map_err(anyhow::Error::from)?);
+    let envelope = ring.seal(&aad(tenant, workspace, connector, owner, PURPOSE_OAUTH_GRANT), &plaintext);
+    let refreshable = tokens.refresh_token.is_some();
+    let names: &[&str] = if refreshable { &["access_token", "refresh_token"] } else { &["access_token"] };
+    let fields = serde_json::Value::Array(names.iter().map(|n| json!({ "name": n, "last4": null })).collect());
+    let (envelope, fields) = (&envelope, &fields);
+    state
+        .db
+        .serializable(Scope::Tenant(tenant), move |conn, _| {
+            Box::pin(async move {
+                crate::vault::store::upsert(&mut *conn, tenant, workspace, connector, owner, ring.active(), envelope, fields, &audit.actor)
+                    .await
+                    .map_err(|e| e.on_constraint("credentials_member_fkey", || Error::NotFound { what: "member" }))?;
+                store::upsert_grant(&mut *conn, tenant, workspace, connector, owner, expires_in, client_id, token_endpoint, label, &audit.actor)
+                    .await?;
+                let entry = Entry {
+                    tenant: Some(tenant),
+                    audit,
+                    action: "oauth.connect",
+                    target: format!("connector:{connector}/grant:{}", owner.as_text()),
+                    before: None,
+                    after: Some(json!({ "workspace_id": workspace, "account_label": label, "refreshable": refreshable, "key_id": ring.active() })),
+                };
+                admin_log::record(conn, entry).await
+            })
+        })
+        .await
+}

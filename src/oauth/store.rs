@@ -1,0 +1,338 @@
+//! Downstream OAuth SQL: flows and grants, tenant first. Claims and leases are one conditional
+//! statement each.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::{error::Result, tenants::TenantId, vault::Owner};
+
+pub const FLOW_TTL_SECS: i64 = 900;
+/// How long a replica may hold a grant's refresh lease.
+pub const LEASE_SECS: i64 = 30;
+/// An access token this close to expiry is refreshed first.
+pub const EXPIRY_MARGIN_SECS: i64 = 30;
+
+/// A pending flow, as the callback claims it.
+pub struct Flow {
+    pub workspace: Uuid,
+    pub connector: String,
+    pub owner: String,
+    pub started_by: Option<Uuid>,
+    pub link_id: Option<Uuid>,
+    pub verifier: String,
+    pub client_id: String,
+    pub token_endpoint: String,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn insert_flow(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    state_hash: &[u8],
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+    started_by: Option<Uuid>,
+    link_id: Option<Uuid>,
+    verifier: &str,
+    client_id: &str,
+    token_endpoint: &str,
+) -> Result<()> {
+    sqlx::query("DELETE FROM oauth_flows WHERE tenant_id = $1 AND expires_at <= now() - interval '1 hour'")
+        .bind(tenant)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(
+        "INSERT INTO oauth_flows (tenant_id, state_hash, workspace_id, connector_id, owner, started_by, link_id, verifier,
+                                  token_endpoint, expires_at, client_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8), $11)",
+    )
+    .bind(tenant)
+    .bind(state_hash)
+    .bind(workspace)
+    .bind(connector)
+    .bind(owner.as_text())
+    .bind(started_by)
+    .bind(link_id)
+    .bind(verifier)
+    .bind(token_endpoint)
+    .bind(FLOW_TTL_SECS as f64)
+    .bind(client_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Claims an unclaimed, unexpired flow: of several duplicate callbacks exactly one gets it. A
+/// flow a member started is claimed only by that member's callback (`member`), so a callback
+/// replayed from another browser consumes nothing.
+pub async fn claim_flow(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    state_hash: &[u8],
+    member: Option<Uuid>,
+) -> Result<Option<Flow>> {
+    let row = sqlx::query(
+        "UPDATE oauth_flows SET claimed_at = now()
+          WHERE tenant_id = $1 AND state_hash = $2 AND claimed_at IS NULL AND expires_at > now()
+            AND (started_by IS NULL OR started_by = $3)
+          RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, client_id, token_endpoint",
+    )
+    .bind(tenant)
+    .bind(state_hash)
+    .bind(member)
+    .fetch_optional(conn)
+    .await?;
+    row.map(|r| {
+        Ok(Flow {
+            workspace: r.try_get("workspace_id")?,
+            connector: r.try_get("connector_id")?,
+            owner: r.try_get("owner")?,
+            started_by: r.try_get("started_by")?,
+            link_id: r.try_get("link_id")?,
+            verifier: r.try_get("verifier")?,
+            client_id: r.try_get("client_id")?,
+            token_endpoint: r.try_get("token_endpoint")?,
+        })
+    })
+    .transpose()
+}
+
+/// A grant's state and its sealed tokens, with the epoch that labels them.
+#[derive(Clone)]
+pub struct Grant {
+    pub status: String,
+    pub access_expires_at: Option<DateTime<Utc>>,
+    pub client_id: String,
+    pub token_endpoint: String,
+    pub account_label: Option<String>,
+    pub connected_at: DateTime<Utc>,
+    pub refreshed_at: Option<DateTime<Utc>>,
+    /// The sealed tokens (absent once the grant died).
+    pub envelope: Option<String>,
+    pub version: Option<i64>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant").field("status", &self.status).field("version", &self.version).finish_non_exhaustive()
+    }
+}
+
+pub async fn grant(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+) -> Result<(Option<Grant>, i64)> {
+    let row = sqlx::query(
+        "SELECT (SELECT epoch FROM tenants WHERE id = $1) AS epoch, g.status, g.access_expires_at, g.client_id, g.token_endpoint,
+                g.account_label, g.connected_at, g.refreshed_at, c.envelope, c.version, c.updated_at
+           FROM (SELECT 1) one
+           LEFT JOIN oauth_grants g ON g.tenant_id = $1 AND g.workspace_id = $2 AND g.connector_id = $3 AND g.owner = $4
+           LEFT JOIN credentials c ON c.tenant_id = $1 AND c.workspace_id = $2 AND c.connector_id = $3 AND c.owner = $4",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(owner.as_text())
+    .fetch_one(conn)
+    .await?;
+    let epoch: Option<i64> = row.try_get("epoch")?;
+    let status: Option<String> = row.try_get("status")?;
+    let grant = match status {
+        None => None,
+        Some(status) => Some(Grant {
+            status,
+            access_expires_at: row.try_get("access_expires_at")?,
+            client_id: row.try_get("client_id")?,
+            token_endpoint: row.try_get("token_endpoint")?,
+            account_label: row.try_get("account_label")?,
+            connected_at: row.try_get("connected_at")?,
+            refreshed_at: row.try_get("refreshed_at")?,
+            envelope: row.try_get("envelope")?,
+            version: row.try_get("version")?,
+            updated_at: row.try_get("updated_at")?,
+        }),
+    };
+    Ok((grant, epoch.unwrap_or(0)))
+}
+
+/// Creates or replaces a grant after a successful authorization (lease and spent mark cleared).
+#[allow(clippy::too_many_arguments)]
+pub async fn upsert_grant(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+    expires_in_secs: Option<i64>,
+    client_id: &str,
+    token_endpoint: &str,
+    account_label: Option<&str>,
+    by: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO oauth_grants AS g (tenant_id, workspace_id, connector_id, owner, member_id, access_expires_at,
+                                       token_endpoint, account_label, connected_by, client_id)
+         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8), $7, $8, $9, $10)
+         ON CONFLICT (tenant_id, workspace_id, connector_id, owner) DO UPDATE
+            SET status = 'active', access_expires_at = EXCLUDED.access_expires_at, token_endpoint = EXCLUDED.token_endpoint,
+                client_id = EXCLUDED.client_id,
+                account_label = EXCLUDED.account_label, connected_by = EXCLUDED.connected_by, connected_at = now(),
+                lease_holder = NULL, lease_until = NULL, spent_refresh = NULL, refreshed_at = NULL",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(owner.as_text())
+    .bind(owner.member_id())
+    .bind(expires_in_secs.map(|s| s as f64))
+    .bind(token_endpoint)
+    .bind(account_label)
+    .bind(by)
+    .bind(client_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Takes the refresh lease and records `refresh_digest` as spent, in one statement: only an
+/// active grant whose access token is (by the database clock) about to expire, with no live
+/// lease, and whose refresh token was not already sent.
+pub async fn take_lease(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+    holder: Uuid,
+    refresh_digest: &[u8],
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE oauth_grants SET lease_holder = $5, lease_until = now() + make_interval(secs => $7::float8), spent_refresh = $6
+          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 AND status = 'active'
+            AND (lease_until IS NULL OR lease_until <= now())
+            AND spent_refresh IS DISTINCT FROM $6
+            AND (access_expires_at IS NULL OR access_expires_at <= now() + make_interval(secs => $8::float8))",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(owner.as_text())
+    .bind(holder)
+    .bind(refresh_digest)
+    .bind(LEASE_SECS as f64)
+    .bind(EXPIRY_MARGIN_SECS as f64)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Records a refresh's new expiry and releases the lease (only by its holder). `keep_spent`
+/// false clears the spent mark: the provider kept the same refresh token alive.
+#[allow(clippy::too_many_arguments)]
+pub async fn refreshed(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+    holder: Uuid,
+    expires_in_secs: Option<i64>,
+    keep_spent: bool,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE oauth_grants SET access_expires_at = now() + make_interval(secs => $6::float8), lease_holder = NULL,
+                lease_until = NULL, refreshed_at = now(), spent_refresh = CASE WHEN $7 THEN spent_refresh END
+          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 AND lease_holder = $5 AND status = 'active'",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(owner.as_text())
+    .bind(holder)
+    .bind(expires_in_secs.map(|s| s as f64))
+    .bind(keep_spent)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Marks a grant dead (`auth_required`) and deletes its tokens.
+pub async fn kill(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, connector: &str, owner: Owner) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE oauth_grants SET status = 'auth_required', lease_holder = NULL, lease_until = NULL
+          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 AND status = 'active'",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(owner.as_text())
+    .execute(&mut *conn)
+    .await?;
+    crate::vault::store::delete(conn, tenant, workspace, connector, owner).await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Deletes a grant and its tokens; whether there was one.
+pub async fn delete(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, connector: &str, owner: Owner) -> Result<bool> {
+    let done =
+        sqlx::query("DELETE FROM oauth_grants WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4")
+            .bind(tenant)
+            .bind(workspace)
+            .bind(connector)
+            .bind(owner.as_text())
+            .execute(&mut *conn)
+            .await?;
+    crate::vault::store::delete(conn, tenant, workspace, connector, owner).await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The client registered for this connector at `issuer`, if any.
+pub async fn registered_client(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    issuer: &str,
+) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT client_id FROM oauth_clients WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND issuer = $4",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(issuer)
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// Keeps a registration unless another replica's came first; answers the one kept.
+pub async fn keep_client(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    issuer: &str,
+    client_id: &str,
+) -> Result<String> {
+    let kept: Option<String> = sqlx::query_scalar(
+        "INSERT INTO oauth_clients (tenant_id, workspace_id, connector_id, issuer, client_id) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT DO NOTHING RETURNING client_id",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(issuer)
+    .bind(client_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match kept {
+        Some(id) => Ok(id),
+        None => Ok(registered_client(conn, tenant, workspace, connector, issuer).await?.unwrap_or_else(|| client_id.to_owned())),
+    }
+}

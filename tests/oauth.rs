@@ -1,0 +1,570 @@
+//! Downstream OAuth end to end: the npm `oidc-provider` on loopback is the connector's
+//! authorization server, and a real HTTP API on loopback accepts only access tokens that the
+//! provider's userinfo endpoint vouches for. People connect through `authorize_connector`'s
+//! signed link and through mailed connect links; duplicate callbacks race (one claim); two
+//! server processes race to refresh (the provider sees one refresh); disconnect revokes at the
+//! provider; and no token reaches a log line, an admin-log row or a response.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use common::{Machine, OidcPeer, Served, TestDb, browser::Browser, free_port, gatehouse, run};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sqlx::{Connection, Executor};
+
+const CLIENT: &str = "gatehouse-downstream";
+
+fn key(kid: &str) -> String {
+    let bytes: Vec<u8> = [uuid::Uuid::new_v4().into_bytes(), uuid::Uuid::new_v4().into_bytes()].concat();
+    format!("{kid}:{}", base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+fn cmd(t: &TestDb, keys: &str) -> tokio::process::Command {
+    let mut c = gatehouse(Some(&t.url));
+    c.env("GATEHOUSE_VAULT_KEYS", keys);
+    c
+}
+
+async fn ok(mut c: tokio::process::Command, args: &[&str]) -> Vec<String> {
+    c.args(args);
+    let (code, out, err) = run(c).await;
+    assert_eq!(code, 0, "gatehouse {args:?}: {err}");
+    out.lines().map(str::to_owned).collect()
+}
+
+fn json_file(value: &Value) -> String {
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, value.to_string()).unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+/// Every bearer token the downstream API was shown.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A real HTTP API that answers `GET /v1/me` only for access tokens the provider's userinfo
+/// endpoint accepts (401 otherwise), with the provider's subject.
+async fn protected_api(issuer: &str) -> (String, Seen) {
+    use axum::{extract::Request, http::StatusCode, response::IntoResponse};
+    let seen: Seen = Default::default();
+    let (log, userinfo) = (seen.clone(), format!("{issuer}/me"));
+    let app = axum::Router::new().fallback(move |request: Request| {
+        let (log, userinfo) = (log.clone(), userinfo.clone());
+        async move {
+            let Some(token) = request
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::to_owned)
+            else {
+                return (StatusCode::UNAUTHORIZED, "bearer token required").into_response();
+            };
+            log.lock().unwrap().push(token.clone());
+            let r = common::http().get(&userinfo).bearer_auth(&token).send().await.unwrap();
+            if r.status() != 200 {
+                return (StatusCode::UNAUTHORIZED, "the provider does not vouch for this token").into_response();
+            }
+            let claims: Value = r.json().await.unwrap();
+            axum::Json(json!({ "sub": claims["sub"] })).into_response()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, seen)
+}
+
+/// An HTTP API connector whose authorization server is named by configured endpoints.
+fn api_connector(base: &str, issuer: &str, grant: &str) -> Value {
+    json!({ "base_url": base, "timeout_ms": 5000,
+        "auth": { "type": "oauth", "grant": grant, "client_id": CLIENT, "scopes": ["openid", "email"],
+                  "authorization_endpoint": format!("{issuer}/auth"), "token_endpoint": format!("{issuer}/token"),
+                  "revocation_endpoint": format!("{issuer}/token/revocation") },
+        "tools": [{ "name": "me", "description": "Who am I", "method": "GET", "path": "/me", "read_only": true,
+            "input_schema": { "type": "object", "additionalProperties": false, "properties": {} } }] })
+}
+
+/// Calls a gateway tool; (is error, its JSON, the raw response text).
+async fn tool(url: &str, m: &Machine, name: &str, arguments: Value) -> (bool, Value, String) {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
+    let r = m
+        .headers(common::http().post(url))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let raw = r.text().await.unwrap();
+    let answer: Value = serde_json::from_str(&raw).unwrap();
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap_or("").to_owned();
+    (answer["result"]["isError"] == true, serde_json::from_str(&text).unwrap_or(Value::String(text)), raw)
+}
+
+async fn dev_sign_in(served: &Served, email: &'static str) -> Browser {
+    let browser = Browser::new(&served.base);
+    let fill = move |field: &str| match field {
+        "email" => Some(email.to_owned()),
+        "login" => Some(email.split('@').next().unwrap().to_owned()),
+        "password" => Some("any".to_owned()),
+        _ => None,
+    };
+    let landing = browser.walk(&format!("{}/login?next=/", served.base), fill).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    browser
+}
+
+/// Walks from `start` through the provider's login and consent (as `login`) and stops at the
+/// redirect back to Gatehouse's callback, which it returns without following.
+async fn walk_to_callback(b: &Browser, start: &str, login: &str) -> String {
+    let mut method = Method::GET;
+    let mut url = url::Url::parse(start).unwrap();
+    let mut form: Vec<(String, String)> = Vec::new();
+    for _ in 0..25 {
+        let request = b.client.request(method.clone(), url.clone());
+        let request = if method == Method::POST { request.form(&form) } else { request };
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        if status.is_redirection() {
+            let location = response.headers()["location"].to_str().unwrap().to_owned();
+            url = url.join(&location).unwrap();
+            method = Method::GET;
+            if url.as_str().starts_with(&format!("{}/oauth/callback", b.base)) {
+                return url.to_string();
+            }
+            continue;
+        }
+        let body = response.text().await.unwrap();
+        let (action, fields) = common::browser::first_form(&body).unwrap_or_else(|| panic!("no form at {url}: {status} {body}"));
+        url = url.join(&action).unwrap();
+        method = Method::POST;
+        form = fields
+            .into_iter()
+            .map(|(k, v)| {
+                let value = match k.as_str() {
+                    "login" => login.to_owned(),
+                    "password" => "any".to_owned(),
+                    _ => v,
+                };
+                (k, value)
+            })
+            .collect();
+    }
+    panic!("the authorization walk did not reach the callback");
+}
+
+async fn stats(issuer: &str) -> Value {
+    common::http().get(format!("{issuer}/_stats")).send().await.unwrap().json().await.unwrap()
+}
+
+/// Every admin-log row, as text.
+async fn admin_log(t: &TestDb) -> String {
+    let mut owner = t.owner_conn().await;
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    let rows: Vec<String> = sqlx::query_scalar("SELECT row_to_json(a)::text FROM admin_log a").fetch_all(&mut *tx).await.unwrap();
+    rows.join("\n")
+}
+
+/// Moves every grant's access-token expiry into the past (as the schema owner), as if an
+/// hour had passed; the trigger bumps the tenant's epoch like any grant change.
+async fn expire_access_tokens(t: &TestDb) {
+    let mut owner = t.owner_conn().await;
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    tx.execute("UPDATE oauth_grants SET access_expires_at = now() - interval '1 minute'").await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_personal_grant_is_connected_once_refreshed_once_across_replicas_and_revoked_at_disconnect() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port_a = free_port();
+    let base_a = format!("http://127.0.0.1:{port_a}");
+    let provider = OidcPeer::start_with(
+        &base_a,
+        &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_REVOCATION", "1"), ("OIDC_TEST_STATS", "1")],
+    )
+    .await;
+    let (api, seen) = protected_api(&provider.issuer).await;
+    ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
+    ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
+    let file = json_file(&api_connector(&api, &provider.issuer, "personal"));
+    ok(
+        cmd(&t, &keys),
+        &["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "crm", "--kind", "http_api", "--config", &file],
+    )
+    .await;
+
+    let a = Served::start_on(cmd(&t, &keys), port_a).await;
+    let b = Served::start(cmd(&t, &keys)).await;
+    let ann = dev_sign_in(&a, "ann@example.test").await;
+    let mut responses: Vec<String> = Vec::new();
+    // A token made by Ann in the console carries her, so her personal grant applies to it.
+    let r = ann.write(Method::POST, "/api/v1/tenants/acme/tokens", json!({ "name": "ann's agent" })).await;
+    assert_eq!(r.status(), 201);
+    let created: Value = r.json().await.unwrap();
+    let sc = common::cli(&t.url, &["service-credential", "create", "--tenant", "acme", "--name", "ci"]).await;
+    let machine = Machine {
+        client_id: sc[1].clone(),
+        client_secret: sc[2].clone(),
+        token: created["secret"].as_str().unwrap().to_owned(),
+        token_id: created["token"]["id"].as_str().unwrap().to_owned(),
+    };
+    let (mcp_a, mcp_b) = (format!("{}/t/acme/w/main/mcp", a.base), format!("{}/t/acme/w/main/mcp", b.base));
+    let me = json!({ "address": "crm.me", "args": {} });
+
+    // Not connected: the call says so, and authorize_connector hands out a signed link.
+    let (err, body, raw) = tool(&mcp_a, &machine, "call_tool", me.clone()).await;
+    responses.push(raw);
+    assert!(err && body["error"]["code"] == "auth_required", "{body}");
+    let (err, body, raw) = tool(&mcp_b, &machine, "authorize_connector", json!({ "connector": "crm" })).await;
+    responses.push(raw);
+    assert!(!err, "{body}");
+    assert_eq!(body["status"], "missing", "{body}");
+    let link = body["connect_url"].as_str().unwrap().replace(&b.base, &a.base);
+    assert!(link.starts_with(&format!("{}/oauth/connect?", a.base)), "{link}");
+
+    // The link is signed: any change to it is refused, and so is another signed-in person.
+    let tampered = link.replace("&c=crm", "&c=crn");
+    let r = ann.client.get(&tampered).send().await.unwrap();
+    assert_eq!(r.status(), 403, "a tampered link");
+    let bob = dev_sign_in(&a, "bob@example.test").await;
+    let r = bob.client.get(&link).send().await.unwrap();
+    assert_eq!(r.status(), 403, "another person");
+
+    // Ann follows it and authorizes at the provider; duplicate callbacks race: one claim wins.
+    let callback = walk_to_callback(&ann, &link, "ann-at-crm").await;
+    // The callback replayed in another person's browser consumes nothing.
+    let r = bob.client.get(&callback).send().await.unwrap();
+    assert_eq!(r.status(), 409, "only the member who started the flow may finish it");
+    let r = common::http().get(&callback).send().await.unwrap();
+    assert_eq!(r.status(), 409, "nor may a browser signed in as nobody");
+    let mut racers = Vec::new();
+    for _ in 0..4 {
+        let (client, callback) = (ann.client.clone(), callback.clone());
+        racers.push(tokio::spawn(async move {
+            let r = client.get(&callback).send().await.unwrap();
+            (r.status(), r.text().await.unwrap())
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for r in racers {
+        let (status, text) = r.await.unwrap();
+        responses.push(text.clone());
+        outcomes.push((status, text.contains("flow_claimed")));
+    }
+    assert_eq!(outcomes.iter().filter(|(s, _)| *s == StatusCode::OK).count(), 1, "{outcomes:?}");
+    assert!(outcomes.iter().filter(|(s, _)| *s != StatusCode::OK).all(|(s, claimed)| *s == StatusCode::CONFLICT && *claimed));
+
+    // Both replicas now call the API with the provider's token, and only with it.
+    for url in [&mcp_a, &mcp_b] {
+        let (err, body, raw) = tool(url, &machine, "call_tool", me.clone()).await;
+        responses.push(raw);
+        assert!(!err, "{body}");
+        assert_eq!(body["sub"], "ann-at-crm");
+    }
+    let (_, body, raw) = tool(&mcp_a, &machine, "authorize_connector", json!({ "connector": "crm" })).await;
+    responses.push(raw);
+    assert_eq!(body["status"], "connected", "{body}");
+    let first_token = seen.lock().unwrap().last().cloned().unwrap();
+    let r = ann
+        .client
+        .get(format!("{}/api/v1/tenants/acme/workspaces/main/connectors/crm/oauth/personal", a.base))
+        .send()
+        .await
+        .unwrap();
+    let grant: Value = r.json().await.unwrap();
+    responses.push(grant.to_string());
+    assert_eq!(grant["status"], "active", "{grant}");
+
+    // An hour passes: both replicas find the token expiring and race to refresh it, each with
+    // several calls in flight. The provider sees exactly one refresh request.
+    expire_access_tokens(&t).await;
+    let mut calls = Vec::new();
+    for i in 0..6 {
+        let (url, machine, me) = (if i % 2 == 0 { mcp_a.clone() } else { mcp_b.clone() }, machine.clone(), me.clone());
+        calls.push(tokio::spawn(async move { tool(&url, &machine, "call_tool", me).await }));
+    }
+    for c in calls {
+        let (err, body, raw) = c.await.unwrap();
+        responses.push(raw);
+        assert!(!err, "{body}");
+        assert_eq!(body["sub"], "ann-at-crm");
+    }
+    let s = stats(&provider.issuer).await;
+    assert_eq!(s["refresh_requests"], 1, "one refresh sent across both replicas: {s}");
+    assert_eq!(s["refresh_failures"], 0, "{s}");
+    let second_token = seen.lock().unwrap().last().cloned().unwrap();
+    assert_ne!(first_token, second_token, "calls now carry the refreshed token");
+
+    // Disconnect: the grant is gone for every replica at once, and revoked at the provider.
+    let path = "/api/v1/tenants/acme/workspaces/main/connectors/crm/oauth/personal";
+    let r = ann.write(Method::DELETE, path, json!({})).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    responses.push(body.to_string());
+    assert_eq!(
+        body["revocation"],
+        "revoked",
+        "{body} {}",
+        a.logs().lines().filter(|l| l.contains("revocation")).collect::<Vec<_>>().join("\n")
+    );
+    assert!(stats(&provider.issuer).await["revocations"].as_u64().unwrap() >= 1);
+    let r = common::http().get(format!("{}/me", provider.issuer)).bearer_auth(&second_token).send().await.unwrap();
+    assert_eq!(r.status(), 401, "the provider no longer honours the revoked access token");
+    for url in [&mcp_b, &mcp_a] {
+        let (err, body, raw) = tool(url, &machine, "call_tool", me.clone()).await;
+        responses.push(raw);
+        assert!(err && body["error"]["code"] == "auth_required", "{body}");
+    }
+    let r = ann.write(Method::DELETE, path, json!({})).await;
+    assert_eq!(r.status(), 404, "nothing left to disconnect");
+
+    // Connect again, then the provider goes away: the refresh fails, the spent refresh token
+    // is never retried, and the grant is dead (auth_required) on every replica.
+    let (_, body, _) = tool(&mcp_a, &machine, "authorize_connector", json!({ "connector": "crm" })).await;
+    let link = body["connect_url"].as_str().unwrap().to_owned();
+    let landing = ann.walk(&link, |f| (f == "login").then(|| "ann-at-crm".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    responses.push(landing.body);
+    let (err, body, raw) = tool(&mcp_b, &machine, "call_tool", me.clone()).await;
+    responses.push(raw);
+    assert!(!err, "{body}");
+    let issuer = provider.issuer.clone();
+    drop(provider);
+    expire_access_tokens(&t).await;
+    let (err, body, raw) = tool(&mcp_a, &machine, "call_tool", me.clone()).await;
+    responses.push(raw);
+    assert!(err && body["error"]["code"] == "auth_required", "{body}");
+    let (err, body, raw) = tool(&mcp_b, &machine, "call_tool", me.clone()).await;
+    responses.push(raw);
+    assert!(err && body["error"]["code"] == "auth_required", "a dead grant on every replica: {body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("authorize_connector"), "{body}");
+    assert!(!issuer.is_empty());
+
+    // No token the downstream was shown appears in any log line, admin-log row or response.
+    let tokens = seen.lock().unwrap().clone();
+    assert!(tokens.len() >= 4);
+    let logs = format!("{}\n{}\n{}", a.logs(), b.logs(), admin_log(&t).await);
+    for token in &tokens {
+        assert!(!logs.contains(token.as_str()), "a token in the logs");
+        for r in &responses {
+            assert!(!r.contains(token.as_str()), "a token in a response");
+        }
+    }
+    assert!(admin_log(&t).await.contains("oauth.grant_dead"));
+}
+
+#[tokio::test]
+async fn a_mailed_connect_link_authorizes_a_shared_grant_once() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_TEST_STATS", "1")]).await;
+    let (api, _seen) = protected_api(&provider.issuer).await;
+    ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
+    ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
+    let file = json_file(&api_connector(&api, &provider.issuer, "shared"));
+    ok(
+        cmd(&t, &keys),
+        &["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "crm", "--kind", "http_api", "--config", &file],
+    )
+    .await;
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+    let machine = common::provision(&t.url, "acme").await;
+    let mcp = format!("{}/t/acme/w/main/mcp", served.base);
+
+    // A machine token has no person: authorize_connector says how a person connects instead.
+    let (_, body, _) = tool(&mcp, &machine, "authorize_connector", json!({ "connector": "crm" })).await;
+    assert_eq!(body["status"], "missing", "{body}");
+    assert!(body["message"].as_str().unwrap().contains("connect-links"), "{body}");
+
+    let args =
+        ["connect-link", "create", "--tenant", "acme", "--workspace", "main", "--connector", "crm", "--email", "it@example.test"];
+    let mut mint = cmd(&t, &keys);
+    mint.env("GATEHOUSE_PUBLIC_URL", &base);
+    let link_id = ok(mint, &args).await[0].clone();
+    let mail: Value = serde_json::from_str(&ok(cmd(&t, &keys), &["outbox", "list", "--tenant", "acme"]).await[0]).unwrap();
+    let body = mail["body"].as_str().unwrap();
+    let url = body[body.find("http://").unwrap()..].lines().next().unwrap().to_owned();
+    // The operator reads the same mail in the console (owners and admins only).
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let page = ann.client.get(format!("{}/console/t/acme/outbox", served.base)).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains(&url), "the console shows the waiting mail");
+    let stranger = dev_sign_in(&served, "eve@example.test").await;
+    let page = stranger.client.get(format!("{}/console/t/acme/outbox", served.base)).send().await.unwrap();
+    assert_eq!(page.status(), 404, "no member of the tenant");
+
+    // The recipient is no member: the link alone starts the flow. They open it three times and
+    // come back three times at once: one flow consumes the link, the others are refused.
+    let person = Browser::new(&served.base);
+    let mut callbacks = Vec::new();
+    for _ in 0..3 {
+        callbacks.push(walk_to_callback(&person, &url, "it-admin").await);
+    }
+    let mut racers = Vec::new();
+    for callback in callbacks {
+        let client = person.client.clone();
+        racers.push(tokio::spawn(async move {
+            let r = client.get(&callback).send().await.unwrap();
+            (r.status(), r.text().await.unwrap())
+        }));
+    }
+    let mut statuses = Vec::new();
+    for r in racers {
+        let (status, text) = r.await.unwrap();
+        statuses.push((status, text.contains("link_used")));
+    }
+    assert_eq!(statuses.iter().filter(|(s, _)| *s == StatusCode::OK).count(), 1, "{statuses:?}");
+    assert!(
+        statuses.iter().filter(|(s, _)| *s != StatusCode::OK).all(|(s, used)| *s == StatusCode::CONFLICT && *used),
+        "{statuses:?}"
+    );
+    let listed = ok(cmd(&t, &keys), &["connect-link", "list", "--tenant", "acme", "--history"]).await;
+    assert!(listed[0].starts_with(&format!("{link_id}\tused\tcrm\tit@example.test\t")), "{listed:?}");
+    // Following a used link again is refused before anything starts.
+    let r = person.client.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 409);
+
+    // The workspace's shared grant now serves every caller.
+    let (err, body, _) = tool(&mcp, &machine, "call_tool", json!({ "address": "crm.me", "args": {} })).await;
+    assert!(!err, "{body}");
+    assert_eq!(body["sub"], "it-admin");
+}
+
+/// A real MCP server (`server-everything`) behind a loopback gate that publishes protected
+/// resource metadata (RFC 9728) naming `issuer`, and lets through only requests whose bearer
+/// token the provider's userinfo endpoint vouches for. Answers (its /mcp URL, tokens shown).
+async fn protected_mcp(issuer: &str, upstream: &str) -> (String, Seen) {
+    use axum::{body::Body, extract::Request, http::StatusCode, response::IntoResponse};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen: Seen = Default::default();
+    let metadata = json!({ "resource": format!("{base}/mcp"), "authorization_servers": [issuer] });
+    let (log, userinfo, upstream) = (seen.clone(), format!("{issuer}/me"), upstream.to_owned());
+    let app = axum::Router::new()
+        .route("/.well-known/oauth-protected-resource/mcp", axum::routing::get(move || async move { axum::Json(metadata) }))
+        .fallback(move |request: Request| {
+            let (log, userinfo, upstream) = (log.clone(), userinfo.clone(), upstream.clone());
+            async move {
+                let token = request
+                    .headers()
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(str::to_owned);
+                let Some(token) = token else { return (StatusCode::UNAUTHORIZED, "bearer token required").into_response() };
+                log.lock().unwrap().push(token.clone());
+                let r = common::http().get(&userinfo).bearer_auth(&token).send().await.unwrap();
+                if r.status() != 200 {
+                    return (StatusCode::UNAUTHORIZED, "the provider does not vouch for this token").into_response();
+                }
+                let (parts, body) = request.into_parts();
+                let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+                let mut forward = common::http().request(parts.method, format!("{upstream}{}", parts.uri.path()));
+                for name in ["content-type", "accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"] {
+                    if let Some(v) = parts.headers.get(name) {
+                        forward = forward.header(name, v);
+                    }
+                }
+                let answer = forward.body(body).send().await.unwrap();
+                let mut response = axum::http::Response::builder().status(answer.status().as_u16());
+                for name in ["content-type", "mcp-session-id"] {
+                    if let Some(v) = answer.headers().get(name) {
+                        response = response.header(name, v.as_bytes());
+                    }
+                }
+                response.body(Body::from_stream(answer.bytes_stream())).unwrap().into_response()
+            }
+        });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("{base}/mcp"), seen)
+}
+
+#[tokio::test]
+async fn a_remote_mcp_server_names_its_authorization_server_and_gets_the_workspace_grant() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcPeer::start_with(
+        &base,
+        &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_REVOCATION", "1"), ("OIDC_REGISTRATION", "1")],
+    )
+    .await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream).await;
+    ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
+    ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
+    // No issuer, no endpoints, no client: the server's protected resource metadata names its
+    // authorization server, whose metadata names the endpoints, where Gatehouse registers.
+    let file = json_file(&json!({ "auth": { "type": "oauth", "grant": "shared", "scopes": ["openid"] } }));
+    let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "everything", "--kind", "remote_mcp"];
+    let mut without_vault = gatehouse(Some(&t.url));
+    without_vault.args(add).args(["--url", &mcp_url, "--config", &file]);
+    let (code, _, err) = run(without_vault).await;
+    assert!(code == 1 && err.contains("vault_disabled"), "OAuth tokens need the vault: {err}");
+    let mut with_vault = cmd(&t, &keys);
+    with_vault.args(add).args(["--url", &mcp_url, "--config", &file]);
+    assert_eq!(run(with_vault).await.0, 0);
+
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+    let machine = common::provision(&t.url, "acme").await;
+    let mcp = format!("{}/t/acme/w/main/mcp", served.base);
+    let echo = json!({ "address": "everything.echo", "args": { "message": "through OAuth" } });
+    let (err, body, _) = tool(&mcp, &machine, "call_tool", echo.clone()).await;
+    assert!(err && body["error"]["code"] == "auth_required", "{body}");
+    assert!(seen.lock().unwrap().is_empty(), "nothing was sent without a token");
+
+    // A person with credential_administration connects the workspace's grant.
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let path = "/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/shared";
+    let r = ann.write(Method::POST, &format!("{path}/connect"), json!({})).await;
+    assert_eq!(r.status(), 200);
+    let url = r.json::<Value>().await.unwrap()["url"].as_str().unwrap().to_owned();
+    let landing = ann.walk(&url, |f| (f == "login").then(|| "ops".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    assert!(landing.url.starts_with(&format!("{}/oauth/callback", served.base)), "{landing:?}");
+
+    // Tools are listed and called over the MCP session with the provider's token.
+    let (err, body, _) = tool(&mcp, &machine, "search_tools", json!({ "query": "echo" })).await;
+    assert!(!err, "{body}");
+    assert_eq!(body["results"][0]["address"], "everything.echo", "{body}");
+    let (err, body, raw) = tool(&mcp, &machine, "call_tool", echo).await;
+    assert!(!err, "{body}");
+    assert!(raw.contains("through OAuth"), "{raw}");
+    let r = ann.client.get(format!("{}{path}", served.base)).send().await.unwrap();
+    let grant: Value = r.json().await.unwrap();
+    assert_eq!((grant["status"].as_str(), grant["account_label"].as_str()), (Some("active"), Some("ops")), "{grant}");
+    let tokens = seen.lock().unwrap().clone();
+    assert!(!tokens.is_empty());
+    for token in &tokens {
+        assert!(!served.logs().contains(token.as_str()) && !raw.contains(token.as_str()));
+    }
+
+    // It registered itself once (RFC 7591), as a client of its own, and reuses that client.
+    let registered = || async {
+        let mut owner = t.owner_conn().await;
+        let mut tx = owner.begin().await.unwrap();
+        tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+        let ids: Vec<String> = sqlx::query_scalar("SELECT client_id FROM oauth_clients").fetch_all(&mut *tx).await.unwrap();
+        ids
+    };
+    let ids = registered().await;
+    assert_eq!(ids.len(), 1);
+    assert_ne!(ids[0], CLIENT, "not the static client");
+    let r = ann.write(Method::POST, &format!("{path}/connect"), json!({})).await;
+    let url = r.json::<Value>().await.unwrap()["url"].as_str().unwrap().to_owned();
+    let landing = ann.walk(&url, |f| (f == "login").then(|| "ops".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    assert_eq!(registered().await, ids, "the registration is reused");
+}
