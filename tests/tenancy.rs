@@ -15,7 +15,10 @@ use sqlx::{Connection, Executor, Row};
 
 /// Tables that hold tenant rows but, by design, not `tenant_id` first in the primary key:
 /// the admin log also holds platform rows (null tenant), so it keys on its time-ordered id.
-const PK_EXCEPTIONS: &[&str] = &["admin_log"];
+/// Tables whose rows may belong to no tenant (platform rows have a null tenant_id, which a
+/// primary key column cannot hold): they key on a time-ordered id and lead an index with
+/// tenant_id instead.
+const PK_EXCEPTIONS: &[&str] = &["admin_log", "ops_failures"];
 
 async fn tenant_tables(conn: &mut sqlx::PgConnection) -> Vec<String> {
     sqlx::query_scalar(
@@ -126,6 +129,8 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools) VALUES ($1, $1, $2, 'k', '[]')",
         "INSERT INTO credentials (tenant_id, workspace_id, connector_id, owner, key_id, envelope, fields, updated_by)
          VALUES ($1, $1, $2, 'shared', 'k1', 'v1.k1.x.y', '[]', 'test')",
+        "INSERT INTO ops_failures (id, tenant_id, workspace_id, operation, stage, code, message, fingerprint, at)
+         VALUES (gen_random_uuid(), $1, $1, 'downstream.call', 'remote_mcp', 'timeout', $2, repeat('0', 64), now())",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

@@ -138,8 +138,12 @@ impl Recorder {
     pub fn record(&self, failure: Failure) {
         let queued = Box::new(Queued { failure, at: Utc::now() });
         if self.tx.try_send(Message::Record(queued)).is_err() {
-            self.counts.dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("ops failure dropped: queue full");
+            let before = self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+            // One line per thousand drops: a full queue means a flood, and logging each drop
+            // would make the flood worse.
+            if before % 1000 == 0 {
+                tracing::warn!(dropped_total = before + 1, "ops failures dropped: queue full");
+            }
         }
     }
 

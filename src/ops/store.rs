@@ -87,10 +87,12 @@ const WRITE: &str = "WITH f AS (
          updated_at = now()";
 
 /// Deletes at most `$2` failures older than `$1` days, oldest first, through
-/// `ops_failures_retention`. MATERIALIZED: the locking sub-select runs once (see kv's prune).
+/// `ops_failures_retention`. MATERIALIZED: the sub-select runs once, so the batch stays
+/// bounded (see kv's prune). No `FOR UPDATE`: evidence is never updated, so the application
+/// has no UPDATE privilege on it; two replicas pruning at once simply both try the same rows.
 pub const PRUNE_FAILURES: &str = "WITH doomed AS MATERIALIZED (
          SELECT id FROM ops_failures WHERE at < now() - make_interval(days => $1)
-         ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)
+         ORDER BY at LIMIT $2)
      DELETE FROM ops_failures f USING doomed WHERE f.id = doomed.id";
 
 /// Deletes at most `$2` issues last seen more than `$1` days ago, through `ops_issues_retention`.
