@@ -388,3 +388,29 @@ async fn the_gateway_records_a_dead_downstream() {
     assert!(issues.len() == 1 && issues[0].contains("downstream.catalog/remote_mcp/unavailable"), "{issues:?}");
     assert_eq!(served.terminate().await, 0);
 }
+
+/// Sessions are pruned by their idle expiry alone (never past the absolute one): a session
+/// expired either way goes, a live one stays, just inside and just outside the boundary.
+#[tokio::test]
+async fn expired_sessions_are_pruned_at_their_boundary() {
+    let t = TestDb::new().await;
+    let mut conn = t.owner_conn().await;
+    for (tag, idle, absolute) in
+        [("live", "1 minute", "7 days"), ("idle-expired", "-1 minute", "6 days"), ("absolute-expired", "-1 minute", "-1 minute")]
+    {
+        sqlx::query(
+            "INSERT INTO sessions (id_hash, issuer, subject, csrf_token, idle_expires_at, absolute_expires_at)
+             VALUES (convert_to($1, 'UTF8'), 'https://idp', $1, 'c', now() + $2::interval, now() + $3::interval)",
+        )
+        .bind(tag)
+        .bind(idle)
+        .bind(absolute)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let pruned = t.db.single_decision(Scope::Global, |conn, _| Box::pin(gatehouse::sessions::store::prune(conn))).await.unwrap();
+    assert_eq!(pruned, 2);
+    let left: Vec<String> = sqlx::query_scalar("SELECT subject FROM sessions").fetch_all(&mut conn).await.unwrap();
+    assert_eq!(left, ["live"]);
+}
