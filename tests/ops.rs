@@ -318,7 +318,7 @@ async fn every_prune_is_bounded_and_served_by_an_index() {
     let tenant = Uuid::new_v4();
     // (statement, table, index, retention days when the statement takes them)
     let cases = [
-        (gatehouse::gateway::activity::PRUNE, "activity", "activity_retention", Some(90)),
+        (gatehouse::gateway::activity::PRUNE, "activity", "activity_retention", Some(90_i32)),
         (ops::store::PRUNE_FAILURES, "ops_failures", "ops_failures_retention", Some(90)),
         (ops::store::PRUNE_ISSUES, "ops_issues", "ops_issues_retention", Some(180)),
         (gatehouse::sessions::store::PRUNE, "sessions", "sessions_expiry", None),
@@ -334,7 +334,7 @@ async fn every_prune_is_bounded_and_served_by_an_index() {
             q = q.bind(tenant);
         }
         if let Some(days) = days {
-            q = q.bind(days as i32);
+            q = q.bind(days);
         }
         q = q.bind(1000_i64);
         let plan = q.fetch_all(&mut *tx).await.unwrap().join("\n");

@@ -141,7 +141,7 @@ impl Recorder {
             let before = self.counts.dropped.fetch_add(1, Ordering::Relaxed);
             // One line per thousand drops: a full queue means a flood, and logging each drop
             // would make the flood worse.
-            if before % 1000 == 0 {
+            if before.is_multiple_of(1000) {
                 tracing::warn!(dropped_total = before + 1, "ops failures dropped: queue full");
             }
         }
