@@ -355,6 +355,14 @@ async fn the_gateway_records_a_dead_downstream() {
     let dead = format!("http://127.0.0.1:{}/mcp", common::free_port());
     let args = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "dead", "--kind", "remote_mcp", "--url"];
     cli(&t.url, &[&args[..], &[dead.as_str()]].concat()).await;
+    // An HTTP API's catalog is its configuration, so its failure is the call's.
+    let api = serde_json::json!({ "base_url": format!("http://127.0.0.1:{}/v1", common::free_port()), "tools": [
+        { "name": "ping", "description": "ping", "method": "GET", "path": "/ping", "read_only": true,
+          "input_schema": { "type": "object", "additionalProperties": false, "properties": {} } } ] });
+    let file = std::env::temp_dir().join(format!("gatehouse-ops-{}.json", Uuid::new_v4().simple()));
+    std::fs::write(&file, api.to_string()).unwrap();
+    let args = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "api", "--kind", "http_api", "--config"];
+    cli(&t.url, &[&args[..], &[file.to_str().unwrap()]].concat()).await;
     let m = provision(&t.url, "acme").await;
     let served = Served::start(gatehouse(Some(&t.url))).await;
     let url = format!("{}/t/acme/w/main/mcp", served.base);
@@ -369,7 +377,8 @@ async fn the_gateway_records_a_dead_downstream() {
     let row = loop {
         let row = sqlx::query_as::<_, (String, String, String, String, Option<String>, bool, bool)>(
             "SELECT f.operation, f.stage, f.status, f.code, f.reference, f.tenant_id = t.id, f.workspace_id = w.id
-             FROM ops_failures f JOIN tenants t ON t.slug = 'acme' JOIN workspaces w ON w.tenant_id = t.id",
+             FROM ops_failures f JOIN tenants t ON t.slug = 'acme' JOIN workspaces w ON w.tenant_id = t.id
+             WHERE f.operation = 'downstream.catalog'",
         )
         .fetch_optional(&mut conn)
         .await
@@ -384,8 +393,21 @@ async fn the_gateway_records_a_dead_downstream() {
         row,
         ("downstream.catalog".into(), "remote_mcp".into(), "failed".into(), "unavailable".into(), Some(request_id), true, true)
     );
-    let issues = cli(&t.url, &["ops", "issues"]).await;
-    assert!(issues.len() == 1 && issues[0].contains("downstream.catalog/remote_mcp/unavailable"), "{issues:?}");
+    let params = serde_json::json!({ "name": "call_tool", "arguments": { "address": "api.ping" } });
+    let r = common::mcp_post(&url, &m, "tools/call", params).await;
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(body["result"]["content"][0]["text"].as_str().unwrap().contains("unavailable"), "{body}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let issues = loop {
+        let issues = cli(&t.url, &["ops", "issues"]).await;
+        if issues.len() == 2 {
+            break issues;
+        }
+        assert!(Instant::now() < deadline, "{issues:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(issues.iter().any(|i| i.contains("downstream.catalog/remote_mcp/unavailable")), "{issues:?}");
+    assert!(issues.iter().any(|i| i.contains("downstream.call/http_api/unavailable")), "{issues:?}");
     assert_eq!(served.terminate().await, 0);
 }
 
