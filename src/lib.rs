@@ -19,6 +19,7 @@ pub mod members;
 pub mod metrics;
 pub mod oauth;
 pub mod oidc;
+pub mod ops;
 pub mod pages;
 pub mod secrets;
 pub mod server;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub downstreams: Arc<gateway::downstream::Downstreams>,
     /// Queues activity rows for the background writer.
     pub activity: gateway::activity::Recorder,
+    /// Queues ops failures for the background writer.
+    pub ops: ops::Recorder,
     /// Machine authentications this replica derived, labelled with their tenant's epoch.
     pub machines: Arc<epochs::Cache<[u8; 32], auth::MachineRow>>,
     /// Workspaces' bound configurations, labelled the same way.

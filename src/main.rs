@@ -66,6 +66,9 @@ enum Command {
     /// Mail waiting for the operator (connect links when SMTP is not configured).
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// Platform operations: issues grouped from recorded failures, and their verdicts.
+    #[command(subcommand)]
+    Ops(OpsCommand),
 }
 
 #[derive(Subcommand)]
@@ -116,6 +119,30 @@ enum OutboxCommand {
         t: TenantArg,
         id: uuid::Uuid,
     },
+}
+
+#[derive(Subcommand)]
+enum OpsCommand {
+    /// List issues, most recently seen first: status, seen, last seen, fingerprint,
+    /// operation/stage/code, last tenant, last message.
+    Issues {
+        /// new, resolved, ignored or regressed
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=10_000))]
+        limit: i64,
+    },
+    /// Mark an issue fixed (a later occurrence makes it `regressed`).
+    Resolve {
+        fingerprint: String,
+        /// The version that fixes it.
+        #[arg(long)]
+        version: Option<String>,
+    },
+    /// Stop paying attention to an issue (occurrences are still counted).
+    Ignore { fingerprint: String },
+    /// Put an issue back to `new`.
+    Reopen { fingerprint: String },
 }
 
 #[derive(Args)]
@@ -512,6 +539,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
             }
             println!("sent");
         }
+        Command::Ops(cmd) => ops_command(db, &audit, cmd).await?,
         Command::Vault(VaultCommand::Rotate { batch }) => {
             let ring = gatehouse::vault::slots::require(config.vault_keys.as_ref())?;
             let done = gatehouse::vault::slots::rotate(db, ring, batch).await?;
@@ -546,6 +574,36 @@ async fn link_command(db: &Db, audit: &Audit, config: &Config, cmd: LinkCommand)
             println!("{}", connect_links::revoke(db, tenant, audit, id).await?.status);
         }
     }
+    Ok(())
+}
+
+async fn ops_command(db: &Db, audit: &Audit, cmd: OpsCommand) -> anyhow::Result<()> {
+    use gatehouse::ops::{self, Verdict};
+    let (fingerprint, verdict, version) = match cmd {
+        OpsCommand::Issues { status, limit } => {
+            for i in ops::issues(db, status.as_deref(), limit).await? {
+                let tenant = i.last_tenant_id.map_or_else(|| "-".to_owned(), |t| t.to_string());
+                println!(
+                    "{}\t{}\t{}\t{}\t{}/{}/{}\t{}\t{}",
+                    i.status,
+                    i.seen,
+                    i.last_seen.to_rfc3339(),
+                    i.fingerprint,
+                    i.operation,
+                    i.stage,
+                    i.code,
+                    tenant,
+                    i.last_message.replace(['\n', '\t'], " ")
+                );
+            }
+            return Ok(());
+        }
+        OpsCommand::Resolve { fingerprint, version } => (fingerprint, Verdict::Resolve, version),
+        OpsCommand::Ignore { fingerprint } => (fingerprint, Verdict::Ignore, None),
+        OpsCommand::Reopen { fingerprint } => (fingerprint, Verdict::Reopen, None),
+    };
+    let issue = ops::set_verdict(db, audit, &fingerprint, verdict, version.as_deref()).await?;
+    println!("{}\t{}\t{}", issue.fingerprint, issue.status, issue.resolved_version.unwrap_or_default());
     Ok(())
 }
 

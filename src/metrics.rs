@@ -44,6 +44,18 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         "Activity rows waiting to be written.",
         &[("", state.activity.queued() as u64)],
     );
+    let ops = state.ops.counts();
+    metric(
+        &mut out,
+        "gatehouse_ops_failures_total",
+        "counter",
+        "Ops failures recorded, by fate: written, dropped (queue full; the caller was not delayed), lost (three failed writes).",
+        &[
+            ("{fate=\"written\"}", load(&ops.written)),
+            ("{fate=\"dropped\"}", load(&ops.dropped)),
+            ("{fate=\"lost\"}", load(&ops.lost)),
+        ],
+    );
     metric(
         &mut out,
         "gatehouse_epoch_cache_requests_total",

@@ -88,7 +88,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         crate::oidc::http_client_for_streams()?,
         config.tenant_concurrency,
     ));
-    let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone());
+    let (ops, ops_writer) = crate::ops::Recorder::start(db.clone());
+    let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone(), ops.clone());
     let code = Arc::new(crate::code::Executor::new(config.code.clone()));
     let config_for_mail = config.clone();
     let state = AppState {
@@ -98,6 +99,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         dev_idp,
         downstreams,
         activity,
+        ops,
         machines: Arc::default(),
         bound: Arc::default(),
         credentials: Arc::default(),
@@ -138,6 +140,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     // The writer ends once every handle to the queue is gone, after writing what is queued.
     let _ = tokio::time::timeout(Duration::from_secs(5), activity_writer).await;
+    // The activity writer held the last other handle to the ops queue (for its lost batches).
+    let _ = tokio::time::timeout(Duration::from_secs(5), ops_writer).await;
     db.pool().close().await;
     database.close().await?;
     tracing::info!("stopped");

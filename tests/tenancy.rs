@@ -15,7 +15,10 @@ use sqlx::{Connection, Executor, Row};
 
 /// Tables that hold tenant rows but, by design, not `tenant_id` first in the primary key:
 /// the admin log also holds platform rows (null tenant), so it keys on its time-ordered id.
-const PK_EXCEPTIONS: &[&str] = &["admin_log"];
+/// Tables whose rows may belong to no tenant (platform rows have a null tenant_id, which a
+/// primary key column cannot hold): they key on a time-ordered id and lead an index with
+/// tenant_id instead.
+const PK_EXCEPTIONS: &[&str] = &["admin_log", "ops_failures"];
 
 async fn tenant_tables(conn: &mut sqlx::PgConnection) -> Vec<String> {
     sqlx::query_scalar(
@@ -134,6 +137,8 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO oauth_grants (tenant_id, workspace_id, connector_id, owner, client_id, token_endpoint, connected_by)
          VALUES ($1, $1, $2, 'shared', 'c', 'http://as/token', 'test')",
         "INSERT INTO oauth_clients (tenant_id, workspace_id, connector_id, issuer, client_id) VALUES ($1, $1, $2, 'http://as', 'c')",
+        "INSERT INTO ops_failures (id, tenant_id, workspace_id, operation, stage, code, message, fingerprint, at)
+         VALUES (gen_random_uuid(), $1, $1, 'downstream.call', 'remote_mcp', 'timeout', $2, repeat('0', 64), now())",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

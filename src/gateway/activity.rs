@@ -23,6 +23,13 @@ pub const RETENTION_DAYS: i32 = 90;
 /// Old rows one batch deletes at most.
 pub const PRUNE_BATCH: i64 = 1000;
 
+/// The retention delete (`$1` days, `$2` batch), served by `activity_retention`.
+pub const PRUNE: &str = "WITH doomed AS MATERIALIZED (
+         SELECT tenant_id, occurred_at, id FROM activity
+         WHERE occurred_at < now() - make_interval(days => $1) ORDER BY occurred_at LIMIT $2)
+     DELETE FROM activity a USING doomed d
+     WHERE a.tenant_id = d.tenant_id AND a.occurred_at = d.occurred_at AND a.id = d.id";
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub tenant_id: Uuid,
@@ -97,10 +104,11 @@ pub struct Counts {
 impl Recorder {
     /// Starts the writer task; it stops after the last `Recorder` is dropped and the queue
     /// has been written.
-    pub fn start(db: Db) -> (Recorder, tokio::task::JoinHandle<()>) {
+    /// A batch given up on is recorded as an ops failure (`activity.write`, platform row).
+    pub fn start(db: Db, ops: crate::ops::Recorder) -> (Recorder, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let counts = Arc::new(Counts::default());
-        let handle = tokio::spawn(writer(db, rx, counts.clone()));
+        let handle = tokio::spawn(writer(db, rx, counts.clone(), ops));
         (Recorder { tx, counts }, handle)
     }
 
@@ -124,7 +132,7 @@ impl Recorder {
 /// How long the writer lets a partial batch fill before writing it.
 const LINGER: Duration = Duration::from_millis(50);
 
-async fn writer(db: Db, mut rx: mpsc::Receiver<Row>, counts: Arc<Counts>) {
+async fn writer(db: Db, mut rx: mpsc::Receiver<Row>, counts: Arc<Counts>, ops: crate::ops::Recorder) {
     let mut batch = Vec::with_capacity(BATCH);
     let mut batches: u64 = 0;
     while rx.recv_many(&mut batch, BATCH).await > 0 {
@@ -154,6 +162,16 @@ async fn writer(db: Db, mut rx: mpsc::Receiver<Row>, counts: Arc<Counts>) {
                     tracing::warn!(error = %e, rows = batch.len(), attempt, "activity batch not written");
                     if attempt >= 3 {
                         counts.lost.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        ops.record(crate::ops::Failure {
+                            operation: "activity.write",
+                            stage: "insert".into(),
+                            tenant: None,
+                            workspace: None,
+                            status: crate::ops::Status::Failed,
+                            code: e.code().into(),
+                            message: format!("{} activity rows lost after 3 attempts: {e}", batch.len()),
+                            reference: None,
+                        });
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
@@ -203,13 +221,7 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
             if !prune {
                 return Ok(());
             }
-            sqlx::query(
-                "WITH doomed AS MATERIALIZED (
-                     SELECT tenant_id, occurred_at, id FROM activity
-                     WHERE occurred_at < now() - make_interval(days => $1) ORDER BY occurred_at LIMIT $2)
-                 DELETE FROM activity a USING doomed d
-                 WHERE a.tenant_id = d.tenant_id AND a.occurred_at = d.occurred_at AND a.id = d.id",
-            )
+            sqlx::query(PRUNE)
             .bind(RETENTION_DAYS)
             .bind(PRUNE_BATCH)
             .execute(&mut *conn)

@@ -314,7 +314,37 @@ async fn catalog(
     };
     // An HTTP API's catalog is its configuration; an MCP server is asked with the credential.
     let credential = if matches!(c, Connector::HttpApi(_)) { None } else { credential(state, ctx, id, c).await? };
-    state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c, credential.as_ref()).await
+    let result = state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c, credential.as_ref()).await;
+    if let Err(f) = &result {
+        note(state, ctx, "downstream.catalog", id, c, f);
+    }
+    result
+}
+
+/// Records a downstream that could not be reached or did not answer as an ops failure (never
+/// blocks: it only queues). The message is the gateway's own capped error text, from which
+/// URLs are already stripped; never a downstream body.
+fn note(state: &AppState, ctx: &GatewayCtx, operation: &'static str, id: &str, c: &Connector, f: &Failure) {
+    let (status, code, message) = match f {
+        Failure::Unavailable(detail) => (crate::ops::Status::Failed, "unavailable", format!("connector {}: {detail}", echo(id))),
+        Failure::Timeout(ms) => {
+            (crate::ops::Status::TimedOut, "timeout", format!("connector {}: no answer within {ms} ms", echo(id)))
+        }
+        _ => return,
+    };
+    crate::ops::record(
+        &state.ops,
+        crate::ops::Failure {
+            operation,
+            stage: c.kind().to_owned(),
+            tenant: Some(ctx.tenant.id.0),
+            workspace: Some(ctx.bound.workspace.id.0),
+            status,
+            code: code.to_owned(),
+            message,
+            reference: ctx.request_id.clone(),
+        },
+    );
 }
 
 /// The connector's credential for this caller, if it takes one.
@@ -487,7 +517,10 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
                 result_bytes: body.len().min(i32::MAX as usize) as i32,
             }
         }
-        Err(f) => failure(f),
+        Err(f) => {
+            note(state, ctx, "downstream.call", id, c, &f);
+            failure(f)
+        }
     }
     .about(id, name);
     out.classification = Some(class_name(class));

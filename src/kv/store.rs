@@ -22,22 +22,18 @@ fn entry(row: &PgRow) -> Result<Entry> {
     })
 }
 
+/// The prune statement (`$1` tenant, `$2` batch). A MATERIALIZED CTE runs the locking
+/// sub-select once. As an IN (…) sub-plan it may be rescanned per outer row, and each rescan
+/// skips the rows this statement already deleted, so the batch would grow without bound.
+pub const PRUNE: &str = "WITH doomed AS MATERIALIZED (
+         SELECT key FROM kv_entries WHERE tenant_id = $1 AND expires_at <= now()
+         ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+     DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = $1 AND k.key = doomed.key";
+
 /// Deletes at most [`PRUNE_BATCH`] expired rows of the tenant, skipping rows another
 /// writer holds. Served by the partial index `kv_entries_expiry`.
 pub async fn prune(conn: &mut PgConnection, tenant: TenantId) -> Result<u64> {
-    let done = sqlx::query(
-        // A MATERIALIZED CTE runs the locking sub-select once. As an IN (…) sub-plan it may be
-        // rescanned per outer row, and each rescan skips the rows this statement already
-        // deleted, so the batch would grow without bound.
-        "WITH doomed AS MATERIALIZED (
-             SELECT key FROM kv_entries WHERE tenant_id = $1 AND expires_at <= now()
-             ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-         DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = $1 AND k.key = doomed.key",
-    )
-    .bind(tenant)
-    .bind(PRUNE_BATCH)
-    .execute(conn)
-    .await?;
+    let done = sqlx::query(PRUNE).bind(tenant).bind(PRUNE_BATCH).execute(conn).await?;
     Ok(done.rows_affected())
 }
 
