@@ -8,31 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-10s}
-shared=$(cd ../shared && pwd)
-bin=target/release/gatehouse
-echo_bin=target/fastecho/release/fastecho
-[[ -x $bin ]] || cargo build --release --locked --bin gatehouse
-[[ -x $echo_bin ]] || cargo build --release --manifest-path "$shared/perf/fastecho/Cargo.toml" --target-dir target/fastecho
-port=18393
-dir=$(mktemp -d /tmp/gatehouse-gwbench-XXXXXX)
-chmod 755 "$dir" # the embedded cluster runs as an unprivileged user when we are root
-"$echo_bin" 127.0.0.1:9401 2>/dev/null &
-echo_pid=$!
-export GATEHOUSE_DATA_DIR=$dir GATEHOUSE_LISTEN=127.0.0.1:$port RUST_LOG=warn
-"$bin" serve 2>/dev/null &
-pid=$!
-trap 'kill $echo_pid 2>/dev/null; kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
-until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz"; do
-  kill -0 "$pid" 2>/dev/null || { echo "gatehouse serve exited" >&2; exit 1; }
-  sleep 0.05
-done
-"$bin" tenant create bench --name Bench >/dev/null
-"$bin" workspace create --tenant bench main >/dev/null
-"$bin" connector add --tenant bench --workspace main --id fastecho --kind remote_mcp --url http://127.0.0.1:9401/mcp >/dev/null
-mapfile -t sc < <("$bin" service-credential create --tenant bench --name bench)
-mapfile -t tok < <("$bin" token create --tenant bench --name bench)
-headers=$(printf '{"Gatehouse-Client-Id":"%s","Gatehouse-Client-Secret":"%s","Authorization":"Bearer %s"}' "${sc[1]}" "${sc[2]}" "${tok[1]}")
-gw="http://127.0.0.1:$port/t/bench/w/main/mcp"
+source bench/lib.sh
+start_gateway 18393 9401
 rss() { awk '/VmRSS/ {print int($2/1024)}' "/proc/$pid/status"; }
 # CPU ticks (utime + stime) of the gateway, and of every postgres process, so far.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

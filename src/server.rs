@@ -91,7 +91,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let (ops, ops_writer) = crate::ops::Recorder::start(db.clone());
     let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone(), ops.clone());
     let code = Arc::new(crate::code::Executor::new(config.code.clone()));
-    let config_for_mail = config.clone();
+    let mailer = crate::connect_links::mail::Mailer::from_config(&config)?.map(Arc::new);
     let state = AppState {
         db: db.clone(),
         config: Arc::new(config),
@@ -105,7 +105,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         credentials: Arc::default(),
         code,
         oauth: Arc::new(crate::oauth::Oauth::new(crate::oidc::http_client()?)),
-        mailer: crate::connect_links::mail::Mailer::from_config(&config_for_mail)?.map(Arc::new),
+        mailer,
     };
     let app = crate::http::router(state);
 

@@ -915,40 +915,18 @@ async fn catalogs_are_shared_through_postgres_and_refreshed_on_demand() {
 /// Each request a [`recording_proxy`] forwarded: its method and its `X-Team` header.
 type Forwarded = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
 
-/// Forwards every request to `target`'s origin and streams the answer back (an event stream
-/// stays open through it), recording what it forwarded. Returns `target` as seen through it.
+/// Forwards every request to `target`'s origin (see [`common::forwarding_proxy`]), recording
+/// each one's method and `X-Team` header. Returns `target` as seen through it.
 async fn recording_proxy(target: &str) -> (String, Forwarded) {
-    use axum::{body::Body, extract::Request, response::IntoResponse};
-    let target = url::Url::parse(target).unwrap();
-    let origin = target.origin().ascii_serialization();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
     let seen = Forwarded::default();
-    let (client, record) = (http(), seen.clone());
-    let app = axum::Router::new().fallback(move |req: Request| {
-        let (client, origin, record) = (client.clone(), origin.clone(), record.clone());
-        async move {
-            let (parts, body) = req.into_parts();
-            let team = parts.headers.get("x-team").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            record.lock().unwrap().push((parts.method.to_string(), team));
-            let body = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
-            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            let mut out = client.request(parts.method.clone(), format!("{origin}{path}")).body(body);
-            for (name, value) in parts.headers.iter().filter(|(n, _)| *n != "host" && *n != "content-length") {
-                out = out.header(name, value);
-            }
-            let r = out.send().await.unwrap();
-            let (status, headers) = (r.status(), r.headers().clone());
-            let mut response = Body::from_stream(r.bytes_stream()).into_response();
-            *response.status_mut() = status;
-            for (name, value) in headers.iter().filter(|(n, _)| *n != "content-length" && *n != "transfer-encoding") {
-                response.headers_mut().insert(name, value.clone());
-            }
-            response
-        }
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("{base}{}", target.path()), seen)
+    let record = seen.clone();
+    let url = common::forwarding_proxy(target, move |method, headers| {
+        let team = headers.get("x-team").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        record.lock().unwrap().push((method.to_string(), team));
+        true
+    })
+    .await;
+    (url, seen)
 }
 
 /// server-everything on the legacy HTTP+SSE transport (MCP 2024-11-05), behind a proxy that

@@ -8,29 +8,13 @@ use std::sync::Arc;
 use common::{
     Machine, OidcPeer, Served, TestDb,
     browser::Browser,
-    cli, free_port, gatehouse, http, provision,
+    cli, dev_sign_in, email_fill, free_port, gatehouse, http, provision,
     rogue::{self, Defect, Rogue},
 };
 use gatehouse::{admin_log::Audit, tenants, tokens};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
-
-fn email_fill(email: &'static str) -> impl Fn(&str) -> Option<String> {
-    move |field| match field {
-        "email" => Some(email.to_owned()),
-        "login" => Some(email.split('@').next().unwrap().to_owned()),
-        "password" => Some("any".to_owned()),
-        _ => None,
-    }
-}
-
-async fn dev_sign_in(served: &Served, email: &'static str) -> Browser {
-    let browser = Browser::new(&served.base);
-    let landing = browser.walk(&format!("{}/login?next=/", served.base), email_fill(email)).await;
-    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
-    browser
-}
 
 async fn me(browser: &Browser) -> (StatusCode, Value) {
     let r = browser.client.get(format!("{}/api/v1/me", browser.base)).send().await.unwrap();

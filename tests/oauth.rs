@@ -9,36 +9,20 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use base64::Engine;
-use common::{Machine, OidcPeer, Served, TestDb, browser::Browser, free_port, gatehouse, run};
+use common::{
+    Machine, OidcPeer, Served, TestDb, admin_log_text as admin_log, browser::Browser, dev_sign_in, free_port, gatehouse,
+    json_path as json_file, mcp_tool as tool, run, run_ok as ok, vault_key as key,
+};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
 
 const CLIENT: &str = "gatehouse-downstream";
 
-fn key(kid: &str) -> String {
-    let bytes: Vec<u8> = [uuid::Uuid::new_v4().into_bytes(), uuid::Uuid::new_v4().into_bytes()].concat();
-    format!("{kid}:{}", base64::engine::general_purpose::STANDARD.encode(bytes))
-}
-
 fn cmd(t: &TestDb, keys: &str) -> tokio::process::Command {
     let mut c = gatehouse(Some(&t.url));
     c.env("GATEHOUSE_VAULT_KEYS", keys);
     c
-}
-
-async fn ok(mut c: tokio::process::Command, args: &[&str]) -> Vec<String> {
-    c.args(args);
-    let (code, out, err) = run(c).await;
-    assert_eq!(code, 0, "gatehouse {args:?}: {err}");
-    out.lines().map(str::to_owned).collect()
-}
-
-fn json_file(value: &Value) -> String {
-    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&file, value.to_string()).unwrap();
-    file.to_str().unwrap().to_owned()
 }
 
 /// Every bearer token the downstream API was shown.
@@ -87,37 +71,6 @@ fn api_connector(base: &str, issuer: &str, grant: &str) -> Value {
             "input_schema": { "type": "object", "additionalProperties": false, "properties": {} } }] })
 }
 
-/// Calls a gateway tool; (is error, its JSON, the raw response text).
-async fn tool(url: &str, m: &Machine, name: &str, arguments: Value) -> (bool, Value, String) {
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
-    let r = m
-        .headers(common::http().post(url))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let raw = r.text().await.unwrap();
-    let answer: Value = serde_json::from_str(&raw).unwrap();
-    let text = answer["result"]["content"][0]["text"].as_str().unwrap_or("").to_owned();
-    (answer["result"]["isError"] == true, serde_json::from_str(&text).unwrap_or(Value::String(text)), raw)
-}
-
-async fn dev_sign_in(served: &Served, email: &'static str) -> Browser {
-    let browser = Browser::new(&served.base);
-    let fill = move |field: &str| match field {
-        "email" => Some(email.to_owned()),
-        "login" => Some(email.split('@').next().unwrap().to_owned()),
-        "password" => Some("any".to_owned()),
-        _ => None,
-    };
-    let landing = browser.walk(&format!("{}/login?next=/", served.base), fill).await;
-    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
-    browser
-}
-
 /// Walks from `start` through the provider's login and consent (as `login`) and stops at the
 /// redirect back to Gatehouse's callback, which it returns without following.
 async fn walk_to_callback(b: &Browser, start: &str, login: &str) -> String {
@@ -159,15 +112,6 @@ async fn walk_to_callback(b: &Browser, start: &str, login: &str) -> String {
 
 async fn stats(issuer: &str) -> Value {
     common::http().get(format!("{issuer}/_stats")).send().await.unwrap().json().await.unwrap()
-}
-
-/// Every admin-log row, as text.
-async fn admin_log(t: &TestDb) -> String {
-    let mut owner = t.owner_conn().await;
-    let mut tx = owner.begin().await.unwrap();
-    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
-    let rows: Vec<String> = sqlx::query_scalar("SELECT row_to_json(a)::text FROM admin_log a").fetch_all(&mut *tx).await.unwrap();
-    rows.join("\n")
 }
 
 /// Moves every grant's access-token expiry into the past (as the schema owner), as if an

@@ -8,16 +8,13 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use common::{Machine, Served, TestDb, browser::Browser, gatehouse, http, provision, run};
-use reqwest::{Method, StatusCode};
+use common::{
+    Machine, Served, TestDb, admin_log_text as admin_log, browser::Browser, dev_sign_in, gatehouse, http, json_path as json_file,
+    mcp_tool as tool, provision, run, run_ok as ok, vault_key as key,
+};
+use reqwest::Method;
 use serde_json::{Value, json};
-use sqlx::{Connection, Executor};
-
-/// A fresh key ring entry `kid:base64-of-32-random-bytes`.
-fn key(kid: &str) -> String {
-    let bytes: Vec<u8> = [uuid::Uuid::new_v4().into_bytes(), uuid::Uuid::new_v4().into_bytes()].concat();
-    format!("{kid}:{}", base64::engine::general_purpose::STANDARD.encode(bytes))
-}
+use sqlx::Executor;
 
 /// A secret value of 32 characters (long enough to show its last four in metadata).
 fn secret(tag: &str) -> String {
@@ -35,13 +32,6 @@ fn cmd(t: &TestDb, keys: Option<&str>) -> tokio::process::Command {
         c.env("GATEHOUSE_VAULT_KEYS", keys);
     }
     c
-}
-
-async fn ok(mut c: tokio::process::Command, args: &[&str]) -> Vec<String> {
-    c.args(args);
-    let (code, out, err) = run(c).await;
-    assert_eq!(code, 0, "gatehouse {args:?}: {err}");
-    out.lines().map(str::to_owned).collect()
 }
 
 /// The requests a bearer-protected API saw: the Authorization header of each.
@@ -78,46 +68,8 @@ fn api_connector(base: &str, slot: &str) -> Value {
             "input_schema": { "type": "object", "additionalProperties": false, "required": ["id"], "properties": { "id": { "type": "string" } } } }] })
 }
 
-fn json_file(value: &Value) -> String {
-    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&file, value.to_string()).unwrap();
-    file.to_str().unwrap().to_owned()
-}
-
 fn add_args<'a>(id: &'a str, file: &'a str) -> Vec<&'a str> {
     vec!["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", id, "--kind", "http_api", "--config", file]
-}
-
-/// Calls a gateway tool; (is error, its JSON, the raw response text).
-async fn tool(url: &str, m: &Machine, name: &str, arguments: Value) -> (bool, Value, String) {
-    let r = common::mcp_post(url, m, "tools/call", json!({ "name": name, "arguments": arguments })).await;
-    assert_eq!(r.status(), 200);
-    let raw = r.text().await.unwrap();
-    let answer: Value = serde_json::from_str(&raw).unwrap();
-    let text = answer["result"]["content"][0]["text"].as_str().unwrap_or("").to_owned();
-    (answer["result"]["isError"] == true, serde_json::from_str(&text).unwrap_or(Value::String(text)), raw)
-}
-
-async fn dev_sign_in(served: &Served, email: &'static str) -> Browser {
-    let browser = Browser::new(&served.base);
-    let fill = move |field: &str| match field {
-        "email" => Some(email.to_owned()),
-        "login" => Some(email.split('@').next().unwrap().to_owned()),
-        "password" => Some("any".to_owned()),
-        _ => None,
-    };
-    let landing = browser.walk(&format!("{}/login?next=/", served.base), fill).await;
-    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
-    browser
-}
-
-/// Every admin-log row, as text.
-async fn admin_log(t: &TestDb) -> String {
-    let mut owner = t.owner_conn().await;
-    let mut tx = owner.begin().await.unwrap();
-    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
-    let rows: Vec<String> = sqlx::query_scalar("SELECT row_to_json(a)::text FROM admin_log a").fetch_all(&mut *tx).await.unwrap();
-    rows.join("\n")
 }
 
 /// What a browser write answered: (status, body text).
@@ -433,43 +385,18 @@ async fn keys_rotate_across_restarts_and_a_moved_ciphertext_never_opens() {
     assert!(!everything.contains(material), "key material reached a log");
 }
 
-/// Forwards to `target`'s origin only requests whose Authorization is one of `valid` (401
-/// otherwise), recording each Authorization it saw. Returns `target` as seen through it.
+/// Forwards to `target` (see [`common::forwarding_proxy`]) only requests whose Authorization
+/// is one of `valid` (401 otherwise), recording the Authorization of every request.
 async fn guarded_proxy(target: &str, valid: Arc<Mutex<Vec<String>>>) -> (String, Seen) {
-    use axum::{body::Body, extract::Request, http::StatusCode, response::IntoResponse};
-    let target = url::Url::parse(target).unwrap();
-    let origin = target.origin().ascii_serialization();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
     let seen: Seen = Default::default();
-    let (client, record) = (http(), seen.clone());
-    let app = axum::Router::new().fallback(move |req: Request| {
-        let (client, origin, record, valid) = (client.clone(), origin.clone(), record.clone(), valid.clone());
-        async move {
-            let (parts, body) = req.into_parts();
-            let auth = parts.headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            record.lock().unwrap().push(auth.clone());
-            if !auth.is_some_and(|a| valid.lock().unwrap().contains(&a)) {
-                return (StatusCode::UNAUTHORIZED, "credentials required").into_response();
-            }
-            let body = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
-            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            let mut out = client.request(parts.method.clone(), format!("{origin}{path}")).body(body);
-            for (name, value) in parts.headers.iter().filter(|(n, _)| *n != "host" && *n != "content-length") {
-                out = out.header(name, value);
-            }
-            let r = out.send().await.unwrap();
-            let (status, headers) = (r.status(), r.headers().clone());
-            let mut response = Body::from_stream(r.bytes_stream()).into_response();
-            *response.status_mut() = status;
-            for (name, value) in headers.iter().filter(|(n, _)| *n != "content-length" && *n != "transfer-encoding") {
-                response.headers_mut().insert(name, value.clone());
-            }
-            response
-        }
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("{base}{}", target.path()), seen)
+    let record = seen.clone();
+    let url = common::forwarding_proxy(target, move |_, headers| {
+        let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        record.lock().unwrap().push(auth.clone());
+        auth.is_some_and(|a| valid.lock().unwrap().contains(&a))
+    })
+    .await;
+    (url, seen)
 }
 
 fn basic(user: &str, password: &str) -> String {

@@ -63,6 +63,24 @@ fn owner(ctx: &TenantCtx, kind: SlotKind) -> Result<Owner> {
     }
 }
 
+/// A slot a request manages, checked in order: the slot kind, who may manage it, the vault
+/// on, and the workspace's connector taking that kind of slot.
+struct Managed<'a> {
+    kind: SlotKind,
+    owner: Owner,
+    ring: &'a super::KeyRing,
+    workspace: uuid::Uuid,
+    connector: Connector,
+}
+
+async fn managed<'a>(ctx: &TenantCtx, state: &'a AppState, ws: &str, id: &str, slot: &str) -> Result<Managed<'a>> {
+    let kind = kind(slot)?;
+    let owner = owner(ctx, kind)?;
+    let ring = slots::require(state.config.vault_keys.as_ref())?;
+    let (workspace, connector) = slots::resolve(&state.db, ctx.tenant.id, ws, id, kind).await?;
+    Ok(Managed { kind, owner, ring, workspace, connector })
+}
+
 async fn show_credential(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -96,10 +114,7 @@ async fn set_credential(
     Path((_, ws, id, slot)): SlotPath,
     ApiJson(mut body): ApiJson<SetCredential>,
 ) -> Result<Json<slots::Metadata>> {
-    let kind = kind(&slot)?;
-    let owner = owner(&ctx, kind)?;
-    let ring = slots::require(state.config.vault_keys.as_ref())?;
-    let (workspace, connector) = slots::resolve(&state.db, ctx.tenant.id, &ws, &id, kind).await?;
+    let Managed { kind, owner, ring, workspace, connector } = managed(&ctx, &state, &ws, &id, &slot).await?;
     slots::check_fields(&connector, &body.fields)?;
     let fields = slots::Fields(std::mem::take(&mut body.fields));
     let slot = Slot { tenant: ctx.tenant.id, workspace, connector: &id, owner };
@@ -111,10 +126,7 @@ async fn remove_credential(
     State(state): State<AppState>,
     Path((_, ws, id, slot)): SlotPath,
 ) -> Result<Json<Value>> {
-    let kind = kind(&slot)?;
-    let owner = owner(&ctx, kind)?;
-    slots::require(state.config.vault_keys.as_ref())?;
-    let (workspace, _) = slots::resolve(&state.db, ctx.tenant.id, &ws, &id, kind).await?;
+    let Managed { kind, owner, workspace, .. } = managed(&ctx, &state, &ws, &id, &slot).await?;
     slots::remove(&state.db, &ctx.audit, Slot { tenant: ctx.tenant.id, workspace, connector: &id, owner }).await?;
     Ok(Json(json!({ "connector": id, "slot": kind.as_str(), "state": "missing" })))
 }
@@ -126,10 +138,7 @@ async fn test_credential(
     State(state): State<AppState>,
     Path((_, ws, id, slot)): SlotPath,
 ) -> Result<Json<Value>> {
-    let kind = kind(&slot)?;
-    let owner = owner(&ctx, kind)?;
-    slots::require(state.config.vault_keys.as_ref())?;
-    let (workspace, connector) = slots::resolve(&state.db, ctx.tenant.id, &ws, &id, kind).await?;
+    let Managed { kind, owner, workspace, connector, .. } = managed(&ctx, &state, &ws, &id, &slot).await?;
     let caller = credentials::Caller {
         tenant: ctx.tenant.id,
         tenant_slug: &ctx.tenant.slug,

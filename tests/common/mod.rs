@@ -380,3 +380,105 @@ pub async fn mcp_post(url: &str, m: &Machine, method: &str, params: serde_json::
         .await
         .unwrap()
 }
+
+/// A vault key ring entry `kid:base64` with 32 fresh random bytes.
+pub fn vault_key(kid: &str) -> String {
+    use base64::Engine;
+    let bytes: Vec<u8> = [Uuid::new_v4().into_bytes(), Uuid::new_v4().into_bytes()].concat();
+    format!("{kid}:{}", base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// Runs `c` with `args`; it must succeed. Its stdout lines.
+pub async fn run_ok(mut c: tokio::process::Command, args: &[&str]) -> Vec<String> {
+    c.args(args);
+    let (code, out, err) = run(c).await;
+    assert_eq!(code, 0, "gatehouse {args:?}: {err}");
+    out.lines().map(str::to_owned).collect()
+}
+
+/// Writes `value` to a fresh JSON file; its path.
+pub fn json_path(value: &serde_json::Value) -> String {
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", Uuid::new_v4().simple()));
+    std::fs::write(&file, value.to_string()).unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+/// Calls a gateway tool; (is error, its JSON, the raw response text).
+pub async fn mcp_tool(url: &str, m: &Machine, name: &str, arguments: serde_json::Value) -> (bool, serde_json::Value, String) {
+    use serde_json::Value;
+    let r = mcp_post(url, m, "tools/call", serde_json::json!({ "name": name, "arguments": arguments })).await;
+    assert_eq!(r.status(), 200);
+    let raw = r.text().await.unwrap();
+    let answer: Value = serde_json::from_str(&raw).unwrap();
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap_or("").to_owned();
+    (answer["result"]["isError"] == true, serde_json::from_str(&text).unwrap_or(Value::String(text)), raw)
+}
+
+/// Answers the development provider's sign-in form as `email`.
+pub fn email_fill(email: &'static str) -> impl Fn(&str) -> Option<String> {
+    move |field| match field {
+        "email" => Some(email.to_owned()),
+        "login" => Some(email.split('@').next().unwrap().to_owned()),
+        "password" => Some("any".to_owned()),
+        _ => None,
+    }
+}
+
+/// A browser signed in to `served` through the development provider as `email`.
+pub async fn dev_sign_in(served: &Served, email: &'static str) -> browser::Browser {
+    let browser = browser::Browser::new(&served.base);
+    let landing = browser.walk(&format!("{}/login?next=/", served.base), email_fill(email)).await;
+    assert_eq!(landing.status, reqwest::StatusCode::OK, "{landing:?}");
+    browser
+}
+
+/// Every admin-log row, as text.
+pub async fn admin_log_text(t: &TestDb) -> String {
+    use sqlx::{Connection, Executor};
+    let mut owner = t.owner_conn().await;
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    let rows: Vec<String> = sqlx::query_scalar("SELECT row_to_json(a)::text FROM admin_log a").fetch_all(&mut *tx).await.unwrap();
+    rows.join("\n")
+}
+
+/// Forwards every request that `admit` lets through to `target`'s origin and streams the
+/// answer back (an event stream stays open through it); anything else answers 401. `admit`
+/// sees each request's method and headers first (tests record what passed through there).
+/// Returns `target` as seen through the proxy.
+pub async fn forwarding_proxy<F>(target: &str, admit: F) -> String
+where
+    F: Fn(&reqwest::Method, &reqwest::header::HeaderMap) -> bool + Clone + Send + Sync + 'static,
+{
+    use axum::{body::Body, extract::Request, http::StatusCode, response::IntoResponse};
+    let target = url::Url::parse(target).unwrap();
+    let origin = target.origin().ascii_serialization();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let client = http();
+    let app = axum::Router::new().fallback(move |req: Request| {
+        let (client, origin, admit) = (client.clone(), origin.clone(), admit.clone());
+        async move {
+            let (parts, body) = req.into_parts();
+            if !admit(&parts.method, &parts.headers) {
+                return (StatusCode::UNAUTHORIZED, "credentials required").into_response();
+            }
+            let body = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut out = client.request(parts.method.clone(), format!("{origin}{path}")).body(body);
+            for (name, value) in parts.headers.iter().filter(|(n, _)| *n != "host" && *n != "content-length") {
+                out = out.header(name, value);
+            }
+            let r = out.send().await.unwrap();
+            let (status, headers) = (r.status(), r.headers().clone());
+            let mut response = Body::from_stream(r.bytes_stream()).into_response();
+            *response.status_mut() = status;
+            for (name, value) in headers.iter().filter(|(n, _)| *n != "content-length" && *n != "transfer-encoding") {
+                response.headers_mut().insert(name, value.clone());
+            }
+            response
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("{base}{}", target.path())
+}
