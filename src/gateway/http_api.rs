@@ -159,6 +159,9 @@ mod tests {
         let url = request_url(&api, &api.tools[0], &args(json!({ "id": 7 }))).unwrap();
         assert_eq!(url.as_str(), "http://127.0.0.1:9/v1/items/7/notes");
         assert!(request_url(&api, &api.tools[0], &args(json!({}))).is_err());
+        for dots in [".", ".."] {
+            assert!(request_url(&api, &api.tools[0], &args(json!({ "id": dots }))).is_err(), "{dots}");
+        }
     }
 
     #[test]
@@ -179,7 +182,13 @@ mod tests {
         #[test]
         fn a_path_argument_never_escapes_its_segment(id in "\\PC{0,30}") {
             let api = api();
-            let url = request_url(&api, &api.tools[0], &args(json!({ "id": id }))).unwrap();
+            let url = request_url(&api, &api.tools[0], &args(json!({ "id": id })));
+            // A dot segment is refused outright; anything else stays inside its segment.
+            if id == "." || id == ".." {
+                prop_assert!(url.is_err());
+                return Ok(());
+            }
+            let url = url.unwrap();
             let segments: Vec<_> = url.path_segments().unwrap().collect();
             prop_assert_eq!(segments.len(), 4);
             prop_assert_eq!(segments[0], "v1");
