@@ -1,0 +1,223 @@
+//! How Gatehouse is a downstream's OAuth client, against the npm `oidc-provider` on loopback:
+//! a static confidential client whose secret is sealed in the vault (client_secret_basic, and
+//! client_secret_post when that is all the server advertises); the RFC 8707 resource found
+//! through a 401's `WWW-Authenticate` and checked against the connector's URL; the choice
+//! between a Client ID Metadata Document and dynamic registration from the server's real
+//! metadata; the sweep settling revocation intents a crash left; and a member who lost the
+//! permission before the callback.
+
+mod common;
+
+use common::{
+    OidcPeer, Served, TestDb, admin_log_text as admin_log, dev_sign_in,
+    downstream::{GateOptions, as_owner, count, expire_access_tokens, introspect, protected_mcp, stats, walk_to_callback},
+    eventually, free_port, gatehouse, json_path as json_file, mcp_tool as tool, run_ok as ok, vault_key as key,
+};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const CLIENT: &str = "gatehouse-downstream";
+const SECRET: &str = "downstream-client-secret-5b1e9c";
+
+fn cmd(t: &TestDb, keys: &str) -> tokio::process::Command {
+    let mut c = gatehouse(Some(&t.url));
+    c.env("GATEHOUSE_VAULT_KEYS", keys);
+    c
+}
+
+/// A tenant `acme` (owner ann@example.test) with workspace `main`.
+async fn tenant(t: &TestDb, keys: &str) {
+    ok(cmd(t, keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
+    ok(cmd(t, keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
+}
+
+/// Adds a remote MCP connector at `url` with this OAuth configuration.
+async fn add_remote(t: &TestDb, keys: &str, id: &str, url: &str, auth: Value) {
+    let file = json_file(&json!({ "auth": auth }));
+    let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", id, "--kind", "remote_mcp"];
+    let mut c = cmd(t, keys);
+    c.args(add).args(["--url", url, "--config", &file]);
+    let (code, out, err) = common::run(c).await;
+    assert_eq!(code, 0, "{out} {err}");
+}
+
+fn grant_path(id: &str) -> String {
+    format!("/api/v1/tenants/acme/workspaces/main/connectors/{id}/oauth/shared")
+}
+
+/// A signed connect URL for the shared grant of `id`, made by `b`.
+async fn connect_url(b: &common::browser::Browser, id: &str) -> String {
+    let r = b.write(Method::POST, &format!("{}/connect", grant_path(id)), json!({})).await;
+    assert_eq!(r.status(), 200);
+    r.json::<Value>().await.unwrap()["url"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_confidential_client_finds_its_resource_from_a_401_and_authenticates_everywhere_with_its_sealed_secret() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcPeer::start_with(
+        &base,
+        &[
+            ("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT),
+            ("OIDC_DOWNSTREAM_CLIENT_SECRET", SECRET),
+            ("OIDC_REVOCATION", "1"),
+            ("OIDC_TEST_STATS", "1"),
+        ],
+    )
+    .await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    // The metadata is only where the 401 says: the well-known paths answer 401 too.
+    let options = GateOptions { challenge_path: Some("/meta/resource.json"), resource: None };
+    let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream, options).await;
+    let elsewhere = GateOptions { challenge_path: Some("/meta/resource.json"), resource: Some(format!("{mcp_url}/other")) };
+    let (wrong_url, _) = protected_mcp(&provider.issuer, &upstream, elsewhere).await;
+    tenant(&t, &keys).await;
+    let auth = json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "confidential": true, "scopes": ["openid", "mcp"] });
+    add_remote(&t, &keys, "everything", &mcp_url, auth.clone()).await;
+    add_remote(&t, &keys, "wrong", &wrong_url, auth).await;
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let mut responses = Vec::new();
+
+    // No secret yet: the flow is refused before anyone is sent to the provider.
+    let r = ann.client.get(connect_url(&ann, "everything").await).send().await.unwrap();
+    assert_eq!(r.status(), 409);
+    assert!(r.text().await.unwrap().contains("oauth_client_secret_missing"));
+
+    // The secret goes into the vault and never comes out.
+    let secret_path = "/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/client-secret";
+    let r = ann.write(Method::PUT, secret_path, json!({ "client_secret": "" })).await;
+    assert_eq!(r.status(), 422, "an empty secret");
+    let r = ann.write(Method::PUT, secret_path, json!({ "client_secret": SECRET })).await;
+    assert_eq!(r.status(), 200);
+    let body = r.text().await.unwrap();
+    responses.push(body.clone());
+    let meta: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((meta["owner"].as_str(), meta["state"].as_str()), (Some("oauth_client"), Some("set")), "{meta}");
+    let r = ann.client.get(format!("{}{secret_path}", served.base)).send().await.unwrap();
+    responses.push(r.text().await.unwrap());
+    let r = ann.client.get(format!("{}/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/client-secre", served.base)).send().await.unwrap();
+    assert_eq!(r.status(), 404, "no such grant kind");
+    let stored = count(&t, "SELECT count(*) FROM credentials WHERE owner = 'oauth_client' AND envelope LIKE 'v1.k1.%'").await;
+    assert_eq!(stored, 1);
+
+    // The metadata the 401 names gives a resource that is not this connector's URL: refused,
+    // and nothing is started.
+    let r = ann.client.get(connect_url(&ann, "wrong").await).send().await.unwrap();
+    assert_eq!(r.status(), 409);
+    assert!(r.text().await.unwrap().contains("oauth_resource_mismatch"));
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_flows").await, 0);
+
+    // Connect: the authorization and the code exchange name the resource; the exchange is
+    // authenticated with the secret (Basic, the default the metadata allows).
+    let callback = walk_to_callback(&ann, &connect_url(&ann, "everything").await, "ops").await;
+    let r = ann.client.get(&callback).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let s = stats(&provider.issuer).await;
+    assert_eq!(s["authorizations"].as_array().unwrap().last().unwrap()["resource"], mcp_url.as_str(), "{s}");
+    let code = s["tokens"].as_array().unwrap().iter().find(|t| t["grant_type"] == "authorization_code").unwrap().clone();
+    assert_eq!((code["auth"].as_str(), code["resource"].as_str(), code["status"].as_u64()), (Some("client_secret_basic"), Some(mcp_url.as_str()), Some(200)), "{s}");
+
+    // The token is for this server only, and the gate (checking the audience) lets it through.
+    let machine = common::provision(&t.url, "acme").await;
+    let mcp = format!("{}/t/acme/w/main/mcp", served.base);
+    let echo = json!({ "address": "everything.echo", "args": { "message": "confidential" } });
+    let (err, body, raw) = tool(&mcp, &machine, "call_tool", echo.clone()).await;
+    responses.push(raw.clone());
+    assert!(!err && raw.contains("confidential"), "{body}");
+    let token = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(introspect(&provider.issuer, &token).await["aud"], mcp_url.as_str());
+
+    // A refresh is authenticated and names the resource too.
+    expire_access_tokens(&t).await;
+    let (err, body, raw) = tool(&mcp, &machine, "call_tool", echo).await;
+    responses.push(raw);
+    assert!(!err, "{body}");
+    let s = stats(&provider.issuer).await;
+    assert_eq!(s["refresh_requests"], 1, "{s}");
+    let refresh = s["tokens"].as_array().unwrap().iter().find(|t| t["grant_type"] == "refresh_token").unwrap().clone();
+    assert_eq!((refresh["auth"].as_str(), refresh["resource"].as_str(), refresh["status"].as_u64()), (Some("client_secret_basic"), Some(mcp_url.as_str()), Some(200)), "{s}");
+
+    // Disconnect revokes with the secret, and the intent is settled.
+    let r = ann.write(Method::DELETE, &grant_path("everything"), json!({})).await;
+    let body = r.text().await.unwrap();
+    responses.push(body.clone());
+    assert!(body.contains("\"revocation\":\"revoked\""), "{body}");
+    let s = stats(&provider.issuer).await;
+    let revocations: Vec<&Value> = s["tokens"].as_array().unwrap().iter().filter(|t| t["route"] == "revocation").collect();
+    assert_eq!(revocations.len(), 2, "refresh and access token: {s}");
+    assert!(revocations.iter().all(|r| r["auth"] == "client_secret_basic" && r["status"] == 200), "{s}");
+    let last = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(introspect(&provider.issuer, &last).await["active"], false);
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome = 'revoked' AND envelope IS NULL").await, 1);
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome IS NULL").await, 0);
+
+    // Removing the secret: the next flow is refused again.
+    let r = ann.write(Method::DELETE, secret_path, json!({})).await;
+    assert_eq!(r.status(), 200);
+    let r = ann.client.get(connect_url(&ann, "everything").await).send().await.unwrap();
+    assert_eq!(r.status(), 409);
+
+    // The secret is in no log line, admin-log row or response.
+    let logs = format!("{}\n{}", served.logs(), admin_log(&t).await);
+    assert!(!logs.contains(SECRET));
+    assert!(responses.iter().all(|r| !r.contains(SECRET)));
+}
+
+#[tokio::test]
+async fn a_confidential_client_posts_its_secret_when_that_is_all_the_server_advertises() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcPeer::start_with(
+        &base,
+        &[
+            ("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT),
+            ("OIDC_DOWNSTREAM_CLIENT_SECRET", SECRET),
+            ("OIDC_DOWNSTREAM_AUTH_METHOD", "client_secret_post"),
+            ("OIDC_CLIENT_AUTH_METHODS", "none,client_secret_post"),
+            ("OIDC_TEST_STATS", "1"),
+        ],
+    )
+    .await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let (mcp_url, _) = protected_mcp(&provider.issuer, &upstream, GateOptions::default()).await;
+    tenant(&t, &keys).await;
+    let auth = json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "confidential": true, "scopes": ["openid", "mcp"] });
+    add_remote(&t, &keys, "everything", &mcp_url, auth).await;
+    // The trusted CLI sets the secret too (value from the environment, never an argument).
+    let mut set = cmd(&t, &keys);
+    set.env("GATEHOUSE_FIELD_CLIENT_SECRET", SECRET);
+    let shown = ok(
+        set,
+        &["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "everything", "--oauth-client", "--field", "client_secret"],
+    )
+    .await;
+    assert!(shown[0].starts_with("everything\toauth_client\tset\t1\tk1\t"), "{shown:?}");
+    assert!(!shown.join("\n").contains(SECRET));
+
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let landing = ann.walk(&connect_url(&ann, "everything").await, |f| (f == "login").then(|| "ops".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    let s = stats(&provider.issuer).await;
+    let code = s["tokens"].as_array().unwrap().iter().find(|t| t["grant_type"] == "authorization_code").unwrap().clone();
+    assert_eq!((code["auth"].as_str(), code["status"].as_u64()), (Some("client_secret_post"), Some(200)), "{s}");
+    let machine = common::provision(&t.url, "acme").await;
+    let (err, body, _) = tool(
+        &format!("{}/t/acme/w/main/mcp", served.base),
+        &machine,
+        "call_tool",
+        json!({ "address": "everything.echo", "args": { "message": "posted" } }),
+    )
+    .await;
+    assert!(!err, "{body}");
+    assert!(!served.logs().contains(SECRET));
+}
