@@ -221,3 +221,156 @@ async fn a_confidential_client_posts_its_secret_when_that_is_all_the_server_adve
     assert!(!err, "{body}");
     assert!(!served.logs().contains(SECRET));
 }
+
+#[tokio::test]
+async fn the_registration_follows_the_servers_real_metadata_and_the_client_metadata_document_is_served() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    // One server advertises Client ID Metadata Documents (and dynamic registration); the other
+    // neither. Their metadata is oidc-provider's own.
+    let cimd = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_CIMD", "1"), ("OIDC_REGISTRATION", "1")]).await;
+    let plain = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT)]).await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let (cimd_url, _) = protected_mcp(&cimd.issuer, &upstream, GateOptions::default()).await;
+    let (plain_url, _) = protected_mcp(&plain.issuer, &upstream, GateOptions::default()).await;
+    tenant(&t, &keys).await;
+    let auth = json!({ "type": "oauth", "grant": "shared", "scopes": ["openid", "mcp"] });
+    add_remote(&t, &keys, "documented", &cimd_url, auth.clone()).await;
+    add_remote(&t, &keys, "unregistrable", &plain_url, auth).await;
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+
+    // The document: public, stable, naming its own URL as the client id.
+    let document_url = format!("{base}/oauth/client-metadata.json");
+    let r = common::http().get(&document_url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["cache-control"].to_str().unwrap().contains("max-age"));
+    let doc: Value = r.json().await.unwrap();
+    assert_eq!(doc["client_id"], document_url.as_str());
+    assert_eq!(doc["redirect_uris"], json!([format!("{base}/oauth/callback")]));
+    assert_eq!(doc["token_endpoint_auth_method"], "none");
+    assert_eq!(doc["grant_types"], json!(["authorization_code", "refresh_token"]));
+    assert_eq!(doc["client_name"], "Gatehouse");
+
+    // The server advertising documents gets the document's URL as client id (not a dynamic
+    // registration, though it offers one too), with the resource.
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let r = ann.client.get(connect_url(&ann, "documented").await).send().await.unwrap();
+    assert!(r.status().is_redirection(), "{}", r.status());
+    let location = url::Url::parse(r.headers()["location"].to_str().unwrap()).unwrap();
+    assert!(location.as_str().starts_with(&format!("{}/auth", cimd.issuer)), "{location}");
+    let query: std::collections::HashMap<String, String> = location.query_pairs().into_owned().collect();
+    assert_eq!(query["client_id"], document_url);
+    assert_eq!(query["resource"], cimd_url);
+    assert_eq!(query["code_challenge_method"], "S256");
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_clients").await, 0, "no dynamic registration");
+
+    // The server offering neither: a clear refusal, and no flow.
+    let flows = count(&t, "SELECT count(*) FROM oauth_flows").await;
+    let r = ann.client.get(connect_url(&ann, "unregistrable").await).send().await.unwrap();
+    assert_eq!(r.status(), 409);
+    assert!(r.text().await.unwrap().contains("oauth_registration_unsupported"));
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_flows").await, flows);
+}
+
+#[tokio::test]
+async fn a_member_who_lost_the_permission_before_the_callback_is_refused_and_nothing_is_stored() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT)]).await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream, GateOptions::default()).await;
+    tenant(&t, &keys).await;
+    let auth = json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "scopes": ["openid", "mcp"] });
+    add_remote(&t, &keys, "everything", &mcp_url, auth).await;
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let callback = walk_to_callback(&ann, &connect_url(&ann, "everything").await, "ops").await;
+
+    // Between the provider's consent and the callback, owners lose credential_administration.
+    let deny = ["tenant", "permission", "acme", "--role", "owner", "--permission", "credential_administration", "deny"];
+    ok(cmd(&t, &keys), &deny).await;
+    let r = ann.client.get(&callback).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains("permission_denied"));
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_grants").await, 0);
+    assert_eq!(count(&t, "SELECT count(*) FROM credentials").await, 0);
+    assert_eq!(count(&t, "SELECT count(*) FROM admin_log WHERE action = 'oauth.connect'").await, 0);
+    assert!(seen.lock().unwrap().is_empty(), "no token reached the downstream");
+    // The claimed flow is spent: restoring the permission does not revive the callback.
+    ok(cmd(&t, &keys), &["tenant", "permission", "acme", "--role", "owner", "--permission", "credential_administration", "default"]).await;
+    let r = ann.client.get(&callback).send().await.unwrap();
+    assert_eq!(r.status(), 409);
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_grants").await, 0);
+}
+
+#[tokio::test]
+async fn revocation_intents_a_crash_left_are_settled_once_by_the_replicas_sweeps() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider =
+        OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_REVOCATION", "1"), ("OIDC_TEST_STATS", "1")]).await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream, GateOptions::default()).await;
+    tenant(&t, &keys).await;
+    let auth = json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "scopes": ["openid", "mcp"] });
+    add_remote(&t, &keys, "everything", &mcp_url, auth).await;
+    let first = Served::start_on(cmd(&t, &keys), port).await;
+    let ann = dev_sign_in(&first, "ann@example.test").await;
+    let landing = ann.walk(&connect_url(&ann, "everything").await, |f| (f == "login").then(|| "ops".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    let machine = common::provision(&t.url, "acme").await;
+    let echo = json!({ "address": "everything.echo", "args": { "message": "before" } });
+    let (err, body, _) = tool(&format!("{}/t/acme/w/main/mcp", first.base), &machine, "call_tool", echo).await;
+    assert!(!err, "{body}");
+    let token = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(first.terminate().await, 0);
+
+    // What a disconnect that crashed after its transaction leaves: the grant gone, an intent
+    // holding its sealed tokens and no outcome, ten minutes old. Beside it, an intent whose
+    // tokens were lost, and a fresh one still inside the grace period.
+    let revocation = format!("{}/token/revocation", provider.issuer);
+    for (envelope, age) in [("c.envelope", "10 minutes"), ("NULL", "10 minutes"), ("c.envelope", "1 second")] {
+        as_owner(
+            &t,
+            &format!(
+                "INSERT INTO oauth_revocations (tenant_id, id, workspace_id, connector_id, owner, endpoint, client_id, client_auth, envelope, created_at)
+                 SELECT c.tenant_id, gen_random_uuid(), c.workspace_id, c.connector_id, c.owner, '{revocation}', g.client_id, g.client_auth,
+                        {envelope}, now() - interval '{age}'
+                   FROM credentials c JOIN oauth_grants g USING (tenant_id, workspace_id, connector_id, owner)"
+            ),
+        )
+        .await;
+    }
+    as_owner(&t, "DELETE FROM oauth_grants; DELETE FROM credentials").await;
+    assert_eq!(stats(&provider.issuer).await["revocations"], 0);
+
+    // Two replicas start and sweep at once: each stale intent is settled exactly once.
+    let (b, c) = tokio::join!(Served::start(cmd(&t, &keys)), Served::start(cmd(&t, &keys)));
+    let settled = eventually(Duration::from_secs(30), || async {
+        count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome IS NOT NULL").await == 2
+    })
+    .await;
+    assert!(settled, "the sweep settled the stale intents");
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome = 'revoked' AND envelope IS NULL AND settled_by = 'sweep'").await, 1);
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome = 'unknown' AND envelope IS NULL").await, 1);
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome IS NULL AND envelope IS NOT NULL").await, 1, "the fresh one waits");
+    let s = stats(&provider.issuer).await;
+    assert_eq!(s["revocations"], 2, "the refresh and the access token, sent once: {s}");
+    assert_eq!(introspect(&provider.issuer, &token).await["active"], false, "the provider revoked the token");
+    assert_eq!(count(&t, "SELECT count(*) FROM admin_log WHERE action = 'oauth.revocation' AND (after->>'swept')::boolean").await, 2);
+    let recorded = eventually(Duration::from_secs(10), || async {
+        count(&t, "SELECT count(*) FROM ops_failures WHERE operation = 'oauth.revocation' AND code = 'revocation_unknown'").await == 1
+    })
+    .await;
+    assert!(recorded, "an unknown outcome is an ops failure");
+    assert!(!format!("{}\n{}", b.logs(), c.logs()).contains(&token));
+}
