@@ -103,6 +103,17 @@ async fn a_confidential_client_finds_its_resource_from_a_401_and_authenticates_e
     responses.push(r.text().await.unwrap());
     let r = ann.client.get(format!("{}/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/client-secre", served.base)).send().await.unwrap();
     assert_eq!(r.status(), 404, "no such grant kind");
+    // Someone of another tenant finds nothing; a member without credential_administration may not.
+    let eve = dev_sign_in(&served, "eve@example.test").await;
+    let r = eve.client.get(format!("{}{secret_path}", served.base)).send().await.unwrap();
+    assert_eq!(r.status(), 404, "another tenant's connector");
+    let r = ann.write(Method::POST, "/api/v1/tenants/acme/invitations", json!({ "email": "bob@example.test", "role": "member" })).await;
+    assert_eq!(r.status(), 201);
+    let bob = dev_sign_in(&served, "bob@example.test").await;
+    let r = bob.write(Method::PUT, secret_path, json!({ "client_secret": "another-secret-value" })).await;
+    assert_eq!(r.status(), 403);
+    let r = ann.write(Method::PUT, &secret_path.replace("/everything/", "/nope/"), json!({ "client_secret": "x" })).await;
+    assert_eq!(r.status(), 404, "no such connector");
     let stored = count(&t, "SELECT count(*) FROM credentials WHERE owner = 'oauth_client' AND envelope LIKE 'v1.k1.%'").await;
     assert_eq!(stored, 1);
 
@@ -202,6 +213,18 @@ async fn a_confidential_client_posts_its_secret_when_that_is_all_the_server_adve
     .await;
     assert!(shown[0].starts_with("everything\toauth_client\tset\t1\tk1\t"), "{shown:?}");
     assert!(!shown.join("\n").contains(SECRET));
+    // A slot of another connector kind is refused: only a confidential client has this slot.
+    let mut wrong = cmd(&t, &keys);
+    wrong.env("GATEHOUSE_FIELD_TOKEN", SECRET);
+    wrong.args(["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "everything", "--oauth-client", "--field", "token"]);
+    let (code, _, err) = common::run(wrong).await;
+    assert!(code != 0 && err.contains("client_secret"), "{err}");
+
+    // Rotation re-seals the secret; the server then runs with the new key only.
+    let new = key("k2");
+    let rotated = ok(cmd(&t, &format!("{new},{keys}")), &["vault", "rotate"]).await;
+    assert_eq!(rotated, ["resealed\t1", "already_current\t0", "unreadable\t0"]);
+    let keys = new;
 
     let served = Served::start_on(cmd(&t, &keys), port).await;
     let ann = dev_sign_in(&served, "ann@example.test").await;
