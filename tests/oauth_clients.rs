@@ -77,7 +77,8 @@ async fn a_confidential_client_finds_its_resource_from_a_401_and_authenticates_e
     let elsewhere = GateOptions { challenge_path: Some("/meta/resource.json"), resource: Some(format!("{mcp_url}/other")) };
     let (wrong_url, _) = protected_mcp(&provider.issuer, &upstream, elsewhere).await;
     tenant(&t, &keys).await;
-    let auth = json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "confidential": true, "scopes": ["openid", "mcp"] });
+    let auth =
+        json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "confidential": true, "scopes": ["openid", "mcp"] });
     add_remote(&t, &keys, "everything", &mcp_url, auth.clone()).await;
     add_remote(&t, &keys, "wrong", &wrong_url, auth).await;
     let served = Served::start_on(cmd(&t, &keys), port).await;
@@ -101,13 +102,20 @@ async fn a_confidential_client_finds_its_resource_from_a_401_and_authenticates_e
     assert_eq!((meta["owner"].as_str(), meta["state"].as_str()), (Some("oauth_client"), Some("set")), "{meta}");
     let r = ann.client.get(format!("{}{secret_path}", served.base)).send().await.unwrap();
     responses.push(r.text().await.unwrap());
-    let r = ann.client.get(format!("{}/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/client-secre", served.base)).send().await.unwrap();
+    let r = ann
+        .client
+        .get(format!("{}/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/client-secre", served.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404, "no such grant kind");
     // Someone of another tenant finds nothing; a member without credential_administration may not.
     let eve = dev_sign_in(&served, "eve@example.test").await;
     let r = eve.client.get(format!("{}{secret_path}", served.base)).send().await.unwrap();
     assert_eq!(r.status(), 404, "another tenant's connector");
-    let r = ann.write(Method::POST, "/api/v1/tenants/acme/invitations", json!({ "email": "bob@example.test", "role": "member" })).await;
+    let r = ann
+        .write(Method::POST, "/api/v1/tenants/acme/invitations", json!({ "email": "bob@example.test", "role": "member" }))
+        .await;
     assert_eq!(r.status(), 201);
     let bob = dev_sign_in(&served, "bob@example.test").await;
     let r = bob.write(Method::PUT, secret_path, json!({ "client_secret": "another-secret-value" })).await;
@@ -132,7 +140,11 @@ async fn a_confidential_client_finds_its_resource_from_a_401_and_authenticates_e
     let s = stats(&provider.issuer).await;
     assert_eq!(s["authorizations"].as_array().unwrap().last().unwrap()["resource"], mcp_url.as_str(), "{s}");
     let code = s["tokens"].as_array().unwrap().iter().find(|t| t["grant_type"] == "authorization_code").unwrap().clone();
-    assert_eq!((code["auth"].as_str(), code["resource"].as_str(), code["status"].as_u64()), (Some("client_secret_basic"), Some(mcp_url.as_str()), Some(200)), "{s}");
+    assert_eq!(
+        (code["auth"].as_str(), code["resource"].as_str(), code["status"].as_u64()),
+        (Some("client_secret_basic"), Some(mcp_url.as_str()), Some(200)),
+        "{s}"
+    );
 
     // The token is for this server only, and the gate (checking the audience) lets it through.
     let machine = common::provision(&t.url, "acme").await;
@@ -152,7 +164,11 @@ async fn a_confidential_client_finds_its_resource_from_a_401_and_authenticates_e
     let s = stats(&provider.issuer).await;
     assert_eq!(s["refresh_requests"], 1, "{s}");
     let refresh = s["tokens"].as_array().unwrap().iter().find(|t| t["grant_type"] == "refresh_token").unwrap().clone();
-    assert_eq!((refresh["auth"].as_str(), refresh["resource"].as_str(), refresh["status"].as_u64()), (Some("client_secret_basic"), Some(mcp_url.as_str()), Some(200)), "{s}");
+    assert_eq!(
+        (refresh["auth"].as_str(), refresh["resource"].as_str(), refresh["status"].as_u64()),
+        (Some("client_secret_basic"), Some(mcp_url.as_str()), Some(200)),
+        "{s}"
+    );
 
     // Disconnect revokes with the secret, and the intent is settled.
     let r = ann.write(Method::DELETE, &grant_path("everything"), json!({})).await;
@@ -201,14 +217,27 @@ async fn a_confidential_client_posts_its_secret_when_that_is_all_the_server_adve
     let upstream = everything.url.trim_end_matches("/mcp").to_owned();
     let (mcp_url, _) = protected_mcp(&provider.issuer, &upstream, GateOptions::default()).await;
     tenant(&t, &keys).await;
-    let auth = json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "confidential": true, "scopes": ["openid", "mcp"] });
+    let auth =
+        json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "confidential": true, "scopes": ["openid", "mcp"] });
     add_remote(&t, &keys, "everything", &mcp_url, auth).await;
     // The trusted CLI sets the secret too (value from the environment, never an argument).
     let mut set = cmd(&t, &keys);
     set.env("GATEHOUSE_FIELD_CLIENT_SECRET", SECRET);
     let shown = ok(
         set,
-        &["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "everything", "--oauth-client", "--field", "client_secret"],
+        &[
+            "credential",
+            "set",
+            "--tenant",
+            "acme",
+            "--workspace",
+            "main",
+            "--connector",
+            "everything",
+            "--oauth-client",
+            "--field",
+            "client_secret",
+        ],
     )
     .await;
     assert!(shown[0].starts_with("everything\toauth_client\tset\t1\tk1\t"), "{shown:?}");
@@ -216,7 +245,19 @@ async fn a_confidential_client_posts_its_secret_when_that_is_all_the_server_adve
     // A slot of another connector kind is refused: only a confidential client has this slot.
     let mut wrong = cmd(&t, &keys);
     wrong.env("GATEHOUSE_FIELD_TOKEN", SECRET);
-    wrong.args(["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "everything", "--oauth-client", "--field", "token"]);
+    wrong.args([
+        "credential",
+        "set",
+        "--tenant",
+        "acme",
+        "--workspace",
+        "main",
+        "--connector",
+        "everything",
+        "--oauth-client",
+        "--field",
+        "token",
+    ]);
     let (code, _, err) = common::run(wrong).await;
     assert!(code != 0 && err.contains("client_secret"), "{err}");
 
@@ -253,7 +294,9 @@ async fn the_registration_follows_the_servers_real_metadata_and_the_client_metad
     let base = format!("http://127.0.0.1:{port}");
     // One server advertises Client ID Metadata Documents (and dynamic registration); the other
     // neither. Their metadata is oidc-provider's own.
-    let cimd = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_CIMD", "1"), ("OIDC_REGISTRATION", "1")]).await;
+    let cimd =
+        OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_CIMD", "1"), ("OIDC_REGISTRATION", "1")])
+            .await;
     let plain = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT)]).await;
     let everything = common::Everything::start().await;
     let upstream = everything.url.trim_end_matches("/mcp").to_owned();
@@ -326,7 +369,11 @@ async fn a_member_who_lost_the_permission_before_the_callback_is_refused_and_not
     assert_eq!(count(&t, "SELECT count(*) FROM admin_log WHERE action = 'oauth.connect'").await, 0);
     assert!(seen.lock().unwrap().is_empty(), "no token reached the downstream");
     // The claimed flow is spent: restoring the permission does not revive the callback.
-    ok(cmd(&t, &keys), &["tenant", "permission", "acme", "--role", "owner", "--permission", "credential_administration", "default"]).await;
+    ok(
+        cmd(&t, &keys),
+        &["tenant", "permission", "acme", "--role", "owner", "--permission", "credential_administration", "default"],
+    )
+    .await;
     let r = ann.client.get(&callback).send().await.unwrap();
     assert_eq!(r.status(), 409);
     assert_eq!(count(&t, "SELECT count(*) FROM oauth_grants").await, 0);
@@ -339,7 +386,8 @@ async fn revocation_intents_a_crash_left_are_settled_once_by_the_replicas_sweeps
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let provider =
-        OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_REVOCATION", "1"), ("OIDC_TEST_STATS", "1")]).await;
+        OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_REVOCATION", "1"), ("OIDC_TEST_STATS", "1")])
+            .await;
     let everything = common::Everything::start().await;
     let upstream = everything.url.trim_end_matches("/mcp").to_owned();
     let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream, GateOptions::default()).await;
@@ -383,15 +431,30 @@ async fn revocation_intents_a_crash_left_are_settled_once_by_the_replicas_sweeps
     })
     .await;
     assert!(settled, "the sweep settled the stale intents");
-    assert_eq!(count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome = 'revoked' AND envelope IS NULL AND settled_by = 'sweep'").await, 1);
+    assert_eq!(
+        count(
+            &t,
+            "SELECT count(*) FROM oauth_revocations WHERE outcome = 'revoked' AND envelope IS NULL AND settled_by = 'sweep'"
+        )
+        .await,
+        1
+    );
     assert_eq!(count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome = 'unknown' AND envelope IS NULL").await, 1);
-    assert_eq!(count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome IS NULL AND envelope IS NOT NULL").await, 1, "the fresh one waits");
+    assert_eq!(
+        count(&t, "SELECT count(*) FROM oauth_revocations WHERE outcome IS NULL AND envelope IS NOT NULL").await,
+        1,
+        "the fresh one waits"
+    );
     let s = stats(&provider.issuer).await;
     assert_eq!(s["revocations"], 2, "the refresh and the access token, sent once: {s}");
     assert_eq!(introspect(&provider.issuer, &token).await["active"], false, "the provider revoked the token");
-    assert_eq!(count(&t, "SELECT count(*) FROM admin_log WHERE action = 'oauth.revocation' AND (after->>'swept')::boolean").await, 2);
+    assert_eq!(
+        count(&t, "SELECT count(*) FROM admin_log WHERE action = 'oauth.revocation' AND (after->>'swept')::boolean").await,
+        2
+    );
     let recorded = eventually(Duration::from_secs(10), || async {
-        count(&t, "SELECT count(*) FROM ops_failures WHERE operation = 'oauth.revocation' AND code = 'revocation_unknown'").await == 1
+        count(&t, "SELECT count(*) FROM ops_failures WHERE operation = 'oauth.revocation' AND code = 'revocation_unknown'").await
+            == 1
     })
     .await;
     assert!(recorded, "an unknown outcome is an ops failure");

@@ -151,9 +151,12 @@ pub fn parse(header: &str) -> Option<Vec<Challenge>> {
 
 /// The `resource_metadata` URL of the first Bearer challenge in any of `values`.
 pub fn resource_metadata<'a>(values: impl IntoIterator<Item = &'a str>) -> Option<String> {
-    values.into_iter().filter_map(parse).flatten().find(|c| c.scheme.eq_ignore_ascii_case("bearer")).and_then(|c| {
-        c.params.into_iter().find(|(n, _)| n == "resource_metadata").map(|(_, v)| v)
-    })
+    values
+        .into_iter()
+        .filter_map(parse)
+        .flatten()
+        .find(|c| c.scheme.eq_ignore_ascii_case("bearer"))
+        .and_then(|c| c.params.into_iter().find(|(n, _)| n == "resource_metadata").map(|(_, v)| v))
 }
 
 #[cfg(test)]
@@ -164,10 +167,7 @@ mod tests {
     #[test]
     fn reads_the_examples_of_rfc_9728_and_9110() {
         let h = r#"Bearer resource_metadata="https://resource.example.com/.well-known/oauth-protected-resource""#;
-        assert_eq!(
-            resource_metadata([h]).as_deref(),
-            Some("https://resource.example.com/.well-known/oauth-protected-resource")
-        );
+        assert_eq!(resource_metadata([h]).as_deref(), Some("https://resource.example.com/.well-known/oauth-protected-resource"));
         let h = r#"Basic realm="simple", Newauth realm="apps", type=1, title="Login to \"apps\"", Bearer error="invalid_token", resource_metadata="https://r.example/m""#;
         let parsed = parse(h).unwrap();
         assert_eq!(parsed.len(), 3);

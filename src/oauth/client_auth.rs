@@ -33,13 +33,15 @@ impl Method {
 /// RFC 8414's default `client_secret_basic`). Basic is preferred, as RFC 6749 §2.3.1 asks.
 pub fn confidential_method(methods: Option<&[String]>) -> Result<Method> {
     let Some(methods) = methods else { return Ok(Method::ClientSecretBasic) };
-    [Method::ClientSecretBasic, Method::ClientSecretPost].into_iter().find(|m| methods.iter().any(|a| a == m.as_str())).ok_or_else(
-        || Error::Conflict {
+    [Method::ClientSecretBasic, Method::ClientSecretPost]
+        .into_iter()
+        .find(|m| methods.iter().any(|a| a == m.as_str()))
+        .ok_or_else(|| Error::Conflict {
             code: "oauth_client_auth_unsupported",
-            message: "the authorization server advertises neither client_secret_basic nor client_secret_post for a confidential client"
-                .into(),
-        },
-    )
+            message:
+                "the authorization server advertises neither client_secret_basic nor client_secret_post for a confidential client"
+                    .into(),
+        })
 }
 
 /// How Gatehouse gets a client id at this authorization server.
@@ -90,7 +92,9 @@ pub async fn secret(state: &AppState, tenant: TenantId, workspace: Uuid, connect
     })?;
     let fields = slots::open(ring, slot, &row).map_err(|_| Error::Conflict {
         code: "credential_unreadable",
-        message: format!("the client secret of connector `{connector}` cannot be opened with this deployment's vault keys; set it again"),
+        message: format!(
+            "the client secret of connector `{connector}` cannot be opened with this deployment's vault keys; set it again"
+        ),
     })?;
     let value = fields.0.get(SECRET_FIELD).cloned().unwrap_or_default();
     Ok(Zeroizing::new(value))
@@ -109,7 +113,14 @@ pub struct Creds {
 
 impl Creds {
     /// Loads the secret when `method` needs one.
-    pub async fn load(state: &AppState, tenant: TenantId, workspace: Uuid, connector: &str, id: &str, method: Method) -> Result<Creds> {
+    pub async fn load(
+        state: &AppState,
+        tenant: TenantId,
+        workspace: Uuid,
+        connector: &str,
+        id: &str,
+        method: Method,
+    ) -> Result<Creds> {
         let secret = match method {
             Method::None => None,
             _ => Some(secret(state, tenant, workspace, connector).await?),
@@ -135,7 +146,11 @@ pub async fn confidential_connector(db: &crate::db::Db, tenant: TenantId, worksp
 /// Checks a client secret as a slot value: the one field, 1 to 4096 bytes, no control characters.
 pub fn check_secret(value: &str) -> Result<()> {
     if value.is_empty() || value.len() > slots::MAX_VALUE_BYTES || value.chars().any(char::is_control) {
-        return Err(Error::invalid("invalid_client_secret", Some("client_secret"), "a client secret is 1 to 4096 bytes without control characters"));
+        return Err(Error::invalid(
+            "invalid_client_secret",
+            Some("client_secret"),
+            "a client secret is 1 to 4096 bytes without control characters",
+        ));
     }
     Ok(())
 }
@@ -209,9 +224,15 @@ mod tests {
     fn a_confidential_client_uses_basic_unless_only_post_is_advertised() {
         let v = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(confidential_method(None).unwrap(), Method::ClientSecretBasic);
-        assert_eq!(confidential_method(Some(&v(&["none", "client_secret_post", "client_secret_basic"]))).unwrap(), Method::ClientSecretBasic);
+        assert_eq!(
+            confidential_method(Some(&v(&["none", "client_secret_post", "client_secret_basic"]))).unwrap(),
+            Method::ClientSecretBasic
+        );
         assert_eq!(confidential_method(Some(&v(&["client_secret_post", "private_key_jwt"]))).unwrap(), Method::ClientSecretPost);
-        assert_eq!(confidential_method(Some(&v(&["none", "private_key_jwt"]))).unwrap_err().code(), "oauth_client_auth_unsupported");
+        assert_eq!(
+            confidential_method(Some(&v(&["none", "private_key_jwt"]))).unwrap_err().code(),
+            "oauth_client_auth_unsupported"
+        );
         for m in [Method::None, Method::ClientSecretBasic, Method::ClientSecretPost] {
             assert_eq!(Method::parse(m.as_str()), Some(m));
         }

@@ -24,7 +24,8 @@ pub(super) async fn revoke(
     use oauth2::RevocableToken;
     let parsed = url::Url::parse(url).map_err(|_| "the revocation endpoint does not parse".to_owned())?;
     if parsed.scheme() == "https" {
-        let client = client(state, creds, url, url).map_err(|e| e.to_string())?.set_revocation_url(RevocationUrl::from_url(parsed));
+        let client =
+            client(state, creds, url, url).map_err(|e| e.to_string())?.set_revocation_url(RevocationUrl::from_url(parsed));
         let request = client.revoke_token(token).map_err(|e| e.to_string())?;
         return request.request_async(&state.oauth.http).await.map_err(|e| e.to_string());
     }
@@ -156,7 +157,16 @@ pub async fn disconnect(
                 let existed = store::delete(&mut *conn, tenant, workspace, id, owner).await?;
                 if existed {
                     if let (Some(url), Some(envelope)) = (revocation_ref, envelope_ref) {
-                        let row = store::Intent { id: intent, workspace, connector: id, owner, endpoint: url, client_id: client_ref, client_auth: method.as_str(), envelope };
+                        let row = store::Intent {
+                            id: intent,
+                            workspace,
+                            connector: id,
+                            owner,
+                            endpoint: url,
+                            client_id: client_ref,
+                            client_auth: method.as_str(),
+                            envelope,
+                        };
                         store::insert_intent(&mut *conn, tenant, row).await?;
                     }
                     let entry = Entry {

@@ -192,9 +192,7 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
             (Some(issuer), found) => (issuer.clone(), found.map(|(_, r)| r)),
             (None, Some((named, resource))) => (named, Some(resource)),
             (None, None) => {
-                return Err(unavailable(
-                    "the server publishes no protected resource metadata naming an authorization server",
-                ));
+                return Err(unavailable("the server publishes no protected resource metadata naming an authorization server"));
             }
         },
         (Some(issuer), Connector::HttpApi(_)) => (issuer.clone(), o.resource.clone()),
@@ -238,7 +236,13 @@ mod tests {
     #[test]
     fn a_resource_names_the_connector_url_or_a_parent_of_it() {
         let url = "https://mcp.example/tenant/mcp";
-        for ok in ["https://mcp.example/tenant/mcp", "https://mcp.example/tenant/mcp/", "https://mcp.example/tenant", "https://MCP.example", "https://mcp.example:443/"] {
+        for ok in [
+            "https://mcp.example/tenant/mcp",
+            "https://mcp.example/tenant/mcp/",
+            "https://mcp.example/tenant",
+            "https://MCP.example",
+            "https://mcp.example:443/",
+        ] {
             assert!(resource_matches(ok, url), "{ok}");
         }
         for bad in [

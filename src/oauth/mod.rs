@@ -31,8 +31,8 @@ use std::{sync::Arc, time::Duration};
 
 use axum::http::{HeaderName, HeaderValue};
 use oauth2::{
-    AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken,
-    RevocationUrl, Scope as OauthScope, StandardRevocableToken, TokenResponse, TokenUrl, basic::BasicClient,
+    AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl,
+    RefreshToken, RevocationUrl, Scope as OauthScope, StandardRevocableToken, TokenResponse, TokenUrl, basic::BasicClient,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -377,13 +377,10 @@ pub async fn finish(
     if let Some(resource) = &flow.resource {
         exchange = exchange.add_extra_param("resource", resource.clone());
     }
-    let response = exchange
-        .request_async(&state.oauth.http)
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, connector = %flow.connector, "downstream OAuth code exchange failed");
-            Error::Forbidden { code: "token_exchange_failed", message: "the authorization server refused the code".into() }
-        })?;
+    let response = exchange.request_async(&state.oauth.http).await.map_err(|e| {
+        tracing::warn!(error = %e, connector = %flow.connector, "downstream OAuth code exchange failed");
+        Error::Forbidden { code: "token_exchange_failed", message: "the authorization server refused the code".into() }
+    })?;
     let tokens = Tokens {
         access_token: response.access_token().secret().clone(),
         refresh_token: response.refresh_token().map(|r| r.secret().clone()),

@@ -46,7 +46,8 @@ pub async fn run(state: AppState) {
 /// One bounded pass.
 pub async fn once(state: &AppState) -> Result<Swept> {
     let mut swept = Swept::default();
-    let stale = state.db.single_decision(SCOPE, |conn, _| Box::pin(store::claim_stale(conn, GRACE_SECS, CLAIM_SECS, BATCH))).await?;
+    let stale =
+        state.db.single_decision(SCOPE, |conn, _| Box::pin(store::claim_stale(conn, GRACE_SECS, CLAIM_SECS, BATCH))).await?;
     for intent in &stale {
         let outcome = retry(state, intent).await;
         let audit = Audit { actor: "system:oauth_sweep".into(), request_id: None };
@@ -95,8 +96,7 @@ pub async fn once(state: &AppState) -> Result<Swept> {
             });
         }
     }
-    swept.pruned =
-        state.db.single_decision(SCOPE, |conn, _| Box::pin(store::prune_settled(conn, RETENTION_DAYS, 1000))).await?;
+    swept.pruned = state.db.single_decision(SCOPE, |conn, _| Box::pin(store::prune_settled(conn, RETENTION_DAYS, 1000))).await?;
     Ok(swept)
 }
 

@@ -114,7 +114,8 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
     let base = format!("http://{}", listener.local_addr().unwrap());
     let own = format!("{base}/mcp");
     let seen: Seen = Default::default();
-    let metadata = json!({ "resource": options.resource.clone().unwrap_or_else(|| own.clone()), "authorization_servers": [issuer] });
+    let metadata =
+        json!({ "resource": options.resource.clone().unwrap_or_else(|| own.clone()), "authorization_servers": [issuer] });
     let path = options.challenge_path.unwrap_or("/.well-known/oauth-protected-resource/mcp");
     let challenge = options.challenge_path.map(|p| format!("Bearer realm=\"mcp\", resource_metadata=\"{base}{p}\""));
     let (log, issuer, upstream) = (seen.clone(), issuer.to_owned(), upstream.to_owned());
