@@ -55,8 +55,8 @@ pub enum Registration {
     Dynamic,
 }
 
-/// Static (if configured) → Client ID Metadata Document (if advertised and Gatehouse's document
-/// URL is one the server can fetch: https, or loopback in development) → dynamic registration
+/// Static (if configured) → Client ID Metadata Document (if advertised and Gatehouse's public
+/// URL is https) → dynamic registration
 /// (if advertised) → `oauth_registration_unsupported`.
 pub fn choose_registration(static_client: bool, endpoints: &discovery::Endpoints, document_usable: bool) -> Result<Registration> {
     if static_client {
@@ -160,10 +160,10 @@ pub fn document_url(state: &AppState) -> String {
     format!("{}/oauth/client-metadata.json", state.config.public_url.trim_end_matches('/'))
 }
 
-/// Whether an authorization server could fetch the document: https, or a loopback public URL
-/// (development, where the server runs on the same machine).
+/// Whether the document's URL can be a client id: the draft requires https (a server could not
+/// fetch a plain-http or loopback URL anyway, and dynamic registration still works there).
 pub fn document_usable(state: &AppState) -> bool {
-    url::Url::parse(&state.config.public_url).is_ok_and(|u| u.scheme() == "https" || super::disconnect::is_loopback(&u))
+    url::Url::parse(&state.config.public_url).is_ok_and(|u| u.scheme() == "https")
 }
 
 /// The Client ID Metadata Document: one public client (PKCE, no secret) whose id is the
