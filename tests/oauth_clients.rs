@@ -1,16 +1,18 @@
 //! How Gatehouse is a downstream's OAuth client, against the npm `oidc-provider` on loopback:
 //! a static confidential client whose secret is sealed in the vault (client_secret_basic, and
 //! client_secret_post when that is all the server advertises); the RFC 8707 resource found
-//! through a 401's `WWW-Authenticate` and checked against the connector's URL; the choice
-//! between a Client ID Metadata Document and dynamic registration from the server's real
-//! metadata; the sweep settling revocation intents a crash left; and a member who lost the
-//! permission before the callback.
+//! through a 401's `WWW-Authenticate` and checked against the connector's URL; the sweep
+//! settling revocation intents a crash left; and a member who lost the permission before the
+//! callback. Client ID Metadata Documents: tests/oauth_cimd.rs.
 
 mod common;
 
 use common::{
     OidcPeer, Served, TestDb, admin_log_text as admin_log, dev_sign_in,
-    downstream::{GateOptions, as_owner, count, expire_access_tokens, introspect, protected_mcp, stats, walk_to_callback},
+    downstream::{
+        GateOptions, add_remote, as_owner, count, expire_access_tokens, introspect, protected_mcp, stats, tenant,
+        vault_cmd as cmd, walk_to_callback,
+    },
     eventually, free_port, gatehouse, json_path as json_file, mcp_tool as tool, run_ok as ok, vault_key as key,
 };
 use reqwest::{Method, StatusCode};
@@ -19,28 +21,6 @@ use std::time::Duration;
 
 const CLIENT: &str = "gatehouse-downstream";
 const SECRET: &str = "downstream-client-secret-5b1e9c";
-
-fn cmd(t: &TestDb, keys: &str) -> tokio::process::Command {
-    let mut c = gatehouse(Some(&t.url));
-    c.env("GATEHOUSE_VAULT_KEYS", keys);
-    c
-}
-
-/// A tenant `acme` (owner ann@example.test) with workspace `main`.
-async fn tenant(t: &TestDb, keys: &str) {
-    ok(cmd(t, keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
-    ok(cmd(t, keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
-}
-
-/// Adds a remote MCP connector at `url` with this OAuth configuration.
-async fn add_remote(t: &TestDb, keys: &str, id: &str, url: &str, auth: Value) {
-    let file = json_file(&json!({ "auth": auth }));
-    let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", id, "--kind", "remote_mcp"];
-    let mut c = cmd(t, keys);
-    c.args(add).args(["--url", url, "--config", &file]);
-    let (code, out, err) = common::run(c).await;
-    assert_eq!(code, 0, "{out} {err}");
-}
 
 fn grant_path(id: &str) -> String {
     format!("/api/v1/tenants/acme/workspaces/main/connectors/{id}/oauth/shared")
@@ -284,100 +264,6 @@ async fn a_confidential_client_posts_its_secret_when_that_is_all_the_server_adve
     .await;
     assert!(!err, "{body}");
     assert!(!served.logs().contains(SECRET));
-}
-
-/// Follows a mailed connect link for `connector` on `served` (minted by the CLI; its URL is
-/// read from the outbox and pointed at `served`); the response, not followed further.
-async fn follow_link(t: &TestDb, keys: &str, served: &Served, connector: &str) -> reqwest::Response {
-    let args = [
-        "connect-link",
-        "create",
-        "--tenant",
-        "acme",
-        "--workspace",
-        "main",
-        "--connector",
-        connector,
-        "--email",
-        "it@example.test",
-    ];
-    let mail_id = ok(cmd(t, keys), &args).await[1].clone();
-    let mails = ok(cmd(t, keys), &["outbox", "list", "--tenant", "acme"]).await;
-    let mail: Value =
-        mails.iter().map(|m| serde_json::from_str::<Value>(m).unwrap()).find(|m| m["id"] == mail_id.as_str()).unwrap();
-    let body = mail["body"].as_str().unwrap();
-    let link = body[body.find("/connect/").unwrap()..].lines().next().unwrap().to_owned();
-    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    client.get(format!("{}{link}", served.base)).send().await.unwrap()
-}
-
-#[tokio::test]
-async fn the_registration_follows_the_servers_real_metadata_and_the_client_metadata_document_is_served() {
-    let t = TestDb::new().await;
-    let keys = key("k1");
-    let public = "https://gatehouse.example";
-    // One server advertises Client ID Metadata Documents (and dynamic registration); the other
-    // neither. Their metadata is oidc-provider's own.
-    let cimd =
-        OidcPeer::start_with(public, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_CIMD", "1"), ("OIDC_REGISTRATION", "1")])
-            .await;
-    let plain = OidcPeer::start_with(public, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT)]).await;
-    let everything = common::Everything::start().await;
-    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
-    let (cimd_url, _) = protected_mcp(&cimd.issuer, &upstream, GateOptions::default()).await;
-    let (plain_url, _) = protected_mcp(&plain.issuer, &upstream, GateOptions::default()).await;
-    tenant(&t, &keys).await;
-    let auth = json!({ "type": "oauth", "grant": "shared", "scopes": ["openid", "mcp"] });
-    add_remote(&t, &keys, "documented", &cimd_url, auth.clone()).await;
-    add_remote(&t, &keys, "unregistrable", &plain_url, auth).await;
-    // A deployment whose public URL is https (behind its TLS proxy; here served on loopback).
-    let mut https = cmd(&t, &keys);
-    https.env("GATEHOUSE_PUBLIC_URL", public);
-    let served = Served::start(https).await;
-
-    // The document: public, stable, naming its own URL as the client id.
-    let document_url = format!("{public}/oauth/client-metadata.json");
-    let r = common::http().get(format!("{}/oauth/client-metadata.json", served.base)).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    assert!(r.headers()["cache-control"].to_str().unwrap().contains("max-age"));
-    let doc: Value = r.json().await.unwrap();
-    assert_eq!(doc["client_id"], document_url.as_str());
-    assert_eq!(doc["redirect_uris"], json!([format!("{public}/oauth/callback")]));
-    assert_eq!(doc["token_endpoint_auth_method"], "none");
-    assert_eq!(doc["grant_types"], json!(["authorization_code", "refresh_token"]));
-    assert_eq!(doc["client_name"], "Gatehouse");
-
-    // The server advertising documents gets the document's URL as client id (not a dynamic
-    // registration, though it offers one too), with the resource.
-    let r = follow_link(&t, &keys, &served, "documented").await;
-    assert!(r.status().is_redirection(), "{}", r.status());
-    let location = url::Url::parse(r.headers()["location"].to_str().unwrap()).unwrap();
-    assert!(location.as_str().starts_with(&format!("{}/auth", cimd.issuer)), "{location}");
-    let query: std::collections::HashMap<String, String> = location.query_pairs().into_owned().collect();
-    assert_eq!(query["client_id"], document_url);
-    assert_eq!(query["redirect_uri"], format!("{public}/oauth/callback"));
-    assert_eq!(query["resource"], cimd_url);
-    assert_eq!(query["code_challenge_method"], "S256");
-    assert_eq!(count(&t, "SELECT count(*) FROM oauth_clients").await, 0, "no dynamic registration");
-
-    // The server offering neither: a clear refusal, and no flow.
-    let flows = count(&t, "SELECT count(*) FROM oauth_flows").await;
-    let r = follow_link(&t, &keys, &served, "unregistrable").await;
-    assert_eq!(r.status(), 409);
-    assert!(r.text().await.unwrap().contains("oauth_registration_unsupported"));
-    assert_eq!(count(&t, "SELECT count(*) FROM oauth_flows").await, flows);
-
-    // A deployment on plain http cannot use a document (the draft requires https): the same
-    // server's dynamic registration is used instead.
-    let served = Served::start(cmd(&t, &keys)).await;
-    let r = follow_link(&t, &keys, &served, "documented").await;
-    assert!(r.status().is_redirection(), "{}", r.status());
-    let location = url::Url::parse(r.headers()["location"].to_str().unwrap()).unwrap();
-    let query: std::collections::HashMap<String, String> = location.query_pairs().into_owned().collect();
-    let registered: i64 = count(&t, "SELECT count(*) FROM oauth_clients").await;
-    assert_eq!(registered, 1, "registered dynamically");
-    assert_ne!(query["client_id"], document_url);
-    assert!(!query["client_id"].starts_with("http"), "{}", query["client_id"]);
 }
 
 #[tokio::test]

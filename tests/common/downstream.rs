@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
 
-use super::{PEER_CLIENT_ID, PEER_CLIENT_SECRET, TestDb, browser::Browser};
+use super::{PEER_CLIENT_ID, PEER_CLIENT_SECRET, Served, TestDb, browser::Browser, gatehouse, run_ok as ok};
 
 /// Every bearer token the downstream was shown.
 pub type Seen = Arc<Mutex<Vec<String>>>;
@@ -169,4 +169,107 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
     );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("{base}/mcp"), seen)
+}
+
+/// A TLS-terminating proxy (`tests/peers/tls_proxy.mjs`) in front of `target`, with a fresh
+/// self-signed certificate for 127.0.0.1 that peers trust through `NODE_EXTRA_CA_CERTS`.
+pub struct TlsProxy {
+    pub child: tokio::process::Child,
+    /// `https://127.0.0.1:<port>`
+    pub base: String,
+    /// The certificate (PEM), to be trusted by peers.
+    pub cert: std::path::PathBuf,
+}
+
+impl TlsProxy {
+    pub async fn start(target: &str) -> TlsProxy {
+        let dir = std::env::temp_dir().join(format!("gatehouse-tls-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let made = tokio::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+            .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await
+            .expect("run openssl");
+        assert!(made.success(), "openssl could not make a certificate");
+        let port = super::free_port();
+        let peers = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers");
+        let child = tokio::process::Command::new("node")
+            .arg("tls_proxy.mjs")
+            .current_dir(&peers)
+            .env("TARGET", target)
+            .env("PORT", port.to_string())
+            .env("CERT", &cert)
+            .env("KEY", &key)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start node (the TLS proxy)");
+        let up = super::eventually(std::time::Duration::from_secs(20), || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+        })
+        .await;
+        assert!(up, "the TLS proxy did not start");
+        TlsProxy { child, base: format!("https://127.0.0.1:{port}"), cert }
+    }
+}
+
+/// `gatehouse` against `t` with the vault key ring `keys`.
+pub fn vault_cmd(t: &TestDb, keys: &str) -> tokio::process::Command {
+    let mut c = gatehouse(Some(&t.url));
+    c.env("GATEHOUSE_VAULT_KEYS", keys);
+    c
+}
+
+/// A tenant `acme` (owner ann@example.test) with workspace `main`.
+pub async fn tenant(t: &TestDb, keys: &str) {
+    ok(vault_cmd(t, keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
+    ok(vault_cmd(t, keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
+}
+
+/// Adds a remote MCP connector at `url` with this OAuth configuration.
+pub async fn add_remote(t: &TestDb, keys: &str, id: &str, url: &str, auth: Value) {
+    let file = super::json_path(&json!({ "auth": auth }));
+    let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", id, "--kind", "remote_mcp"];
+    let mut c = vault_cmd(t, keys);
+    c.args(add).args(["--url", url, "--config", &file]);
+    let (code, out, err) = super::run(c).await;
+    assert_eq!(code, 0, "{out} {err}");
+}
+
+/// Mints a mailed connect link for `connector` with the CLI and reads it from the outbox: its
+/// path (`/connect/acme/…`).
+pub async fn mint_link(t: &TestDb, keys: &str, connector: &str) -> String {
+    let args = [
+        "connect-link",
+        "create",
+        "--tenant",
+        "acme",
+        "--workspace",
+        "main",
+        "--connector",
+        connector,
+        "--email",
+        "it@example.test",
+    ];
+    let mail_id = ok(vault_cmd(t, keys), &args).await[1].clone();
+    let mails = ok(vault_cmd(t, keys), &["outbox", "list", "--tenant", "acme"]).await;
+    let mail: Value =
+        mails.iter().map(|m| serde_json::from_str::<Value>(m).unwrap()).find(|m| m["id"] == mail_id.as_str()).unwrap();
+    let body = mail["body"].as_str().unwrap();
+    body[body.find("/connect/").unwrap()..].lines().next().unwrap().to_owned()
+}
+
+/// Follows a fresh connect link for `connector` on `served`; the response, not followed further.
+pub async fn follow_link(t: &TestDb, keys: &str, served: &Served, connector: &str) -> reqwest::Response {
+    let link = mint_link(t, keys, connector).await;
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    client.get(format!("{}{link}", served.base)).send().await.unwrap()
 }

@@ -94,6 +94,14 @@ if (downstreamClient) {
   if (env('OIDC_CIMD', '') === '1') {
     configuration.features.clientIdMetadataDocument = { enabled: true, ack: 'draft-02' };
   }
+  // Tests only: fetch documents from loopback. oidc-provider refuses special-use addresses by
+  // default (SSRF protection), as it should everywhere else.
+  if (env('OIDC_FETCH_LOOPBACK', '') === '1') {
+    configuration.fetch = (url, options) => {
+      delete options.dispatcher;
+      return globalThis.fetch(url, options);
+    };
+  }
   configuration.issueRefreshToken = async (_ctx, client) => client.grantTypeAllowed('refresh_token');
   configuration.features.revocation = { enabled: env('OIDC_REVOCATION', '') === '1' };
   // Open dynamic client registration (RFC 7591), for clients that register themselves.
