@@ -13,7 +13,7 @@ use common::{
         GateOptions, add_remote, as_owner, count, expire_access_tokens, introspect, protected_mcp, stats, tenant,
         vault_cmd as cmd, walk_to_callback,
     },
-    eventually, free_port, gatehouse, json_path as json_file, mcp_tool as tool, run_ok as ok, vault_key as key,
+    eventually, free_port, mcp_tool as tool, run_ok as ok, vault_key as key,
 };
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
