@@ -65,6 +65,11 @@ pub fn choose_registration(static_client: bool, endpoints: &discovery::Endpoints
         Ok(Registration::MetadataDocument)
     } else if endpoints.registration.is_some() && endpoints.issuer.is_some() {
         Ok(Registration::Dynamic)
+    } else if endpoints.cimd {
+        Err(Error::Conflict {
+            code: "oauth_registration_unsupported",
+            message: "the connector names no client_id and its authorization server accepts only Client ID Metadata Documents, which need an https GATEHOUSE_PUBLIC_URL".into(),
+        })
     } else {
         Err(Error::Conflict {
             code: "oauth_registration_unsupported",

@@ -11,6 +11,11 @@
 //! - Refresh: a lease taken by compare-and-set that also records the refresh token as spent
 //!   before it is sent, so a refresh token is never sent twice, by any replica. A refresh that
 //!   fails kills the grant (`auth_required`). Every grant change bumps the tenant's epoch.
+//! - Gatehouse is the client by a static registration (public, or confidential with its secret
+//!   sealed in the vault), its Client ID Metadata Document, or RFC 7591 registration
+//!   (`client_auth`); a remote MCP server's resource (RFC 8707) comes from its protected
+//!   resource metadata (`discovery`, also from a 401's challenge: `challenge`).
+//! - Disconnect writes a revocation intent; `sweep` settles the ones a crash left.
 
 pub mod challenge;
 pub mod client_auth;
