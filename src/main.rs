@@ -154,8 +154,11 @@ struct SlotArg {
     #[arg(long)]
     connector: String,
     /// The personal slot of this member (by id) instead of the shared one.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "oauth_client")]
     personal_for: Option<uuid::Uuid>,
+    /// The secret of the connector's static confidential OAuth client (one field, `client_secret`).
+    #[arg(long)]
+    oauth_client: bool,
 }
 
 #[derive(Subcommand)]
@@ -642,17 +645,32 @@ async fn slot_command(db: &Db, audit: &Audit, config: &Config, cmd: SlotCommand)
         SlotCommand::Set { s, .. } | SlotCommand::Remove { s } | SlotCommand::Show { s } => s,
     };
     let tenant = tenants::by_slug(db, &s.tenant).await?.id;
-    let (kind, owner) = match s.personal_for {
-        None => (SlotKind::Shared, Owner::Shared),
-        Some(member) => (SlotKind::Personal, Owner::Member(member)),
+    let (kind, owner) = match (s.personal_for, s.oauth_client) {
+        (_, true) => (SlotKind::Shared, Owner::OauthClient),
+        (None, false) => (SlotKind::Shared, Owner::Shared),
+        (Some(member), false) => (SlotKind::Personal, Owner::Member(member)),
     };
-    let (workspace, connector) = slots::resolve(db, tenant, &s.workspace, &s.connector, kind).await?;
+    let (workspace, connector) = if s.oauth_client {
+        (gatehouse::oauth::client_auth::confidential_connector(db, tenant, &s.workspace, &s.connector).await?, None)
+    } else {
+        let (w, c) = slots::resolve(db, tenant, &s.workspace, &s.connector, kind).await?;
+        (w, Some(c))
+    };
     let slot = Slot { tenant, workspace, connector: &s.connector, owner };
     let meta = match &cmd {
         SlotCommand::Set { fields, .. } => {
             let ring = slots::require(config.vault_keys.as_ref())?;
             let values = field_values(fields)?;
-            slots::check_fields(&connector, &values.0)?;
+            match &connector {
+                Some(connector) => slots::check_fields(connector, &values.0)?,
+                None => {
+                    let secret = gatehouse::oauth::client_auth::SECRET_FIELD;
+                    if values.0.len() != 1 || !values.0.contains_key(secret) {
+                        anyhow::bail!("an OAuth client's slot has exactly one field: --field {secret}");
+                    }
+                    gatehouse::oauth::client_auth::check_secret(&values.0[secret])?;
+                }
+            }
             slots::set(db, ring, audit, slot, kind, values).await?
         }
         SlotCommand::Remove { .. } => {

@@ -107,6 +107,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         oauth: Arc::new(crate::oauth::Oauth::new(crate::oidc::http_client()?)),
         mailer,
     };
+    // Revocation intents a crash left unsettled: every replica sweeps (claims keep it once).
+    let sweeper = state.config.vault_keys.is_some().then(|| tokio::spawn(crate::oauth::sweep::run(state.clone())));
     let app = crate::http::router(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
@@ -134,6 +136,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down: draining in-flight requests");
     let _ = stop_tx.send(true);
+    if let Some(sweeper) = sweeper {
+        sweeper.abort();
+    }
     match tokio::time::timeout(grace, server).await {
         Ok(joined) => joined.context("server task failed")?.context("server failed")?,
         Err(_) => tracing::warn!("drain deadline passed; closing remaining connections"),

@@ -137,6 +137,8 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO oauth_grants (tenant_id, workspace_id, connector_id, owner, client_id, token_endpoint, connected_by)
          VALUES ($1, $1, $2, 'shared', 'c', 'http://as/token', 'test')",
         "INSERT INTO oauth_clients (tenant_id, workspace_id, connector_id, issuer, client_id) VALUES ($1, $1, $2, 'http://as', 'c')",
+        "INSERT INTO oauth_revocations (tenant_id, id, workspace_id, connector_id, owner, endpoint, client_id, client_auth, envelope)
+         VALUES ($1, gen_random_uuid(), $1, $2, 'shared', 'http://as/revoke', 'c', 'none', 'v1.k1.x.y')",
         "INSERT INTO ops_failures (id, tenant_id, workspace_id, operation, stage, code, message, fingerprint, at)
          VALUES (gen_random_uuid(), $1, $1, 'downstream.call', 'remote_mcp', 'timeout', $2, repeat('0', 64), now())",
     ] {

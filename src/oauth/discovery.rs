@@ -1,6 +1,9 @@
 //! Where a connector's authorization server is: its configured endpoints, else its issuer's
 //! metadata (RFC 8414, falling back to OpenID discovery), with the issuer of a `remote_mcp`
-//! connector found through the server's protected resource metadata (RFC 9728).
+//! connector found through the server's protected resource metadata (RFC 9728): the URL a 401's
+//! `WWW-Authenticate: Bearer resource_metadata="…"` names, else the well-known paths. The
+//! metadata's `resource` must name the connector's URL (same origin, the same path or a parent
+//! of it at a segment boundary); it is the RFC 8707 resource indicator every request carries.
 
 use serde::Deserialize;
 use url::Url;
@@ -24,10 +27,20 @@ pub struct Endpoints {
     pub issuer: Option<String>,
     /// RFC 7591 dynamic client registration.
     pub registration: Option<String>,
+    /// The server accepts a Client ID Metadata Document URL as a client id.
+    pub cimd: bool,
+    /// `token_endpoint_auth_methods_supported` (None: not advertised, RFC 8414's default
+    /// `client_secret_basic` applies).
+    pub token_auth_methods: Option<Vec<String>>,
+    pub revocation_auth_methods: Option<Vec<String>>,
+    /// The RFC 8707 resource indicator to send (the checked `resource` of the protected
+    /// resource metadata, or the connector's configured one).
+    pub resource: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct ResourceMetadata {
+    resource: Option<String>,
     #[serde(default)]
     authorization_servers: Vec<String>,
 }
@@ -40,6 +53,10 @@ struct ServerMetadata {
     revocation_endpoint: Option<String>,
     userinfo_endpoint: Option<String>,
     registration_endpoint: Option<String>,
+    #[serde(default)]
+    client_id_metadata_document_supported: bool,
+    token_endpoint_auth_methods_supported: Option<Vec<String>>,
+    revocation_endpoint_auth_methods_supported: Option<Vec<String>>,
 }
 
 fn unavailable(what: &str) -> Error {
@@ -85,19 +102,68 @@ async fn server_metadata(http: &reqwest::Client, issuer: &str) -> Result<ServerM
     Err(unavailable("no authorization server metadata"))
 }
 
-/// The issuer a protected resource names (RFC 9728), trying the path-specific document first.
-async fn resource_issuer(http: &reqwest::Client, resource: &str) -> Result<String> {
+/// Whether a protected resource metadata document's `resource` names the connector's `url`
+/// (RFC 9728 §3.3 asks for the resource the metadata was fetched for; a server's metadata may
+/// name the origin or a parent path of its MCP endpoint): same scheme, host and port, and the
+/// resource's path equal to the URL's or a parent of it at a segment boundary, with no query
+/// or fragment.
+pub fn resource_matches(resource: &str, url: &str) -> bool {
+    let (Ok(r), Ok(u)) = (Url::parse(resource), Url::parse(url)) else { return false };
+    if r.origin() != u.origin() || r.query().is_some() || r.fragment().is_some() || !r.origin().is_tuple() {
+        return false;
+    }
+    let (rp, up) = (r.path().trim_end_matches('/'), u.path().trim_end_matches('/'));
+    rp.is_empty() || up == rp || up.strip_prefix(rp).is_some_and(|rest| rest.starts_with('/'))
+}
+
+fn mismatch(resource: Option<&str>, url: &str) -> Error {
+    Error::Conflict {
+        code: "oauth_resource_mismatch",
+        message: match resource {
+            Some(r) => format!("the server's protected resource metadata names the resource `{r}`, not `{url}`"),
+            None => format!("the server's protected resource metadata for `{url}` names no resource"),
+        },
+    }
+}
+
+/// The metadata URL a 401 from the connector names: one unauthenticated request, as an MCP
+/// client's first request is (an `initialize` POST; a GET of a legacy SSE stream).
+async fn challenged_metadata_url(http: &reqwest::Client, connector: &Connector) -> Option<String> {
+    let Connector::RemoteMcp { url, transport, .. } = connector else { return None };
+    let request = if matches!(transport, crate::workspaces::config::RemoteTransport::Sse) {
+        http.get(url).header("accept", "text/event-stream")
+    } else {
+        let initialize = serde_json::json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") } } });
+        http.post(url).header("accept", "application/json, text/event-stream").json(&initialize)
+    };
+    let response = request.timeout(std::time::Duration::from_secs(10)).send().await.ok()?;
+    if response.status() != reqwest::StatusCode::UNAUTHORIZED {
+        return None;
+    }
+    let values = response.headers().get_all("www-authenticate").iter().filter_map(|v| v.to_str().ok());
+    let found = super::challenge::resource_metadata(values)?;
+    Url::parse(&found).ok().filter(|u| matches!(u.scheme(), "http" | "https")).map(|u| u.to_string())
+}
+
+/// The issuer and resource a protected resource names (RFC 9728): from the metadata URL its
+/// 401 names, else the path-specific well-known document, else the origin's.
+async fn resource_issuer(http: &reqwest::Client, connector: &Connector, resource: &str) -> Result<Option<(String, String)>> {
     let specific = well_known(resource, "oauth-protected-resource")?;
     let url = Url::parse(resource).map_err(|_| unavailable("the connector's URL does not parse"))?;
     let root = format!("{}/.well-known/oauth-protected-resource", url.origin().ascii_serialization());
-    for candidate in [specific, root] {
+    let challenged = challenged_metadata_url(http, connector).await;
+    for candidate in challenged.into_iter().chain([specific, root]) {
         if let Some(m) = fetch::<ResourceMetadata>(http, &candidate).await
-            && let Some(issuer) = m.authorization_servers.into_iter().next()
+            && let Some(issuer) = m.authorization_servers.first().cloned()
         {
-            return Ok(issuer);
+            return match m.resource {
+                Some(r) if resource_matches(&r, resource) => Ok(Some((issuer, r))),
+                other => Err(mismatch(other.as_deref(), resource)),
+            };
         }
     }
-    Err(unavailable("the server publishes no protected resource metadata naming an authorization server"))
+    Ok(None)
 }
 
 /// The endpoints for `connector`: configured ones win; the rest come from metadata.
@@ -114,11 +180,22 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
             userinfo: None,
             issuer: None,
             registration: None,
+            cimd: false,
+            token_auth_methods: None,
+            revocation_auth_methods: None,
+            resource: o.resource.clone(),
         });
     }
-    let issuer = match (&o.issuer, connector) {
-        (Some(issuer), _) => issuer.clone(),
-        (None, Connector::RemoteMcp { url, .. }) => resource_issuer(http, url).await?,
+    let (issuer, resource) = match (&o.issuer, connector) {
+        // A remote MCP server's resource is always discovered: its tokens are bound to it.
+        (issuer, Connector::RemoteMcp { url, .. }) => match (issuer, resource_issuer(http, connector, url).await?) {
+            (Some(issuer), found) => (issuer.clone(), found.map(|(_, r)| r)),
+            (None, Some((named, resource))) => (named, Some(resource)),
+            (None, None) => {
+                return Err(unavailable("the server publishes no protected resource metadata naming an authorization server"));
+            }
+        },
+        (Some(issuer), Connector::HttpApi(_)) => (issuer.clone(), o.resource.clone()),
         (None, Connector::HttpApi(_)) => return Err(unavailable("the connector names no authorization server")),
     };
     let m = server_metadata(http, &issuer).await?;
@@ -132,6 +209,10 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
         userinfo: m.userinfo_endpoint,
         issuer: Some(m.issuer),
         registration: m.registration_endpoint,
+        cimd: m.client_id_metadata_document_supported,
+        token_auth_methods: m.token_endpoint_auth_methods_supported,
+        revocation_auth_methods: m.revocation_endpoint_auth_methods_supported,
+        resource,
     })
 }
 
@@ -150,5 +231,32 @@ mod tests {
             "https://mcp.example/.well-known/oauth-protected-resource/mcp"
         );
         assert_eq!(well_known("http://127.0.0.1:9", "x").unwrap(), "http://127.0.0.1:9/.well-known/x");
+    }
+
+    #[test]
+    fn a_resource_names_the_connector_url_or_a_parent_of_it() {
+        let url = "https://mcp.example/tenant/mcp";
+        for ok in [
+            "https://mcp.example/tenant/mcp",
+            "https://mcp.example/tenant/mcp/",
+            "https://mcp.example/tenant",
+            "https://MCP.example",
+            "https://mcp.example:443/",
+        ] {
+            assert!(resource_matches(ok, url), "{ok}");
+        }
+        for bad in [
+            "https://mcp.example/tenant/mc",
+            "https://mcp.example/other",
+            "https://mcp.example/tenant/mcp/deeper",
+            "http://mcp.example/tenant/mcp",
+            "https://mcp.example:8443/tenant/mcp",
+            "https://evil.example/tenant/mcp",
+            "https://mcp.example/tenant/mcp?x=1",
+            "https://mcp.example/tenant/mcp#f",
+            "not a url",
+        ] {
+            assert!(!resource_matches(bad, url), "{bad}");
+        }
     }
 }

@@ -81,7 +81,7 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, o: &OauthAuth)
             // Nothing to refresh with: the access token is used until the server refuses it.
             return credential(owner, grant, &tokens.access_token);
         };
-        match refresh_once(state, ring, at, id, owner, &grant.token_endpoint, &grant.client_id, refresh).await? {
+        match refresh_once(state, ring, at, id, owner, grant, refresh).await? {
             Refreshed::Done => {}
             Refreshed::Other if tokio::time::Instant::now() < deadline => {
                 // Another replica (or task) holds the lease: wait for its new token.
@@ -140,8 +140,7 @@ async fn refresh_once(
     at: &Caller<'_>,
     id: &str,
     owner: Owner,
-    token_endpoint: &str,
-    client_id: &str,
+    grant: &store::Grant,
     refresh: &str,
 ) -> Result<Refreshed, Problem> {
     let unavailable = |e: Error| {
@@ -149,6 +148,14 @@ async fn refresh_once(
         problem("unavailable", "unavailable", "the connector's authorization could not be refreshed; retry shortly".into())
     };
     let (tenant, workspace) = (at.tenant, at.workspace);
+    // The client (and its secret, for a confidential one) before the lease: a secret that
+    // cannot be read spends nothing.
+    let method = Method::parse(&grant.client_auth).unwrap_or(Method::None);
+    let creds = Creds::load(state, tenant, workspace, id, &grant.client_id, method).await.map_err(|e| {
+        tracing::warn!(error = %e, connector = %id, "the OAuth client's secret could not be read for a refresh");
+        problem("oauth_client_secret_missing", "unavailable", e.to_string())
+    })?;
+    let client = client(state, &creds, &grant.token_endpoint, &grant.token_endpoint).map_err(unavailable)?;
     let holder = Uuid::new_v4();
     let spent = secrets::digest(refresh);
     let spent = &spent;
@@ -163,8 +170,12 @@ async fn refresh_once(
         return Ok(Refreshed::Other);
     }
     // The token is recorded as spent: from here on it is never sent again, whatever happens.
-    let client = client(state, client_id, token_endpoint, token_endpoint).map_err(unavailable)?;
-    let response = client.exchange_refresh_token(&RefreshToken::new(refresh.to_owned())).request_async(&state.oauth.http).await;
+    let refresh_token = RefreshToken::new(refresh.to_owned());
+    let mut exchange = client.exchange_refresh_token(&refresh_token);
+    if let Some(resource) = &grant.resource {
+        exchange = exchange.add_extra_param("resource", resource.clone());
+    }
+    let response = exchange.request_async(&state.oauth.http).await;
     let audit = Audit { actor: "system:oauth_refresh".into(), request_id: None };
     let audit = &audit;
     match response {

@@ -1,7 +1,9 @@
 //! Downstream OAuth routes: the signed connect URL (`/oauth/connect`), a mailed connect link
 //! (`/connect/{tenant}/{secret}`), the callback (`/oauth/callback`), and the grant's API
-//! (`…/connectors/{id}/oauth/{shared|personal}`: show, connect URL, disconnect). No answer ever
-//! carries a token.
+//! (`…/connectors/{id}/oauth/{shared|personal}`: show, connect URL, disconnect), a static
+//! confidential client's secret (`…/connectors/{id}/oauth/client-secret`: set, show metadata,
+//! remove), and Gatehouse's Client ID Metadata Document (`/oauth/client-metadata.json`). No
+//! answer ever carries a token or a secret.
 
 use axum::{
     Json, Router,
@@ -221,9 +223,74 @@ async fn disconnect(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, 
     Ok(Json(super::disconnect(&state, &ctx.audit, ctx.tenant.id, workspace, &id, &connector, &o, owner).await?))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetSecret {
+    client_secret: String,
+}
+
+impl Drop for SetSecret {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.client_secret.zeroize();
+    }
+}
+
+type SecretPath = Path<(String, String, String)>;
+
+/// The client secret slot a request manages (people with `credential_administration` only).
+async fn secret_slot(state: &AppState, ctx: &TenantCtx, ws: &str, id: &str) -> Result<Uuid> {
+    ctx.require_person(Permission::CredentialAdministration)?;
+    crate::vault::slots::require(state.config.vault_keys.as_ref())?;
+    super::client_auth::confidential_connector(&state.db, ctx.tenant.id, ws, id).await
+}
+
+async fn set_secret(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, ws, id)): SecretPath,
+    crate::http::ApiJson(mut body): crate::http::ApiJson<SetSecret>,
+) -> Result<Json<crate::vault::slots::Metadata>> {
+    let workspace = secret_slot(&state, &ctx, &ws, &id).await?;
+    super::client_auth::check_secret(&body.client_secret)?;
+    let ring = crate::vault::slots::require(state.config.vault_keys.as_ref())?;
+    let value = std::mem::take(&mut body.client_secret);
+    let fields = crate::vault::slots::Fields([(super::client_auth::SECRET_FIELD.to_owned(), value)].into());
+    let slot = super::client_auth::secret_slot(ctx.tenant.id, workspace, &id);
+    Ok(Json(crate::vault::slots::set(&state.db, ring, &ctx.audit, slot, SlotKind::Shared, fields).await?))
+}
+
+async fn show_secret(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, ws, id)): SecretPath,
+) -> Result<Json<crate::vault::slots::Metadata>> {
+    let workspace = secret_slot(&state, &ctx, &ws, &id).await?;
+    let slot = super::client_auth::secret_slot(ctx.tenant.id, workspace, &id);
+    Ok(Json(crate::vault::slots::show(&state.db, slot, SlotKind::Shared).await?))
+}
+
+async fn remove_secret(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id)): SecretPath) -> Result<Json<Value>> {
+    let workspace = secret_slot(&state, &ctx, &ws, &id).await?;
+    let slot = super::client_auth::secret_slot(ctx.tenant.id, workspace, &id);
+    crate::vault::slots::remove(&state.db, &ctx.audit, slot).await?;
+    Ok(Json(json!({ "connector": id, "owner": "oauth_client", "state": "missing" })))
+}
+
+/// Gatehouse's Client ID Metadata Document: public, the same for every tenant.
+async fn client_metadata(State(state): State<AppState>) -> Response {
+    let mut response = Json(super::client_auth::document(&state)).into_response();
+    // Servers cache it; a changed public URL is a new client id anyway.
+    response.headers_mut().insert("cache-control", axum::http::HeaderValue::from_static("public, max-age=3600"));
+    response
+}
+
 pub fn router() -> Router<AppState> {
     const GRANT: &str = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}";
+    const SECRET: &str = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret";
     Router::new()
+        .route("/oauth/client-metadata.json", get(client_metadata))
+        .route(SECRET, get(show_secret).put(set_secret).delete(remove_secret))
         .route("/oauth/connect", get(connect))
         .route("/oauth/callback", get(callback))
         .route("/connect/{tenant}/{secret}", get(follow_link))

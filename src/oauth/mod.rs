@@ -11,14 +11,23 @@
 //! - Refresh: a lease taken by compare-and-set that also records the refresh token as spent
 //!   before it is sent, so a refresh token is never sent twice, by any replica. A refresh that
 //!   fails kills the grant (`auth_required`). Every grant change bumps the tenant's epoch.
+//! - Gatehouse is the client by a static registration (public, or confidential with its secret
+//!   sealed in the vault), its Client ID Metadata Document, or RFC 7591 registration
+//!   (`client_auth`); a remote MCP server's resource (RFC 8707) comes from its protected
+//!   resource metadata (`discovery`, also from a 401's challenge: `challenge`).
+//! - Disconnect writes a revocation intent; `sweep` settles the ones a crash left.
 
+pub mod challenge;
+pub mod client_auth;
 mod disconnect;
 pub mod discovery;
 mod grants;
 pub mod http;
 mod registration;
 pub mod store;
+pub mod sweep;
 
+use client_auth::{Creds, Method, Registration};
 pub use disconnect::{GrantInfo, disconnect, show};
 pub use grants::resolve;
 use registration::register;
@@ -27,8 +36,8 @@ use std::{sync::Arc, time::Duration};
 
 use axum::http::{HeaderName, HeaderValue};
 use oauth2::{
-    AuthType, AuthUrl, AuthorizationCode, ClientId, CsrfToken, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken,
-    RevocationUrl, Scope as OauthScope, StandardRevocableToken, TokenResponse, TokenUrl, basic::BasicClient,
+    AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl,
+    RefreshToken, RevocationUrl, Scope as OauthScope, StandardRevocableToken, TokenResponse, TokenUrl, basic::BasicClient,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -122,18 +131,23 @@ type Client = oauth2::Client<
     oauth2::EndpointSet,
 >;
 
-fn client(state: &AppState, client_id: &str, authorization: &str, token: &str) -> Result<Client> {
+fn client(state: &AppState, creds: &Creds, authorization: &str, token: &str) -> Result<Client> {
     let bad = |what: &str| Error::Unavailable {
         code: "oauth_misconfigured",
         message: format!("the connector's authorization server gave an unusable {what}"),
         retry_after_ms: None,
     };
-    Ok(BasicClient::new(ClientId::new(client_id.to_owned()))
+    let client = BasicClient::new(ClientId::new(creds.id.clone()))
         .set_auth_uri(AuthUrl::new(authorization.to_owned()).map_err(|_| bad("authorization endpoint"))?)
         .set_token_uri(TokenUrl::new(token.to_owned()).map_err(|_| bad("token endpoint"))?)
-        .set_redirect_uri(RedirectUrl::new(redirect_uri(state)).map_err(|_| bad("redirect URI"))?)
+        .set_redirect_uri(RedirectUrl::new(redirect_uri(state)).map_err(|_| bad("redirect URI"))?);
+    let secret = || creds.secret.as_ref().map(|s| ClientSecret::new(s.to_string())).ok_or_else(|| bad("client secret"));
+    Ok(match creds.method {
         // A public client (PKCE, no secret): the client id goes in the body.
-        .set_auth_type(AuthType::RequestBody))
+        Method::None => client.set_auth_type(AuthType::RequestBody),
+        Method::ClientSecretBasic => client.set_client_secret(secret()?).set_auth_type(AuthType::BasicAuth),
+        Method::ClientSecretPost => client.set_client_secret(secret()?).set_auth_type(AuthType::RequestBody),
+    })
 }
 
 /// The database clock, in Unix seconds (signed URLs expire by it, like everything else).
@@ -255,17 +269,29 @@ pub async fn start(
         check_member(state, tenant, m, o.grant).await?;
     }
     let endpoints = discovery::endpoints(&state.oauth.http.0, connector, o).await?;
-    let client_id = match &o.client_id {
-        Some(c) => c.clone(),
-        None => register(state, tenant, workspace, id, &endpoints).await?,
+    let registration = client_auth::choose_registration(o.client_id.is_some(), &endpoints, client_auth::document_usable(state))?;
+    let (client_id, method) = match (registration, &o.client_id) {
+        (Registration::Static, Some(c)) if o.confidential => {
+            // Refuse now, not at the callback, when the secret was never set.
+            client_auth::secret(state, tenant, workspace, id).await?;
+            (c.clone(), client_auth::confidential_method(endpoints.token_auth_methods.as_deref())?)
+        }
+        (Registration::Static, Some(c)) => (c.clone(), Method::None),
+        (Registration::MetadataDocument, _) => (client_auth::document_url(state), Method::None),
+        _ => (register(state, tenant, workspace, id, &endpoints).await?, Method::None),
     };
-    let client = client(state, &client_id, &endpoints.authorization, &endpoints.token)?;
+    // The authorization request carries no secret.
+    let public = Creds { id: client_id.clone(), method: Method::None, secret: None };
+    let client = client(state, &public, &endpoints.authorization, &endpoints.token)?;
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
     // The tenant leads the state, so the callback knows whose rows to look in.
     let flow_state = Zeroizing::new(format!("{}.{}", tenant.0.simple(), secrets::random_b64(32)));
     let mut request = client.authorize_url(|| CsrfToken::new(flow_state.to_string())).set_pkce_challenge(challenge);
     for scope in &o.scopes {
         request = request.add_scope(OauthScope::new(scope.clone()));
+    }
+    if let Some(resource) = &endpoints.resource {
+        request = request.add_extra_param("resource", resource.clone());
     }
     let (url, _) = request.url();
     let sealed = ring.seal(&aad(tenant, workspace, id, owner, PURPOSE_OAUTH_FLOW), verifier.secret().as_bytes());
@@ -274,11 +300,17 @@ pub async fn start(
         Origin::Member(m) => (Some(m), None),
         Origin::Link(l) => (None, Some(l)),
     };
-    let (hash, sealed, token, client_id) = (&hash, &sealed, &endpoints.token, &client_id);
+    let client = store::FlowClient {
+        client_id: &client_id,
+        token_endpoint: &endpoints.token,
+        client_auth: method.as_str(),
+        resource: endpoints.resource.as_deref(),
+    };
+    let (hash, sealed) = (&hash, &sealed);
     state
         .db
         .single_decision(Scope::Tenant(tenant), move |conn, _| {
-            Box::pin(store::insert_flow(conn, tenant, hash, workspace, id, owner, started_by, link_id, sealed, client_id, token))
+            Box::pin(store::insert_flow(conn, tenant, hash, workspace, id, owner, started_by, link_id, sealed, client))
         })
         .await?;
     Ok(url.to_string())
@@ -342,16 +374,18 @@ pub async fn finish(
         .map_err(|_| claimed_error())?;
     let verifier = String::from_utf8(verifier.to_vec()).map_err(|_| claimed_error())?;
     let endpoints = discovery::endpoints(&state.oauth.http.0, connector, o).await?;
-    let client = client(state, &flow.client_id, &endpoints.authorization, &flow.token_endpoint)?;
-    let response = client
-        .exchange_code(AuthorizationCode::new(code.to_owned()))
-        .set_pkce_verifier(PkceCodeVerifier::new(verifier))
-        .request_async(&state.oauth.http)
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, connector = %flow.connector, "downstream OAuth code exchange failed");
-            Error::Forbidden { code: "token_exchange_failed", message: "the authorization server refused the code".into() }
-        })?;
+    let method = Method::parse(&flow.client_auth).ok_or_else(claimed_error)?;
+    let creds = Creds::load(state, tenant, flow.workspace, &flow.connector, &flow.client_id, method).await?;
+    let client = client(state, &creds, &endpoints.authorization, &flow.token_endpoint)?;
+    let mut exchange =
+        client.exchange_code(AuthorizationCode::new(code.to_owned())).set_pkce_verifier(PkceCodeVerifier::new(verifier));
+    if let Some(resource) = &flow.resource {
+        exchange = exchange.add_extra_param("resource", resource.clone());
+    }
+    let response = exchange.request_async(&state.oauth.http).await.map_err(|e| {
+        tracing::warn!(error = %e, connector = %flow.connector, "downstream OAuth code exchange failed");
+        Error::Forbidden { code: "token_exchange_failed", message: "the authorization server refused the code".into() }
+    })?;
     let tokens = Tokens {
         access_token: response.access_token().secret().clone(),
         refresh_token: response.refresh_token().map(|r| r.secret().clone()),
@@ -361,8 +395,16 @@ pub async fn finish(
     if let Some(link) = flow.link_id {
         crate::connect_links::consume(&state.db, tenant, &audit, link, label.as_deref().unwrap_or("connected")).await?;
     }
-    let grant =
-        GrantParts { expires_in, client_id: &flow.client_id, token_endpoint: &flow.token_endpoint, label: label.as_deref() };
+    let grant = GrantParts {
+        expires_in,
+        client: store::FlowClient {
+            client_id: &flow.client_id,
+            token_endpoint: &flow.token_endpoint,
+            client_auth: method.as_str(),
+            resource: flow.resource.as_deref(),
+        },
+        label: label.as_deref(),
+    };
     let stored = store_grant(state, ring, tenant, flow.workspace, &flow.connector, owner, &tokens, grant, &audit).await;
     if let Err(e) = stored {
         if let Some(link) = flow.link_id {
@@ -388,8 +430,7 @@ async fn account_label(state: &AppState, userinfo: Option<&str>, access_token: &
 #[derive(Clone, Copy)]
 struct GrantParts<'a> {
     expires_in: Option<i64>,
-    client_id: &'a str,
-    token_endpoint: &'a str,
+    client: store::FlowClient<'a>,
     label: Option<&'a str>,
 }
 
@@ -405,7 +446,7 @@ async fn store_grant(
     grant: GrantParts<'_>,
     audit: &Audit,
 ) -> Result<()> {
-    let GrantParts { expires_in, client_id, token_endpoint, label } = grant;
+    let GrantParts { expires_in, client, label } = grant;
     let plaintext = Zeroizing::new(serde_json::to_vec(tokens).map_err(anyhow::Error::from)?);
     let envelope = ring.seal(&aad(tenant, workspace, connector, owner, PURPOSE_OAUTH_GRANT), &plaintext);
     let refreshable = tokens.refresh_token.is_some();
@@ -419,8 +460,7 @@ async fn store_grant(
                 crate::vault::store::upsert(&mut *conn, tenant, workspace, connector, owner, ring.active(), envelope, fields, &audit.actor)
                     .await
                     .map_err(|e| e.on_constraint("credentials_member_fkey", || Error::NotFound { what: "member" }))?;
-                store::upsert_grant(&mut *conn, tenant, workspace, connector, owner, expires_in, client_id, token_endpoint, label, &audit.actor)
-                    .await?;
+                store::upsert_grant(&mut *conn, tenant, workspace, connector, owner, expires_in, client, label, &audit.actor).await?;
                 let entry = Entry {
                     tenant: Some(tenant),
                     audit,

@@ -12,7 +12,7 @@ pub(super) async fn register(
     endpoints: &discovery::Endpoints,
 ) -> Result<String> {
     let no_registration = || Error::Conflict {
-        code: "oauth_registration_unavailable",
+        code: "oauth_registration_unsupported",
         message: format!("connector `{id}` names no client_id and its authorization server offers no dynamic registration"),
     };
     let (Some(issuer), Some(endpoint)) = (endpoints.issuer.as_deref(), endpoints.registration.as_deref()) else {

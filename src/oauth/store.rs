@@ -13,6 +13,17 @@ pub const LEASE_SECS: i64 = 30;
 /// An access token this close to expiry is refreshed first.
 pub const EXPIRY_MARGIN_SECS: i64 = 30;
 
+/// Which client a flow or grant uses at the token endpoint, and the resource it asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct FlowClient<'a> {
+    pub client_id: &'a str,
+    pub token_endpoint: &'a str,
+    /// `none`, `client_secret_basic` or `client_secret_post`.
+    pub client_auth: &'a str,
+    /// The RFC 8707 resource indicator.
+    pub resource: Option<&'a str>,
+}
+
 /// A pending flow, as the callback claims it.
 pub struct Flow {
     pub workspace: Uuid,
@@ -23,6 +34,8 @@ pub struct Flow {
     pub verifier: String,
     pub client_id: String,
     pub token_endpoint: String,
+    pub client_auth: String,
+    pub resource: Option<String>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -36,8 +49,7 @@ pub async fn insert_flow(
     started_by: Option<Uuid>,
     link_id: Option<Uuid>,
     verifier: &str,
-    client_id: &str,
-    token_endpoint: &str,
+    client: FlowClient<'_>,
 ) -> Result<()> {
     sqlx::query("DELETE FROM oauth_flows WHERE tenant_id = $1 AND expires_at <= now() - interval '1 hour'")
         .bind(tenant)
@@ -45,8 +57,8 @@ pub async fn insert_flow(
         .await?;
     sqlx::query(
         "INSERT INTO oauth_flows (tenant_id, state_hash, workspace_id, connector_id, owner, started_by, link_id, verifier,
-                                  token_endpoint, expires_at, client_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8), $11)",
+                                  token_endpoint, expires_at, client_id, client_auth, resource)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8), $11, $12, $13)",
     )
     .bind(tenant)
     .bind(state_hash)
@@ -56,9 +68,11 @@ pub async fn insert_flow(
     .bind(started_by)
     .bind(link_id)
     .bind(verifier)
-    .bind(token_endpoint)
+    .bind(client.token_endpoint)
     .bind(FLOW_TTL_SECS as f64)
-    .bind(client_id)
+    .bind(client.client_id)
+    .bind(client.client_auth)
+    .bind(client.resource)
     .execute(conn)
     .await?;
     Ok(())
@@ -77,7 +91,7 @@ pub async fn claim_flow(
         "UPDATE oauth_flows SET claimed_at = now()
           WHERE tenant_id = $1 AND state_hash = $2 AND claimed_at IS NULL AND expires_at > now()
             AND (started_by IS NULL OR started_by = $3)
-          RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, client_id, token_endpoint",
+          RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, client_id, token_endpoint, client_auth, resource",
     )
     .bind(tenant)
     .bind(state_hash)
@@ -94,6 +108,8 @@ pub async fn claim_flow(
             verifier: r.try_get("verifier")?,
             client_id: r.try_get("client_id")?,
             token_endpoint: r.try_get("token_endpoint")?,
+            client_auth: r.try_get("client_auth")?,
+            resource: r.try_get("resource")?,
         })
     })
     .transpose()
@@ -106,6 +122,8 @@ pub struct Grant {
     pub access_expires_at: Option<DateTime<Utc>>,
     pub client_id: String,
     pub token_endpoint: String,
+    pub client_auth: String,
+    pub resource: Option<String>,
     pub account_label: Option<String>,
     pub connected_at: DateTime<Utc>,
     pub refreshed_at: Option<DateTime<Utc>>,
@@ -130,7 +148,7 @@ pub async fn grant(
 ) -> Result<(Option<Grant>, i64)> {
     let row = sqlx::query(
         "SELECT (SELECT epoch FROM tenants WHERE id = $1) AS epoch, g.status, g.access_expires_at, g.client_id, g.token_endpoint,
-                g.account_label, g.connected_at, g.refreshed_at, c.envelope, c.version, c.updated_at
+                g.client_auth, g.resource, g.account_label, g.connected_at, g.refreshed_at, c.envelope, c.version, c.updated_at
            FROM (SELECT 1) one
            LEFT JOIN oauth_grants g ON g.tenant_id = $1 AND g.workspace_id = $2 AND g.connector_id = $3 AND g.owner = $4
            LEFT JOIN credentials c ON c.tenant_id = $1 AND c.workspace_id = $2 AND c.connector_id = $3 AND c.owner = $4",
@@ -150,6 +168,8 @@ pub async fn grant(
             access_expires_at: row.try_get("access_expires_at")?,
             client_id: row.try_get("client_id")?,
             token_endpoint: row.try_get("token_endpoint")?,
+            client_auth: row.try_get("client_auth")?,
+            resource: row.try_get("resource")?,
             account_label: row.try_get("account_label")?,
             connected_at: row.try_get("connected_at")?,
             refreshed_at: row.try_get("refreshed_at")?,
@@ -170,18 +190,17 @@ pub async fn upsert_grant(
     connector: &str,
     owner: Owner,
     expires_in_secs: Option<i64>,
-    client_id: &str,
-    token_endpoint: &str,
+    client: FlowClient<'_>,
     account_label: Option<&str>,
     by: &str,
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO oauth_grants AS g (tenant_id, workspace_id, connector_id, owner, member_id, access_expires_at,
-                                       token_endpoint, account_label, connected_by, client_id)
-         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8), $7, $8, $9, $10)
+                                       token_endpoint, account_label, connected_by, client_id, client_auth, resource)
+         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8), $7, $8, $9, $10, $11, $12)
          ON CONFLICT (tenant_id, workspace_id, connector_id, owner) DO UPDATE
             SET status = 'active', access_expires_at = EXCLUDED.access_expires_at, token_endpoint = EXCLUDED.token_endpoint,
-                client_id = EXCLUDED.client_id,
+                client_id = EXCLUDED.client_id, client_auth = EXCLUDED.client_auth, resource = EXCLUDED.resource,
                 account_label = EXCLUDED.account_label, connected_by = EXCLUDED.connected_by, connected_at = now(),
                 lease_holder = NULL, lease_until = NULL, spent_refresh = NULL, refreshed_at = NULL",
     )
@@ -191,10 +210,12 @@ pub async fn upsert_grant(
     .bind(owner.as_text())
     .bind(owner.member_id())
     .bind(expires_in_secs.map(|s| s as f64))
-    .bind(token_endpoint)
+    .bind(client.token_endpoint)
     .bind(account_label)
     .bind(by)
-    .bind(client_id)
+    .bind(client.client_id)
+    .bind(client.client_auth)
+    .bind(client.resource)
     .execute(conn)
     .await?;
     Ok(())
@@ -335,4 +356,113 @@ pub async fn keep_client(
         Some(id) => Ok(id),
         None => Ok(registered_client(conn, tenant, workspace, connector, issuer).await?.unwrap_or_else(|| client_id.to_owned())),
     }
+}
+
+/// A revocation owed to a provider (RFC 7009), written with the disconnect that owes it.
+pub struct Intent<'a> {
+    pub id: Uuid,
+    pub workspace: Uuid,
+    pub connector: &'a str,
+    pub owner: Owner,
+    pub endpoint: &'a str,
+    pub client_id: &'a str,
+    pub client_auth: &'a str,
+    /// The grant's sealed tokens, moved unchanged from `credentials`.
+    pub envelope: &'a str,
+}
+
+pub async fn insert_intent(conn: &mut PgConnection, tenant: TenantId, i: Intent<'_>) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO oauth_revocations (tenant_id, id, workspace_id, connector_id, owner, endpoint, client_id, client_auth, envelope)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(tenant)
+    .bind(i.id)
+    .bind(i.workspace)
+    .bind(i.connector)
+    .bind(i.owner.as_text())
+    .bind(i.endpoint)
+    .bind(i.client_id)
+    .bind(i.client_auth)
+    .bind(i.envelope)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records an intent's outcome and drops its tokens, once: whether this call settled it.
+pub async fn settle_intent(conn: &mut PgConnection, tenant: TenantId, id: Uuid, outcome: &str, by: &str) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE oauth_revocations SET outcome = $3, settled_at = now(), settled_by = $4, envelope = NULL, claimed_until = NULL
+          WHERE tenant_id = $1 AND id = $2 AND outcome IS NULL",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(outcome)
+    .bind(by)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// An unsettled intent a sweep claimed.
+pub struct Stale {
+    pub tenant: TenantId,
+    pub id: Uuid,
+    pub workspace: Uuid,
+    pub connector: String,
+    pub owner: String,
+    pub endpoint: String,
+    pub client_id: String,
+    pub client_auth: String,
+    pub envelope: Option<String>,
+}
+
+/// Claims (platform context) up to `limit` intents older than `grace_secs` without an outcome
+/// and without a live claim, for `claim_secs`: racing sweeps claim disjoint rows.
+pub async fn claim_stale(conn: &mut PgConnection, grace_secs: i64, claim_secs: i64, limit: i64) -> Result<Vec<Stale>> {
+    let rows = sqlx::query(
+        "UPDATE oauth_revocations r SET claimed_until = now() + make_interval(secs => $2::float8)
+           FROM (SELECT tenant_id, id FROM oauth_revocations
+                  WHERE outcome IS NULL AND created_at < now() - make_interval(secs => $1::float8)
+                    AND (claimed_until IS NULL OR claimed_until <= now())
+                  ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED) pick
+          WHERE r.tenant_id = pick.tenant_id AND r.id = pick.id
+            AND r.outcome IS NULL AND (r.claimed_until IS NULL OR r.claimed_until <= now())
+          RETURNING r.tenant_id, r.id, r.workspace_id, r.connector_id, r.owner, r.endpoint, r.client_id, r.client_auth, r.envelope",
+    )
+    .bind(grace_secs as f64)
+    .bind(claim_secs as f64)
+    .bind(limit)
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(Stale {
+                tenant: TenantId(r.try_get("tenant_id")?),
+                id: r.try_get("id")?,
+                workspace: r.try_get("workspace_id")?,
+                connector: r.try_get("connector_id")?,
+                owner: r.try_get("owner")?,
+                endpoint: r.try_get("endpoint")?,
+                client_id: r.try_get("client_id")?,
+                client_auth: r.try_get("client_auth")?,
+                envelope: r.try_get("envelope")?,
+            })
+        })
+        .collect()
+}
+
+/// Deletes up to `limit` intents settled more than `days` ago.
+pub async fn prune_settled(conn: &mut PgConnection, days: i32, limit: i64) -> Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM oauth_revocations WHERE (tenant_id, id) IN (
+            SELECT tenant_id, id FROM oauth_revocations
+             WHERE outcome IS NOT NULL AND settled_at < now() - make_interval(days => $1) LIMIT $2)",
+    )
+    .bind(days)
+    .bind(limit)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
 }

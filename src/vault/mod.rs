@@ -194,25 +194,28 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// Whose credential: the workspace's, or one member's.
+/// Whose credential: the workspace's, one member's, or (for an OAuth connector with a static
+/// confidential client) the client's own secret, which no caller ever uses as a credential.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Owner {
     Shared,
     Member(uuid::Uuid),
+    OauthClient,
 }
 
 impl Owner {
-    /// As stored and bound into associated data: `shared` or `member:<uuid>`.
+    /// As stored and bound into associated data: `shared`, `member:<uuid>` or `oauth_client`.
     pub fn as_text(&self) -> String {
         match self {
             Owner::Shared => "shared".into(),
             Owner::Member(id) => format!("member:{id}"),
+            Owner::OauthClient => "oauth_client".into(),
         }
     }
 
     pub fn member_id(&self) -> Option<uuid::Uuid> {
         match self {
-            Owner::Shared => None,
+            Owner::Shared | Owner::OauthClient => None,
             Owner::Member(id) => Some(*id),
         }
     }

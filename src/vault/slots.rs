@@ -334,10 +334,11 @@ pub async fn rotate(db: &Db, ring: &KeyRing, batch: i64) -> Result<Rotation> {
     Ok(totals)
 }
 
-/// `shared` or `member:<uuid>`.
+/// `shared`, `member:<uuid>` or `oauth_client`.
 pub fn parse_owner(text: &str) -> Option<Owner> {
     match text {
         "shared" => Some(Owner::Shared),
+        "oauth_client" => Some(Owner::OauthClient),
         _ => text.strip_prefix("member:").and_then(|id| id.parse().ok()).map(Owner::Member),
     }
 }
@@ -356,6 +357,7 @@ mod tests {
         assert_eq!(parse_owner("shared"), Some(Owner::Shared));
         assert_eq!(parse_owner(&Owner::Member(Uuid::nil()).as_text()), Some(Owner::Member(Uuid::nil())));
         assert_eq!(parse_owner("member:x"), None);
+        assert_eq!(parse_owner(&Owner::OauthClient.as_text()), Some(Owner::OauthClient));
         let fields = Fields(fields.clone());
         assert!(!format!("{fields:?}").contains("0123"));
     }

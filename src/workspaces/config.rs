@@ -147,6 +147,17 @@ pub struct OauthAuth {
     /// workspace connector and issuer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
+    /// The static client is confidential: its secret is set through
+    /// `…/connectors/{id}/oauth/client-secret` (or `gatehouse credential set --oauth-client`),
+    /// sealed in the vault, and sent to the token and revocation endpoints by the method the
+    /// server's metadata advertises (`client_secret_basic`, else `client_secret_post`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub confidential: bool,
+    /// RFC 8707: the resource indicator sent with the authorization and token requests. A
+    /// `remote_mcp` connector takes it from its protected resource metadata (checked against
+    /// its URL); an HTTP API may name one here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
 }
@@ -386,6 +397,15 @@ pub(super) fn check_auth(
                 ),
                 _ => {}
             }
+            if o.confidential && o.client_id.is_none() {
+                bad(format!("{field}.confidential"), "a confidential client names its `client_id`");
+            }
+            if let Some(resource) = &o.resource {
+                check_url(resource, &format!("{field}.resource"), bad);
+                if remote_mcp {
+                    bad(format!("{field}.resource"), "a remote MCP server's resource comes from its protected resource metadata");
+                }
+            }
             if o.scopes.len() > 32 || o.scopes.iter().any(|s| s.is_empty() || s.len() > 128 || s.contains(char::is_whitespace)) {
                 bad(format!("{field}.scopes"), "at most 32 scopes, each 1 to 128 characters without spaces");
             }
@@ -556,6 +576,8 @@ mod tests {
                     token_endpoint: None,
                     revocation_endpoint: None,
                     client_id: Some(String::new()),
+                    confidential: false,
+                    resource: None,
                     scopes: Vec::new(),
                 }),
                 timeout_ms: Some(5),

@@ -59,13 +59,49 @@ const configuration = {
 // connector's authorization server (tests). Refresh tokens for it, rotated on every use.
 const downstreamClient = process.env.OIDC_DOWNSTREAM_CLIENT_ID;
 if (downstreamClient) {
+  // With OIDC_DOWNSTREAM_CLIENT_SECRET it is a confidential client instead, authenticating by
+  // OIDC_DOWNSTREAM_AUTH_METHOD (default client_secret_basic).
+  const downstreamSecret = process.env.OIDC_DOWNSTREAM_CLIENT_SECRET;
   configuration.clients.push({
     client_id: downstreamClient,
+    ...(downstreamSecret ? { client_secret: downstreamSecret } : {}),
     redirect_uris: [`${publicUrl}/oauth/callback`],
     grant_types: ['authorization_code', 'refresh_token'],
     response_types: ['code'],
-    token_endpoint_auth_method: 'none',
+    token_endpoint_auth_method: downstreamSecret ? env('OIDC_DOWNSTREAM_AUTH_METHOD', 'client_secret_basic') : 'none',
   });
+  // The token endpoint methods the metadata advertises (e.g. only `none,client_secret_post`).
+  if (process.env.OIDC_CLIENT_AUTH_METHODS) {
+    configuration.clientAuthMethods = process.env.OIDC_CLIENT_AUTH_METHODS.split(',');
+    const secretMethod = configuration.clientAuthMethods.find((m) => m.startsWith('client_secret_'));
+    configuration.clients[0].token_endpoint_auth_method = secretMethod;
+  }
+  // RFC 8707: a token asked for a resource is an opaque token for that audience only, which
+  // the resource checks by introspection (the sign-in client may introspect).
+  configuration.features.resourceIndicators = {
+    enabled: true,
+    defaultResource: async (_ctx, _client, oneOf) => oneOf,
+    useGrantedResource: async () => true,
+    getResourceServerInfo: async (_ctx, resource) => ({
+      scope: 'openid email profile mcp',
+      audience: resource,
+      accessTokenFormat: 'opaque',
+      accessTokenTTL: Number(env('OIDC_ACCESS_TOKEN_TTL', '3600')),
+    }),
+  };
+  configuration.features.introspection = { enabled: true };
+  // Client ID Metadata Documents (draft-02): advertised in the metadata.
+  if (env('OIDC_CIMD', '') === '1') {
+    configuration.features.clientIdMetadataDocument = { enabled: true, ack: 'draft-02' };
+  }
+  // Tests only: fetch documents from loopback. oidc-provider refuses special-use addresses by
+  // default (SSRF protection), as it should everywhere else.
+  if (env('OIDC_FETCH_LOOPBACK', '') === '1') {
+    configuration.fetch = (url, options) => {
+      delete options.dispatcher;
+      return globalThis.fetch(url, options);
+    };
+  }
   configuration.issueRefreshToken = async (_ctx, client) => client.grantTypeAllowed('refresh_token');
   configuration.features.revocation = { enabled: env('OIDC_REVOCATION', '') === '1' };
   // Open dynamic client registration (RFC 7591), for clients that register themselves.
@@ -79,7 +115,10 @@ const provider = new Provider(issuer, configuration);
 // Optional: counts of token-endpoint refreshes and revocations at GET /_stats (tests assert
 // that a refresh token is never sent twice).
 if (env('OIDC_TEST_STATS', '') === '1') {
-  const stats = { refresh_requests: 0, refresh_failures: 0, revocations: 0 };
+  const stats = { refresh_requests: 0, refresh_failures: 0, revocations: 0, authorizations: [], tokens: [] };
+  // How a client authenticated: Basic header, secret in the body, or neither.
+  const auth = (ctx) => (ctx.headers.authorization?.startsWith('Basic ') ? 'client_secret_basic'
+    : ctx.oidc?.body?.client_secret ? 'client_secret_post' : 'none');
   provider.use(async (ctx, next) => {
     if (ctx.path === '/_stats') {
       ctx.body = stats;
@@ -90,7 +129,17 @@ if (env('OIDC_TEST_STATS', '') === '1') {
       stats.refresh_requests += 1;
       if (ctx.status >= 400) stats.refresh_failures += 1;
     }
-    if (ctx.oidc?.route === 'revocation') stats.revocations += 1;
+    if (ctx.oidc?.route === 'revocation') {
+      stats.revocations += 1;
+      stats.tokens.push({ route: 'revocation', auth: auth(ctx), status: ctx.status });
+    }
+    if (ctx.oidc?.route === 'authorization') stats.authorizations.push({ resource: ctx.oidc?.params?.resource ?? null });
+    if (ctx.oidc?.route === 'token') {
+      stats.tokens.push({
+        route: 'token', grant_type: ctx.oidc?.params?.grant_type, resource: ctx.oidc?.params?.resource ?? null,
+        auth: auth(ctx), status: ctx.status,
+      });
+    }
   });
 }
 

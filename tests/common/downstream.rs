@@ -1,0 +1,275 @@
+//! Downstream OAuth peers: a browser walk through the provider's login to Gatehouse's callback,
+//! the provider's test counters, and a real MCP server (`server-everything`) behind a loopback
+//! gate that publishes protected resource metadata (RFC 9728) and admits only tokens the
+//! provider's introspection endpoint calls active for this resource (RFC 8707 audience).
+
+use std::sync::{Arc, Mutex};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use sqlx::{Connection, Executor};
+
+use super::{PEER_CLIENT_ID, PEER_CLIENT_SECRET, Served, TestDb, browser::Browser, gatehouse, run_ok as ok};
+
+/// Every bearer token the downstream was shown.
+pub type Seen = Arc<Mutex<Vec<String>>>;
+
+/// Walks from `start` through the provider's login and consent (as `login`) and stops at the
+/// redirect back to Gatehouse's callback, which it returns without following.
+pub async fn walk_to_callback(b: &Browser, start: &str, login: &str) -> String {
+    let mut method = Method::GET;
+    let mut url = url::Url::parse(start).unwrap();
+    let mut form: Vec<(String, String)> = Vec::new();
+    for _ in 0..25 {
+        let request = b.client.request(method.clone(), url.clone());
+        let request = if method == Method::POST { request.form(&form) } else { request };
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        if status.is_redirection() {
+            let location = response.headers()["location"].to_str().unwrap().to_owned();
+            url = url.join(&location).unwrap();
+            method = Method::GET;
+            if url.as_str().starts_with(&format!("{}/oauth/callback", b.base)) {
+                return url.to_string();
+            }
+            continue;
+        }
+        let body = response.text().await.unwrap();
+        let (action, fields) = super::browser::first_form(&body).unwrap_or_else(|| panic!("no form at {url}: {status} {body}"));
+        url = url.join(&action).unwrap();
+        method = Method::POST;
+        form = fields
+            .into_iter()
+            .map(|(k, v)| {
+                let value = match k.as_str() {
+                    "login" => login.to_owned(),
+                    "password" => "any".to_owned(),
+                    _ => v,
+                };
+                (k, value)
+            })
+            .collect();
+    }
+    panic!("the authorization walk did not reach the callback");
+}
+
+/// The provider's counters (`OIDC_TEST_STATS=1`).
+pub async fn stats(issuer: &str) -> Value {
+    super::http().get(format!("{issuer}/_stats")).send().await.unwrap().json().await.unwrap()
+}
+
+/// Runs `sql` as the schema owner in platform context.
+pub async fn as_owner(t: &TestDb, sql: &str) {
+    let mut owner = t.owner_conn().await;
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    tx.execute(sqlx::AssertSqlSafe(sql.to_owned())).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// One number from `sql` (run as the schema owner in platform context).
+pub async fn count(t: &TestDb, sql: &str) -> i64 {
+    let mut owner = t.owner_conn().await;
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned())).fetch_one(&mut *tx).await.unwrap();
+    n
+}
+
+/// Moves every grant's access-token expiry into the past (as the schema owner), as if an
+/// hour had passed; the trigger bumps the tenant's epoch like any grant change.
+pub async fn expire_access_tokens(t: &TestDb) {
+    as_owner(t, "UPDATE oauth_grants SET access_expires_at = now() - interval '1 minute'").await;
+}
+
+/// Whether the provider calls `token` active, and its audience.
+pub async fn introspect(issuer: &str, token: &str) -> Value {
+    super::http()
+        .post(format!("{issuer}/token/introspection"))
+        .basic_auth(PEER_CLIENT_ID, Some(PEER_CLIENT_SECRET))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// How the gate publishes its protected resource metadata.
+#[derive(Clone, Default)]
+pub struct GateOptions {
+    /// Serve the metadata at this path instead of the well-known one, and name it in the
+    /// `WWW-Authenticate` header of every 401.
+    pub challenge_path: Option<&'static str>,
+    /// The `resource` the metadata names (default: the gate's own /mcp URL).
+    pub resource: Option<String>,
+}
+
+/// The gate in front of `upstream` (an MCP server's base URL). Answers (its /mcp URL, tokens
+/// shown).
+pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -> (String, Seen) {
+    use axum::{body::Body, extract::Request, http::StatusCode, response::IntoResponse};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let own = format!("{base}/mcp");
+    let seen: Seen = Default::default();
+    let metadata =
+        json!({ "resource": options.resource.clone().unwrap_or_else(|| own.clone()), "authorization_servers": [issuer] });
+    let path = options.challenge_path.unwrap_or("/.well-known/oauth-protected-resource/mcp");
+    let challenge = options.challenge_path.map(|p| format!("Bearer realm=\"mcp\", resource_metadata=\"{base}{p}\""));
+    let (log, issuer, upstream) = (seen.clone(), issuer.to_owned(), upstream.to_owned());
+    let app = axum::Router::new().route(path, axum::routing::get(move || async move { axum::Json(metadata) })).fallback(
+        move |request: Request| {
+            let (log, issuer, upstream, own, challenge) =
+                (log.clone(), issuer.clone(), upstream.clone(), own.clone(), challenge.clone());
+            async move {
+                let refuse = |why: &'static str| {
+                    let mut r = (StatusCode::UNAUTHORIZED, why).into_response();
+                    if let Some(c) = &challenge {
+                        r.headers_mut().insert("www-authenticate", c.parse().unwrap());
+                    }
+                    r
+                };
+                let token = request
+                    .headers()
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(str::to_owned);
+                let Some(token) = token else { return refuse("bearer token required") };
+                log.lock().unwrap().push(token.clone());
+                let claims = introspect(&issuer, &token).await;
+                let audience = match &claims["aud"] {
+                    Value::String(a) => vec![a.clone()],
+                    Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+                    _ => vec![],
+                };
+                if claims["active"] != true || !audience.contains(&own) {
+                    return refuse("the provider does not vouch for this token for this resource");
+                }
+                let (parts, body) = request.into_parts();
+                let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+                let mut forward = super::http().request(parts.method, format!("{upstream}{}", parts.uri.path()));
+                for name in ["content-type", "accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"] {
+                    if let Some(v) = parts.headers.get(name) {
+                        forward = forward.header(name, v);
+                    }
+                }
+                let answer = forward.body(body).send().await.unwrap();
+                let mut response = axum::http::Response::builder().status(answer.status().as_u16());
+                for name in ["content-type", "mcp-session-id"] {
+                    if let Some(v) = answer.headers().get(name) {
+                        response = response.header(name, v.as_bytes());
+                    }
+                }
+                response.body(Body::from_stream(answer.bytes_stream())).unwrap().into_response()
+            }
+        },
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("{base}/mcp"), seen)
+}
+
+/// A TLS-terminating proxy (`tests/peers/tls_proxy.mjs`) in front of `target`, with a fresh
+/// self-signed certificate for 127.0.0.1 that peers trust through `NODE_EXTRA_CA_CERTS`.
+pub struct TlsProxy {
+    pub child: tokio::process::Child,
+    /// `https://127.0.0.1:<port>`
+    pub base: String,
+    /// The certificate (PEM), to be trusted by peers.
+    pub cert: std::path::PathBuf,
+}
+
+impl TlsProxy {
+    pub async fn start(target: &str) -> TlsProxy {
+        let dir = std::env::temp_dir().join(format!("gatehouse-tls-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let made = tokio::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+            .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await
+            .expect("run openssl");
+        assert!(made.success(), "openssl could not make a certificate");
+        let port = super::free_port();
+        let peers = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers");
+        let child = tokio::process::Command::new("node")
+            .arg("tls_proxy.mjs")
+            .current_dir(&peers)
+            .env("TARGET", target)
+            .env("PORT", port.to_string())
+            .env("CERT", &cert)
+            .env("KEY", &key)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start node (the TLS proxy)");
+        let up = super::eventually(std::time::Duration::from_secs(20), || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+        })
+        .await;
+        assert!(up, "the TLS proxy did not start");
+        TlsProxy { child, base: format!("https://127.0.0.1:{port}"), cert }
+    }
+}
+
+/// `gatehouse` against `t` with the vault key ring `keys`.
+pub fn vault_cmd(t: &TestDb, keys: &str) -> tokio::process::Command {
+    let mut c = gatehouse(Some(&t.url));
+    c.env("GATEHOUSE_VAULT_KEYS", keys);
+    c
+}
+
+/// A tenant `acme` (owner ann@example.test) with workspace `main`.
+pub async fn tenant(t: &TestDb, keys: &str) {
+    ok(vault_cmd(t, keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
+    ok(vault_cmd(t, keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
+}
+
+/// Adds a remote MCP connector at `url` with this OAuth configuration.
+pub async fn add_remote(t: &TestDb, keys: &str, id: &str, url: &str, auth: Value) {
+    let file = super::json_path(&json!({ "auth": auth }));
+    let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", id, "--kind", "remote_mcp"];
+    let mut c = vault_cmd(t, keys);
+    c.args(add).args(["--url", url, "--config", &file]);
+    let (code, out, err) = super::run(c).await;
+    assert_eq!(code, 0, "{out} {err}");
+}
+
+/// Mints a mailed connect link for `connector` with the CLI and reads it from the outbox: its
+/// path (`/connect/acme/…`).
+pub async fn mint_link(t: &TestDb, keys: &str, connector: &str) -> String {
+    let args = [
+        "connect-link",
+        "create",
+        "--tenant",
+        "acme",
+        "--workspace",
+        "main",
+        "--connector",
+        connector,
+        "--email",
+        "it@example.test",
+    ];
+    let mail_id = ok(vault_cmd(t, keys), &args).await[1].clone();
+    let mails = ok(vault_cmd(t, keys), &["outbox", "list", "--tenant", "acme"]).await;
+    let mail: Value =
+        mails.iter().map(|m| serde_json::from_str::<Value>(m).unwrap()).find(|m| m["id"] == mail_id.as_str()).unwrap();
+    let body = mail["body"].as_str().unwrap();
+    body[body.find("/connect/").unwrap()..].lines().next().unwrap().to_owned()
+}
+
+/// Follows a fresh connect link for `connector` on `served`; the response, not followed further.
+pub async fn follow_link(t: &TestDb, keys: &str, served: &Served, connector: &str) -> reqwest::Response {
+    let link = mint_link(t, keys, connector).await;
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    client.get(format!("{}{link}", served.base)).send().await.unwrap()
+}
