@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::{
     Machine, OidcPeer, Served, TestDb,
     browser::Browser,
-    cli, dev_sign_in, email_fill, free_port, gatehouse, http, provision,
+    cli, dev_sign_in, email_fill, eventually, free_port, gatehouse, http, provision,
     rogue::{self, Defect, Rogue},
 };
 use gatehouse::{admin_log::Audit, tenants, tokens};
@@ -540,29 +540,46 @@ async fn under_load_no_request_after_a_revocation_is_served() {
     cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
     let a = Served::start(gatehouse(Some(&t.url))).await;
     let b = Served::start(gatehouse(Some(&t.url))).await;
+    // Counts, not fixed sleeps: on a loaded machine (CI on 2 cores) a 300 ms window may hold
+    // too few requests, so the test waits until enough were sent on each side of the revocation.
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     for round in 0..3 {
         let m = provision(&t.url, "acme").await;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let done = std::sync::Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for i in 0..8 {
             let url = format!("{}/api/v1/tenants/acme", if i % 2 == 0 { &a.base } else { &b.base });
-            let (m, stop) = (m.clone(), stop.clone());
+            let (m, stop, done) = (m.clone(), stop.clone(), done.clone());
             tasks.push(tokio::spawn(async move {
                 let client = http();
                 let mut seen = Vec::new();
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed) {
                     let sent = std::time::Instant::now();
                     let status = m.headers(client.get(&url)).send().await.unwrap().status().as_u16();
                     seen.push((sent, status));
+                    done.fetch_add(1, Ordering::Relaxed);
                 }
                 seen
             }));
         }
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let enough = |n: usize| {
+            let done = done.clone();
+            async move {
+                eventually(std::time::Duration::from_secs(60), || {
+                    let done = done.clone();
+                    async move { done.load(Ordering::Relaxed) >= n }
+                })
+                .await
+            }
+        };
+        assert!(enough(24).await, "round {round}: too few requests before the revocation");
         cli(&t.url, &["token", "revoke", "--tenant", "acme", &m.token_id]).await;
         let revoked = std::time::Instant::now();
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Up to 8 were in flight at the revocation; 24 more completed were all sent after it.
+        let at_revocation = done.load(Ordering::Relaxed);
+        assert!(enough(at_revocation + 8 + 24).await, "round {round}: too few requests after the revocation");
+        stop.store(true, Ordering::Relaxed);
         let mut before = 0;
         let mut after = 0;
         for task in tasks {

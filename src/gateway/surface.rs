@@ -269,12 +269,15 @@ fn class_name(class: Class) -> &'static str {
 }
 
 pub async fn dispatch(state: &AppState, ctx: &GatewayCtx, name: &str, args: JsonObject) -> Outcome {
+    // Each branch's future is boxed: rmcp spawns a task per request around this one, and an
+    // unboxed future would be as large as the largest branch (tens of kilobytes), copied on
+    // every spawn and poll hand-off. Measured with callgrind: see docs/benchmarks.md.
     match name {
-        "search_tools" => search(state, ctx, &args).await,
-        "call_tool" => call(state, ctx, &args, false).await,
-        "call_destructive_tool" => call(state, ctx, &args, true).await,
-        "execute_code" => crate::code::execute(state, ctx, &args).await,
-        "authorize_connector" => authorize(state, ctx, &args).await,
+        "search_tools" => Box::pin(search(state, ctx, &args)).await,
+        "call_tool" => Box::pin(call(state, ctx, &args, false)).await,
+        "call_destructive_tool" => Box::pin(call(state, ctx, &args, true)).await,
+        "execute_code" => Box::pin(crate::code::execute(state, ctx, &args)).await,
+        "authorize_connector" => Box::pin(authorize(state, ctx, &args)).await,
         "skills" => skill(args.get("name").and_then(Value::as_str).unwrap_or("usage")),
         other => Outcome::error("unknown_tool", format!("this endpoint has no tool `{}`", echo(other)), None),
     }
