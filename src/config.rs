@@ -64,6 +64,11 @@ pub struct Config {
     pub tenant_concurrency: usize,
     /// Limits of `execute_code` programs (`GATEHOUSE_CODE_*`).
     pub code: CodeConfig,
+    /// Redirect URIs of MCP clients allowed besides loopback ones (exact match), e.g. the
+    /// public callback URLs of hosted agents (`GATEHOUSE_MCP_REDIRECT_URIS`, comma-separated).
+    pub mcp_redirect_uris: Vec<String>,
+    /// Lifetime of an MCP OAuth access token (`GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS`, default 1 h).
+    pub mcp_access_token_ttl_secs: u64,
 }
 
 /// Limits of `execute_code`: each is enforced with its own error code.
@@ -263,6 +268,17 @@ impl Config {
             tenant_queued: number("GATEHOUSE_CODE_TENANT_QUEUED", (queued / 2).max(1) as u64, 1, queued.max(1) as u64) as usize,
         };
 
+        let mcp_access_token_ttl_secs = number("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", 3600, 1, 86_400);
+        let mut mcp_redirect_uris = Vec::new();
+        for uri in get("GATEHOUSE_MCP_REDIRECT_URIS").unwrap_or_default().split(',').map(str::trim).filter(|u| !u.is_empty()) {
+            match url::Url::parse(uri) {
+                Ok(u) if u.scheme() == "https" && u.fragment().is_none() && u.username().is_empty() => {
+                    mcp_redirect_uris.push(uri.to_owned())
+                }
+                _ => bad("GATEHOUSE_MCP_REDIRECT_URIS", format!("`{uri}` is not an https URL without a fragment")),
+            }
+        }
+
         // Never echo the value: it is key material.
         let vault_keys = get("GATEHOUSE_VAULT_KEYS").and_then(|spec| match crate::vault::KeyRing::parse(&spec) {
             Ok(ring) => Some(ring),
@@ -304,6 +320,8 @@ impl Config {
             token_cap,
             tenant_concurrency,
             code,
+            mcp_redirect_uris,
+            mcp_access_token_ttl_secs,
         };
         if problems.is_empty() { Ok(config) } else { Err(ConfigError(problems)) }
     }

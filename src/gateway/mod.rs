@@ -100,9 +100,16 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     {
         return problem(StatusCode::FORBIDDEN, "origin_mismatch", "cross-origin request refused", None);
     }
-    let ctx = match TenantCtx::from_request_parts(&mut parts, &state).await {
+    // An OAuth access token (MCP authorization) or machine credentials; a 401 names the
+    // endpoint's protected resource metadata either way, so an MCP client can authorize.
+    let oauth = crate::mcp_auth::bearer(&parts.headers).map(str::to_owned);
+    let authenticated = match &oauth {
+        Some(token) => crate::mcp_auth::authenticate(&state, &mut parts, token).await,
+        None => TenantCtx::from_request_parts(&mut parts, &state).await,
+    };
+    let ctx = match authenticated {
         Ok(ctx) => ctx,
-        Err(e) => return e.into_response(),
+        Err(e) => return crate::mcp_auth::challenge(&state.config, parts.uri.path(), e, oauth.is_some()),
     };
     let (actor_id, caller) = match &ctx.actor {
         Actor::Machine { token_id, role, member_id, .. } => {
@@ -149,7 +156,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     parts.extensions.insert(GatewayCtx {
         tenant: ctx.tenant.clone(),
         bound,
-        actor_kind: "token",
+        actor_kind: if oauth.is_some() { "oauth" } else { "token" },
         actor_id,
         request_id: ctx.audit.request_id.clone(),
         caller,
