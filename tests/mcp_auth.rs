@@ -527,3 +527,34 @@ async fn expired_tokens_are_refused_and_client_metadata_documents_identify_clien
     .await;
     assert!(expired, "an access token past its lifetime is refused");
 }
+
+#[tokio::test]
+async fn concurrent_refreshes_across_two_replicas_have_exactly_one_winner() {
+    let s = setup().await;
+    let one = Served::start(gatehouse(Some(&s.t.url))).await;
+    let two = Served::start(gatehouse(Some(&s.t.url))).await;
+    let endpoint = format!("{}/t/acme/w/main/mcp", one.base);
+    let redirect = "http://127.0.0.1:6000/cb";
+    let (_, client) = register(&one.base, "acme", redirect).await;
+    let client_id = client["client_id"].as_str().unwrap().to_owned();
+    let alice = dev_sign_in(&one, "alice@example.test").await;
+    let (_, refresh) = authorize(&alice, "acme", &client_id, redirect, &endpoint).await;
+
+    let attempts = (0..8).map(|i| {
+        let base = if i % 2 == 0 { one.base.clone() } else { two.base.clone() };
+        let (refresh, client_id) = (refresh.clone(), client_id.clone());
+        tokio::spawn(async move {
+            token_request(&base, "acme", &[("grant_type", "refresh_token"), ("refresh_token", &refresh), ("client_id", &client_id)])
+                .await
+        })
+    });
+    let results: Vec<(StatusCode, Value)> = futures::future::join_all(attempts).await.into_iter().map(Result::unwrap).collect();
+    let winners: Vec<&Value> = results.iter().filter(|(s, _)| *s == 200).map(|(_, b)| b).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    assert!(results.iter().filter(|(s, _)| *s != 200).all(|(s, b)| *s == 400 && b["error"] == "invalid_grant"), "{results:?}");
+    // The others presented a spent refresh token: the family is revoked, the winner's too.
+    let access = winners[0]["access_token"].as_str().unwrap();
+    assert_eq!(status_at(&endpoint, access).await, 401);
+    let log = common::admin_log_text(&s.t).await;
+    assert_eq!(log.matches("refresh_reused").count(), 1, "revoked exactly once");
+}
