@@ -62,8 +62,9 @@ CREATE TABLE mcp_codes (
     PRIMARY KEY (tenant_id, code_hash),
     FOREIGN KEY (tenant_id, grant_id) REFERENCES mcp_grants (tenant_id, id)
 );
+CREATE INDEX mcp_codes_expiry ON mcp_codes (tenant_id, expires_at);
 SELECT gatehouse_scope_to_tenant('mcp_codes');
-GRANT SELECT, INSERT, UPDATE ON mcp_codes TO gatehouse_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON mcp_codes TO gatehouse_app;
 
 -- Access and refresh tokens of a grant. A refresh token is spent by a conditional update
 -- (exactly one exchange wins); presenting a spent one revokes the grant.
@@ -80,5 +81,7 @@ CREATE TABLE mcp_tokens (
     CONSTRAINT mcp_tokens_spent_check CHECK (kind = 'refresh' OR spent_at IS NULL)
 );
 CREATE INDEX mcp_tokens_by_grant ON mcp_tokens (tenant_id, grant_id);
+-- Prune-on-write: every issuance deletes up to 100 of the tenant's tokens expired over a day.
+CREATE INDEX mcp_tokens_expiry ON mcp_tokens (tenant_id, expires_at);
 SELECT gatehouse_scope_to_tenant('mcp_tokens');
 GRANT SELECT, INSERT, UPDATE, DELETE ON mcp_tokens TO gatehouse_app;

@@ -558,3 +558,52 @@ async fn concurrent_refreshes_across_two_replicas_have_exactly_one_winner() {
     let log = common::admin_log_text(&s.t).await;
     assert_eq!(log.matches("refresh_reused").count(), 1, "revoked exactly once");
 }
+
+#[tokio::test]
+async fn expired_tokens_are_pruned_on_write_through_their_index() {
+    use sqlx::{Connection, Executor};
+    let s = setup().await;
+    let tenant = gatehouse::tenants::by_slug(&s.t.db, "acme").await.unwrap().id;
+    let mut owner = s.t.owner_conn().await;
+    owner.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    for sql in [
+        "INSERT INTO mcp_clients (tenant_id, id, client_id, kind, name, redirect_uris) VALUES ($1, $1, 'gmc_x', 'registered', 'n', ARRAY['http://127.0.0.1/cb'])",
+        "INSERT INTO mcp_grants (tenant_id, id, client_ref, member_id, workspace_id, resource, scope)
+         SELECT $1, $1, $1, gen_random_uuid(), id, 'r', 'mcp' FROM workspaces WHERE tenant_id = $1 AND slug = 'main'",
+        "INSERT INTO mcp_tokens (tenant_id, token_hash, grant_id, kind, expires_at)
+         SELECT $1, convert_to('old' || i, 'UTF8'), $1, 'access', now() - interval '25 hours' FROM generate_series(1, 150) i",
+        "INSERT INTO mcp_tokens (tenant_id, token_hash, grant_id, kind, expires_at)
+         SELECT $1, convert_to('recent' || i, 'UTF8'), $1, 'access', now() - interval '23 hours' FROM generate_series(1, 5) i",
+    ] {
+        sqlx::query(sql).bind(tenant).execute(&mut owner).await.unwrap();
+    }
+    let count = |sql: &'static str| {
+        let url = s.t.url.clone();
+        async move {
+            let mut c = sqlx::PgConnection::connect(url.expose()).await.unwrap();
+            c.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+            sqlx::query_scalar::<_, i64>(sql).fetch_one(&mut c).await.unwrap()
+        }
+    };
+    let prune = || s.t.db.serializable(gatehouse::db::Scope::Tenant(tenant), |conn, _| Box::pin(gatehouse::mcp_auth::store::prune(conn, tenant)));
+    prune().await.unwrap();
+    assert_eq!(count("SELECT count(*) FROM mcp_tokens WHERE token_hash::text LIKE '%6f6c64%'").await, 50, "100 pruned per write");
+    prune().await.unwrap();
+    assert_eq!(count("SELECT count(*) FROM mcp_tokens").await, 5, "only tokens expired over a day ago go");
+
+    // Each prune is one index range, never a sequential scan.
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SET LOCAL enable_seqscan = off").await.unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN WITH doomed AS MATERIALIZED (
+            SELECT token_hash FROM mcp_tokens WHERE tenant_id = $1 AND expires_at < now() - interval '1 day'
+             ORDER BY expires_at LIMIT 100)
+         DELETE FROM mcp_tokens t USING doomed d WHERE t.tenant_id = $1 AND t.token_hash = d.token_hash",
+    )
+    .bind(tenant)
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("mcp_tokens_expiry") && plan.contains("Limit") && !plan.contains("Seq Scan"), "{plan}");
+}

@@ -378,3 +378,27 @@ pub async fn clients(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<Cl
         })
         .collect()
 }
+
+/// Prune-on-write: up to 100 of the tenant's tokens and codes that expired more than a day ago
+/// (each one index range; a spent refresh token stays for reuse detection until then).
+pub async fn prune(conn: &mut PgConnection, tenant: TenantId) -> Result<()> {
+    sqlx::query(
+        "WITH doomed AS MATERIALIZED (
+            SELECT token_hash FROM mcp_tokens WHERE tenant_id = $1 AND expires_at < now() - interval '1 day'
+             ORDER BY expires_at LIMIT 100)
+         DELETE FROM mcp_tokens t USING doomed d WHERE t.tenant_id = $1 AND t.token_hash = d.token_hash",
+    )
+    .bind(tenant)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "WITH doomed AS MATERIALIZED (
+            SELECT code_hash FROM mcp_codes WHERE tenant_id = $1 AND expires_at < now() - interval '1 day'
+             ORDER BY expires_at LIMIT 100)
+         DELETE FROM mcp_codes c USING doomed d WHERE c.tenant_id = $1 AND c.code_hash = d.code_hash",
+    )
+    .bind(tenant)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

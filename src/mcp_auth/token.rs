@@ -147,7 +147,8 @@ async fn exchange_form(state: &AppState, slug: &str, headers: &HeaderMap, f: &Ha
 async fn issue(conn: &mut sqlx::PgConnection, tenant: TenantId, grant: Uuid, ttl: u64) -> Result<Outcome> {
     let access = format!("{ACCESS_PREFIX}{}", secrets::random_b64(32));
     let refresh = format!("{REFRESH_PREFIX}{}", secrets::random_b64(32));
-    store::insert_tokens(conn, tenant, grant, &secrets::digest(&access), ttl, &secrets::digest(&refresh)).await?;
+    store::insert_tokens(&mut *conn, tenant, grant, &secrets::digest(&access), ttl, &secrets::digest(&refresh)).await?;
+    store::prune(conn, tenant).await?;
     Ok(Outcome::Issued { access, refresh })
 }
 
