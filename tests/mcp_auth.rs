@@ -423,6 +423,28 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     assert_eq!(status_at(&endpoint, &bob_access).await, 401);
 
+    // A client revokes its own token (RFC 7009): the grant ends; another client cannot.
+    let (held, held_refresh) = authorize(&alice, "acme", &client_id, redirect, &endpoint).await;
+    let revoke = |token: String, client: String| {
+        let base = base.clone();
+        async move {
+            http().post(format!("{base}/t/acme/oauth/revoke")).form(&[("token", token), ("client_id", client)]).send().await.unwrap()
+        }
+    };
+    assert_eq!(revoke(held_refresh.clone(), "gmc_someoneelse".into()).await.status(), 200);
+    assert_eq!(status_at(&endpoint, &held).await, 200, "another client's revocation changes nothing");
+    assert_eq!(revoke(held_refresh, client_id.clone()).await.status(), 200);
+    assert_eq!(status_at(&endpoint, &held).await, 401);
+
+    // The operator's CLI lists grants and revokes one.
+    let (by_cli, _) = authorize(&alice, "acme", &client_id, redirect, &endpoint).await;
+    let lines = cli(&s.t.url, &["mcp-auth", "grants", "--tenant", "acme"]).await;
+    let newest: Value = serde_json::from_str(&lines[0]).unwrap();
+    assert!(newest["revoked_at"].is_null() && newest["client"]["client_id"] == client_id.as_str(), "{newest}");
+    cli(&s.t.url, &["mcp-auth", "revoke-grant", "--tenant", "acme", newest["id"].as_str().unwrap()]).await;
+    assert_eq!(status_at(&endpoint, &by_cli).await, 401);
+    assert_eq!(cli(&s.t.url, &["mcp-auth", "clients", "--tenant", "acme"]).await.len(), 1);
+
     // An admin revokes the client: its tokens die, and it cannot be authorized again.
     let (fresh, fresh_refresh) = authorize(&alice, "acme", &client_id, redirect, &endpoint).await;
     assert_eq!(status_at(&endpoint, &fresh).await, 200);

@@ -122,6 +122,13 @@ fn refuse(state: &AppState, r: Refusal) -> Response {
 
 async fn check(state: &AppState, slug: &str, p: &Params) -> Result<Checked, Refusal> {
     let tenant = tenants::by_slug(&state.db, slug).await?;
+    match tenant.status {
+        tenants::Status::Active => {}
+        tenants::Status::Suspended => {
+            return Err(Error::Forbidden { code: "tenant_suspended", message: "this tenant is suspended".into() }.into());
+        }
+        _ => return Err(Error::NotFound { what: "tenant" }.into()),
+    }
     let client_id = p.client_id.as_deref().ok_or(Error::invalid("invalid_request", Some("client_id"), "client_id is required"))?;
     let client = clients::resolve(state, tenant.id, client_id).await?;
     let redirect_uri =

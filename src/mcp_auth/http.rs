@@ -9,12 +9,10 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{authorize, clients, metadata, store, token};
+use super::{authorize, clients, control, metadata, token};
 use crate::{
     AppState,
-    admin_log::{self, Entry},
     auth::TenantCtx,
-    db::Scope,
     error::{Error, Result},
     http::parse_id,
 };
@@ -36,9 +34,7 @@ async fn list_grants(ctx: TenantCtx, State(state): State<AppState>, Query(q): Qu
         None | Some("mine") => Some(ctx.person()?.id),
         Some(_) => return Err(Error::invalid("invalid_scope", Some("scope"), "scope is `mine` or `all`")),
     };
-    let tenant = ctx.tenant.id;
-    let grants = state.db.single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::grants(conn, tenant, member))).await?;
-    Ok(Json(json!({ "grants": grants })))
+    Ok(Json(json!({ "grants": control::grants(&state.db, ctx.tenant.id, member).await? })))
 }
 
 /// `DELETE /api/v1/tenants/{tenant}/mcp-grants/{id}`: a member revokes their own; an admin
@@ -47,36 +43,14 @@ async fn revoke_grant(ctx: TenantCtx, State(state): State<AppState>, Path((_, id
     let id = parse_id(&id, "grant")?;
     let person = ctx.person()?;
     let only = if ctx.require_admin().is_ok() { None } else { Some(person.id) };
-    let (tenant, audit) = (ctx.tenant.id, ctx.audit.clone());
-    state
-        .db
-        .serializable(Scope::Tenant(tenant), |conn, _| {
-            let audit = audit.clone();
-            Box::pin(async move {
-                if !store::revoke_grant(&mut *conn, tenant, id, only, &audit.actor, "revoked").await? {
-                    return Err(Error::NotFound { what: "grant" });
-                }
-                let entry = Entry {
-                    tenant: Some(tenant),
-                    audit: &audit,
-                    action: "mcp_grant.revoke",
-                    target: format!("mcp_grant:{id}"),
-                    before: None,
-                    after: Some(json!({ "reason": "revoked" })),
-                };
-                admin_log::record(conn, entry).await
-            })
-        })
-        .await?;
+    control::revoke_grant(&state.db, ctx.tenant.id, &ctx.audit, id, only).await?;
     Ok(Json(json!({ "id": id, "revoked": true })))
 }
 
 /// `GET /api/v1/tenants/{tenant}/mcp-clients` (admins).
 async fn list_clients(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Value>> {
     ctx.require_admin()?;
-    let tenant = ctx.tenant.id;
-    let clients = state.db.single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::clients(conn, tenant))).await?;
-    Ok(Json(json!({ "clients": clients })))
+    Ok(Json(json!({ "clients": control::clients(&state.db, ctx.tenant.id).await? })))
 }
 
 /// `DELETE /api/v1/tenants/{tenant}/mcp-clients/{id}` (admins): every grant of the client
@@ -84,27 +58,7 @@ async fn list_clients(ctx: TenantCtx, State(state): State<AppState>) -> Result<J
 async fn revoke_client(ctx: TenantCtx, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Json<Value>> {
     ctx.require_admin()?;
     let id = parse_id(&id, "client")?;
-    let (tenant, audit) = (ctx.tenant.id, ctx.audit.clone());
-    state
-        .db
-        .serializable(Scope::Tenant(tenant), |conn, _| {
-            let audit = audit.clone();
-            Box::pin(async move {
-                if !store::revoke_client(&mut *conn, tenant, id, &audit.actor).await? {
-                    return Err(Error::NotFound { what: "client" });
-                }
-                let entry = Entry {
-                    tenant: Some(tenant),
-                    audit: &audit,
-                    action: "mcp_client.revoke",
-                    target: format!("mcp_client:{id}"),
-                    before: None,
-                    after: None,
-                };
-                admin_log::record(conn, entry).await
-            })
-        })
-        .await?;
+    control::revoke_client(&state.db, ctx.tenant.id, &ctx.audit, id).await?;
     Ok(Json(json!({ "id": id, "revoked": true })))
 }
 
@@ -115,6 +69,7 @@ pub fn router() -> Router<AppState> {
         .route("/.well-known/oauth-authorization-server/t/{tenant}", get(metadata::authorization_server))
         .route("/t/{tenant}/oauth/authorize", get(authorize::show).post(authorize::decide))
         .route("/t/{tenant}/oauth/token", post(token::exchange))
+        .route("/t/{tenant}/oauth/revoke", post(token::revoke))
         .route("/t/{tenant}/oauth/register", post(clients::register))
         .route("/api/v1/tenants/{tenant}/mcp-grants", get(list_grants))
         .route("/api/v1/tenants/{tenant}/mcp-grants/{id}", delete(revoke_grant))

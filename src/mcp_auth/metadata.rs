@@ -45,6 +45,8 @@ pub async fn authorization_server(State(state): State<AppState>, Path(tenant): P
         "authorization_endpoint": format!("{issuer}/oauth/authorize"),
         "token_endpoint": format!("{issuer}/oauth/token"),
         "registration_endpoint": format!("{issuer}/oauth/register"),
+        "revocation_endpoint": format!("{issuer}/oauth/revoke"),
+        "revocation_endpoint_auth_methods_supported": ["none"],
         "scopes_supported": [SCOPE],
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],

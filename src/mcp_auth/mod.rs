@@ -13,6 +13,7 @@
 
 pub mod authorize;
 pub mod clients;
+pub mod control;
 pub mod http;
 pub mod metadata;
 pub mod store;

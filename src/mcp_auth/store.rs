@@ -402,3 +402,12 @@ pub async fn prune(conn: &mut PgConnection, tenant: TenantId) -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// The grant a token (access or refresh, live or not) belongs to.
+pub async fn grant_of_token(conn: &mut PgConnection, tenant: TenantId, hash: &[u8]) -> Result<Option<Uuid>> {
+    Ok(sqlx::query_scalar("SELECT grant_id FROM mcp_tokens WHERE tenant_id = $1 AND token_hash = $2")
+        .bind(tenant)
+        .bind(hash)
+        .fetch_optional(conn)
+        .await?)
+}

@@ -168,3 +168,36 @@ pub async fn revoke_family(conn: &mut sqlx::PgConnection, tenant: TenantId, audi
     }
     Ok(())
 }
+
+/// `POST /t/{tenant}/oauth/revoke` (RFC 7009): a client revokes an access or refresh token it
+/// holds, which ends its whole grant. Unknown tokens and other clients' tokens answer 200
+/// too and change nothing (the RFC's answer; it tells a caller nothing).
+pub async fn revoke(State(state): State<AppState>, Path(slug): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let form: HashMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
+    let (Some(token), Some(client_id)) = (form.get("token"), form.get("client_id")) else {
+        return oauth_error(StatusCode::BAD_REQUEST, "invalid_request", "token and client_id are required");
+    };
+    let tenant = match tenants::by_slug(&state.db, &slug).await {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let audit = Audit { actor: format!("mcp_client:{}", client_id.chars().take(200).collect::<String>()), request_id: crate::http::request_id(&headers) };
+    let digest = secrets::digest(token);
+    let done = state
+        .db
+        .serializable(Scope::Tenant(tenant.id), |conn, _| {
+            let (digest, client_id, audit) = (digest.clone(), client_id.clone(), audit.clone());
+            Box::pin(async move {
+                let Some(grant) = store::grant_of_token(&mut *conn, tenant.id, &digest).await? else { return Ok(()) };
+                match store::grant(&mut *conn, tenant.id, grant).await? {
+                    Some(g) if g.client_id == client_id => revoke_family(conn, tenant.id, &audit, grant, "client_revoked_token").await,
+                    _ => Ok(()),
+                }
+            })
+        })
+        .await;
+    match done {
+        Ok(()) => crate::http::no_store(StatusCode::OK.into_response()),
+        Err(e) => e.into_response(),
+    }
+}
