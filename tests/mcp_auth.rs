@@ -6,7 +6,11 @@ mod common;
 
 use std::{path::PathBuf, time::Duration};
 
-use common::{Everything, Served, TestDb, browser::{Browser, first_form}, cli, dev_sign_in, eventually, gatehouse, http};
+use common::{
+    Everything, Served, TestDb,
+    browser::{Browser, first_form},
+    cli, dev_sign_in, eventually, gatehouse, http,
+};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -28,7 +32,17 @@ async fn setup() -> Setup {
     cli(
         &t.url,
         &[
-            "connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "everything", "--kind", "remote_mcp", "--url",
+            "connector",
+            "add",
+            "--tenant",
+            "acme",
+            "--workspace",
+            "main",
+            "--id",
+            "everything",
+            "--kind",
+            "remote_mcp",
+            "--url",
             &everything.url,
         ],
     )
@@ -177,8 +191,14 @@ async fn python_sdk_oauth_flow_end_to_end_then_audience_and_refresh_rotation() {
         challenge,
         format!("Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/t/acme/w/main/mcp\", scope=\"mcp\"")
     );
-    let prm: Value =
-        http().get(format!("{base}/.well-known/oauth-protected-resource/t/acme/w/main/mcp/reads")).send().await.unwrap().json().await.unwrap();
+    let prm: Value = http()
+        .get(format!("{base}/.well-known/oauth-protected-resource/t/acme/w/main/mcp/reads"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(prm["resource"], format!("{endpoint}/reads"));
     assert_eq!(prm["authorization_servers"], json!([format!("{base}/t/acme")]));
     let asm: Value =
@@ -205,11 +225,7 @@ async fn python_sdk_oauth_flow_end_to_end_then_audience_and_refresh_rotation() {
     assert_eq!(status_at(&endpoint, &access).await, 200);
 
     // Bound to exactly this endpoint: another workspace, a pool, another tenant all refuse it.
-    for other in [
-        format!("{base}/t/acme/w/other/mcp"),
-        format!("{endpoint}/reads"),
-        format!("{base}/t/globex/w/main/mcp"),
-    ] {
+    for other in [format!("{base}/t/acme/w/other/mcp"), format!("{endpoint}/reads"), format!("{base}/t/globex/w/main/mcp")] {
         let r = rpc(&other, &access, "tools/list", json!({})).await;
         assert_eq!(r.status(), 401, "{other}");
         assert!(r.headers()["www-authenticate"].to_str().unwrap().contains("error=\"invalid_token\""));
@@ -223,19 +239,26 @@ async fn python_sdk_oauth_flow_end_to_end_then_audience_and_refresh_rotation() {
 
     // Refresh rotates; the spent refresh token presented again revokes the whole family.
     let (status, rotated) =
-        token_request(&base, "acme", &[("grant_type", "refresh_token"), ("refresh_token", &refresh), ("client_id", &client_id)]).await;
+        token_request(&base, "acme", &[("grant_type", "refresh_token"), ("refresh_token", &refresh), ("client_id", &client_id)])
+            .await;
     assert_eq!(status, 200, "{rotated}");
     let (access2, refresh2) = (rotated["access_token"].as_str().unwrap(), rotated["refresh_token"].as_str().unwrap());
     assert_ne!(refresh2, refresh);
     assert_eq!(status_at(&endpoint, access2).await, 200);
     let (status, body) =
-        token_request(&base, "acme", &[("grant_type", "refresh_token"), ("refresh_token", &refresh), ("client_id", &client_id)]).await;
+        token_request(&base, "acme", &[("grant_type", "refresh_token"), ("refresh_token", &refresh), ("client_id", &client_id)])
+            .await;
     assert_eq!((status, body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_grant")));
     assert_eq!(status_at(&endpoint, access2).await, 401, "the rotated access token dies with its family");
     assert_eq!(status_at(&endpoint, &access).await, 401);
     let (status, body) =
-        token_request(&base, "acme", &[("grant_type", "refresh_token"), ("refresh_token", refresh2), ("client_id", &client_id)]).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_grant")), "the rotated refresh token too");
+        token_request(&base, "acme", &[("grant_type", "refresh_token"), ("refresh_token", refresh2), ("client_id", &client_id)])
+            .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_grant")),
+        "the rotated refresh token too"
+    );
     assert!(common::admin_log_text(&s.t).await.contains("refresh_reused"));
 }
 
@@ -282,7 +305,8 @@ async fn refusals_pkce_redirects_codes_and_consent_checks() {
         assert!(r.text().await.unwrap().contains("invalid_redirect_uri"));
     }
     // A loopback redirect may use any port.
-    let r = alice.client.get(url_of(params("http://127.0.0.1:9999/callback", Some("S256"), Some(&challenge)))).send().await.unwrap();
+    let r =
+        alice.client.get(url_of(params("http://127.0.0.1:9999/callback", Some("S256"), Some(&challenge)))).send().await.unwrap();
     assert_eq!(r.status(), 200);
 
     // Missing PKCE and `plain` PKCE go back to the client as errors, with no code.
@@ -306,7 +330,8 @@ async fn refusals_pkce_redirects_codes_and_consent_checks() {
     assert!(r.headers()["location"].to_str().unwrap().starts_with("/login?next=%2Ft%2Facme%2Foauth%2Fauthorize"));
 
     // The consent form needs the exact Origin and the session's CSRF token.
-    let page = alice.client.get(url_of(params(redirect, Some("S256"), Some(&challenge)))).send().await.unwrap().text().await.unwrap();
+    let page =
+        alice.client.get(url_of(params(redirect, Some("S256"), Some(&challenge)))).send().await.unwrap().text().await.unwrap();
     assert!(page.contains("Test agent") && page.contains("127.0.0.1:4567") && page.contains("main"), "{page}");
     let (action, fields) = first_form(&page).unwrap();
     let post = |origin: Option<&str>, fields: Vec<(String, String)>| {
@@ -320,7 +345,8 @@ async fn refusals_pkce_redirects_codes_and_consent_checks() {
     assert_eq!(r.status(), 403);
     let r = post(Some("http://evil.example"), fields.clone()).await.unwrap();
     assert_eq!(r.status(), 403);
-    let forged: Vec<_> = fields.iter().map(|(k, v)| (k.clone(), if k == "csrf_token" { "x".into() } else { v.clone() })).collect();
+    let forged: Vec<_> =
+        fields.iter().map(|(k, v)| (k.clone(), if k == "csrf_token" { "x".into() } else { v.clone() })).collect();
     let r = post(Some(&base), forged).await.unwrap();
     assert_eq!(r.status(), 403);
     assert!(!common::admin_log_text(&s.t).await.contains("mcp_grant.create"), "a refusal writes nothing");
@@ -369,7 +395,9 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     let (_, client) = register(&base, "acme", redirect).await;
     let client_id = client["client_id"].as_str().unwrap().to_owned();
     let alice = dev_sign_in(&served, "alice@example.test").await;
-    let r = alice.write(Method::POST, "/api/v1/tenants/acme/invitations", json!({ "email": "bob@example.test", "role": "member" })).await;
+    let r = alice
+        .write(Method::POST, "/api/v1/tenants/acme/invitations", json!({ "email": "bob@example.test", "role": "member" }))
+        .await;
     assert_eq!(r.status(), 201);
     let bob = dev_sign_in(&served, "bob@example.test").await;
 
@@ -386,15 +414,11 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     assert_eq!(mine["grants"].as_array().unwrap().len(), 1, "{mine}");
     let alice_grants: Value =
         alice.client.get(format!("{base}/api/v1/tenants/acme/mcp-grants")).send().await.unwrap().json().await.unwrap();
-    let alice_grant = alice_grants["grants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["resource"] == endpoint.as_str())
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let alice_grant =
+        alice_grants["grants"].as_array().unwrap().iter().find(|g| g["resource"] == endpoint.as_str()).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
     let r = bob.write(Method::DELETE, &format!("/api/v1/tenants/acme/mcp-grants/{alice_grant}"), json!({})).await;
     assert_eq!(r.status(), 404);
     let r = bob.client.get(format!("{base}/api/v1/tenants/acme/mcp-grants?scope=all")).send().await.unwrap();
@@ -408,17 +432,14 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     assert_eq!(status_at(&endpoint, &bob_access).await, 200);
 
     // A removed member's token stops working.
-    let members: Value = alice.client.get(format!("{base}/api/v1/tenants/acme/members")).send().await.unwrap().json().await.unwrap();
-    let bob_id = members
-        .as_array()
-        .or(members["members"].as_array())
-        .unwrap()
-        .iter()
-        .find(|m| m["email"] == "bob@example.test")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let members: Value =
+        alice.client.get(format!("{base}/api/v1/tenants/acme/members")).send().await.unwrap().json().await.unwrap();
+    let bob_id =
+        members.as_array().or(members["members"].as_array()).unwrap().iter().find(|m| m["email"] == "bob@example.test").unwrap()
+            ["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
     let r = alice.write(Method::DELETE, &format!("/api/v1/tenants/acme/members/{bob_id}"), json!({})).await;
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     assert_eq!(status_at(&endpoint, &bob_access).await, 401);
@@ -428,7 +449,12 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     let revoke = |token: String, client: String| {
         let base = base.clone();
         async move {
-            http().post(format!("{base}/t/acme/oauth/revoke")).form(&[("token", token), ("client_id", client)]).send().await.unwrap()
+            http()
+                .post(format!("{base}/t/acme/oauth/revoke"))
+                .form(&[("token", token), ("client_id", client)])
+                .send()
+                .await
+                .unwrap()
         }
     };
     assert_eq!(revoke(held_refresh.clone(), "gmc_someoneelse".into()).await.status(), 200);
@@ -454,8 +480,12 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     let r = alice.write(Method::DELETE, &format!("/api/v1/tenants/acme/mcp-clients/{id}"), json!({})).await;
     assert_eq!(r.status(), 200);
     assert_eq!(status_at(&endpoint, &fresh).await, 401);
-    let (status, body) =
-        token_request(&base, "acme", &[("grant_type", "refresh_token"), ("refresh_token", &fresh_refresh), ("client_id", &client_id)]).await;
+    let (status, body) = token_request(
+        &base,
+        "acme",
+        &[("grant_type", "refresh_token"), ("refresh_token", &fresh_refresh), ("client_id", &client_id)],
+    )
+    .await;
     assert_eq!((status, body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_grant")));
     let (_, challenge) = pkce();
     let url = authorize_url(
@@ -566,8 +596,12 @@ async fn concurrent_refreshes_across_two_replicas_have_exactly_one_winner() {
         let base = if i % 2 == 0 { one.base.clone() } else { two.base.clone() };
         let (refresh, client_id) = (refresh.clone(), client_id.clone());
         tokio::spawn(async move {
-            token_request(&base, "acme", &[("grant_type", "refresh_token"), ("refresh_token", &refresh), ("client_id", &client_id)])
-                .await
+            token_request(
+                &base,
+                "acme",
+                &[("grant_type", "refresh_token"), ("refresh_token", &refresh), ("client_id", &client_id)],
+            )
+            .await
         })
     });
     let results: Vec<(StatusCode, Value)> = futures::future::join_all(attempts).await.into_iter().map(Result::unwrap).collect();
@@ -576,7 +610,9 @@ async fn concurrent_refreshes_across_two_replicas_have_exactly_one_winner() {
     assert!(results.iter().filter(|(s, _)| *s != 200).all(|(s, b)| *s == 400 && b["error"] == "invalid_grant"), "{results:?}");
     // The others presented a spent refresh token: the family is revoked, the winner's too.
     let access = winners[0]["access_token"].as_str().unwrap();
-    assert_eq!(status_at(&endpoint, access).await, 401);
+    for replica in [&one.base, &two.base] {
+        assert_eq!(status_at(&format!("{replica}/t/acme/w/main/mcp"), access).await, 401, "{replica}");
+    }
     let log = common::admin_log_text(&s.t).await;
     assert_eq!(log.matches("refresh_reused").count(), 1, "revoked exactly once");
 }
@@ -607,7 +643,11 @@ async fn expired_tokens_are_pruned_on_write_through_their_index() {
             sqlx::query_scalar::<_, i64>(sql).fetch_one(&mut c).await.unwrap()
         }
     };
-    let prune = || s.t.db.serializable(gatehouse::db::Scope::Tenant(tenant), |conn, _| Box::pin(gatehouse::mcp_auth::store::prune(conn, tenant)));
+    let prune = || {
+        s.t.db.serializable(gatehouse::db::Scope::Tenant(tenant), |conn, _| {
+            Box::pin(gatehouse::mcp_auth::store::prune(conn, tenant))
+        })
+    };
     prune().await.unwrap();
     assert_eq!(count("SELECT count(*) FROM mcp_tokens WHERE token_hash::text LIKE '%6f6c64%'").await, 50, "100 pruned per write");
     prune().await.unwrap();

@@ -129,7 +129,8 @@ async fn check(state: &AppState, slug: &str, p: &Params) -> Result<Checked, Refu
         }
         _ => return Err(Error::NotFound { what: "tenant" }.into()),
     }
-    let client_id = p.client_id.as_deref().ok_or(Error::invalid("invalid_request", Some("client_id"), "client_id is required"))?;
+    let client_id =
+        p.client_id.as_deref().ok_or(Error::invalid("invalid_request", Some("client_id"), "client_id is required"))?;
     let client = clients::resolve(state, tenant.id, client_id).await?;
     let redirect_uri =
         p.redirect_uri.clone().ok_or(Error::invalid("invalid_request", Some("redirect_uri"), "redirect_uri is required"))?;
@@ -278,7 +279,12 @@ fn consent_page(state: &AppState, c: &Checked, p: &Params, session: &Session) ->
 }
 
 /// `POST`: the consent decision (exact same-origin `Origin`, the session's CSRF token).
-pub async fn decide(State(state): State<AppState>, Path(slug): Path<String>, headers: HeaderMap, Form(d): Form<Decision>) -> Response {
+pub async fn decide(
+    State(state): State<AppState>,
+    Path(slug): Path<String>,
+    headers: HeaderMap,
+    Form(d): Form<Decision>,
+) -> Response {
     let session = match session(&state, &headers).await {
         Ok(Some(s)) => s,
         Ok(None) => return page_for(&state, Error::Unauthorized),

@@ -74,7 +74,10 @@ fn check_redirects(config: &Config, uris: &[String]) -> Result<()> {
         return Err(Error::invalid(
             "invalid_redirect_uri",
             Some("redirect_uris"),
-            format!("redirect URI `{}` is neither loopback nor on this deployment's allow-list", bad.chars().take(200).collect::<String>()),
+            format!(
+                "redirect URI `{}` is neither loopback nor on this deployment's allow-list",
+                bad.chars().take(200).collect::<String>()
+            ),
         ));
     }
     Ok(())
@@ -114,10 +117,7 @@ async fn fetch_document(url: &str) -> Result<Document> {
 /// Resolves an authorization request's client. Refusals here are shown as a page, never
 /// redirected (the redirect URI is not trusted yet).
 pub async fn resolve(state: &AppState, tenant: TenantId, client_id: &str) -> Result<Resolved> {
-    let row = state
-        .db
-        .single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::client(conn, tenant, client_id)))
-        .await?;
+    let row = state.db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::client(conn, tenant, client_id))).await?;
     if row.as_ref().is_some_and(|r| r.revoked) {
         return Err(Error::Forbidden { code: "client_revoked", message: "this client's access was revoked by an admin".into() });
     }
@@ -154,9 +154,8 @@ pub async fn persist(conn: &mut sqlx::PgConnection, tenant: TenantId, audit: &Au
             Ok(row.clone())
         }
         None => {
-            let row = store::insert_client(&mut *conn, tenant, &c.client_id, c.kind, &c.name, &c.redirect_uris)
-                .await
-                .map_err(|e| {
+            let row =
+                store::insert_client(&mut *conn, tenant, &c.client_id, c.kind, &c.name, &c.redirect_uris).await.map_err(|e| {
                     e.on_constraint("mcp_clients_client_id_key", || Error::Unavailable {
                         code: "contention",
                         message: "the client was recorded concurrently; retry".into(),
@@ -187,7 +186,12 @@ struct Registration {
 }
 
 /// `POST /t/{tenant}/oauth/register`: dynamic client registration of a public client.
-pub async fn register(State(state): State<AppState>, Path(slug): Path<String>, headers: axum::http::HeaderMap, body: Bytes) -> Response {
+pub async fn register(
+    State(state): State<AppState>,
+    Path(slug): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     match register_client(&state, &slug, &headers, &body).await {
         Ok(r) => r,
         Err(Error::NotFound { what }) => Error::NotFound { what }.into_response(),
@@ -203,7 +207,11 @@ async fn register_client(state: &AppState, slug: &str, headers: &axum::http::Hea
     let uris = reg.redirect_uris.unwrap_or_default();
     check_redirects(&state.config, &uris)?;
     let name = clean_name(reg.client_name.as_deref())?;
-    if reg.token_endpoint_auth_method.as_deref().is_some_and(|m| !matches!(m, "none" | "client_secret_post" | "client_secret_basic")) {
+    if reg
+        .token_endpoint_auth_method
+        .as_deref()
+        .is_some_and(|m| !matches!(m, "none" | "client_secret_post" | "client_secret_basic"))
+    {
         return Err(Error::invalid("invalid_client_metadata", Some("token_endpoint_auth_method"), "unsupported method"));
     }
     if reg.grant_types.as_ref().is_some_and(|g| g.iter().any(|g| !matches!(g.as_str(), "authorization_code" | "refresh_token"))) {

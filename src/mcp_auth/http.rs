@@ -39,7 +39,11 @@ async fn list_grants(ctx: TenantCtx, State(state): State<AppState>, Query(q): Qu
 
 /// `DELETE /api/v1/tenants/{tenant}/mcp-grants/{id}`: a member revokes their own; an admin
 /// any. Someone else's grant, for a member, is not found.
-async fn revoke_grant(ctx: TenantCtx, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Json<Value>> {
+async fn revoke_grant(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Json<Value>> {
     let id = parse_id(&id, "grant")?;
     let person = ctx.person()?;
     let only = if ctx.require_admin().is_ok() { None } else { Some(person.id) };
@@ -55,7 +59,11 @@ async fn list_clients(ctx: TenantCtx, State(state): State<AppState>) -> Result<J
 
 /// `DELETE /api/v1/tenants/{tenant}/mcp-clients/{id}` (admins): every grant of the client
 /// stops working on the next request, and the client cannot be authorized again.
-async fn revoke_client(ctx: TenantCtx, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Json<Value>> {
+async fn revoke_client(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Json<Value>> {
     ctx.require_admin()?;
     let id = parse_id(&id, "client")?;
     control::revoke_client(&state.db, ctx.tenant.id, &ctx.audit, id).await?;

@@ -141,10 +141,7 @@ pub fn challenge(config: &Config, path: &str, error: Error, token_presented: boo
     }
     let mut response = error.into_response();
     let invalid = if token_presented { ", error=\"invalid_token\"" } else { "" };
-    let value = format!(
-        "Bearer resource_metadata=\"{}\", scope=\"{SCOPE}\"{invalid}",
-        resource_metadata_url(config, path)
-    );
+    let value = format!("Bearer resource_metadata=\"{}\", scope=\"{SCOPE}\"{invalid}", resource_metadata_url(config, path));
     if let Ok(v) = HeaderValue::from_str(&value) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
@@ -236,6 +233,12 @@ pub struct ClientView {
     pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// An OAuth error body (RFC 6749 §5.2): `error` is the stable code.
+pub fn oauth_error(status: axum::http::StatusCode, code: &str, description: &str) -> Response {
+    let body = serde_json::json!({ "error": code, "error_description": description });
+    crate::http::no_store((status, axum::Json(body)).into_response())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,10 +290,4 @@ mod tests {
         assert!(redirect_registered(&registered, "http://127.0.0.1:2000/callback"));
         assert!(!redirect_registered(&registered, "http://127.0.0.1:2000/other"));
     }
-}
-
-/// An OAuth error body (RFC 6749 §5.2): `error` is the stable code.
-pub fn oauth_error(status: axum::http::StatusCode, code: &str, description: &str) -> Response {
-    let body = serde_json::json!({ "error": code, "error_description": description });
-    crate::http::no_store((status, axum::Json(body)).into_response())
 }

@@ -27,7 +27,10 @@ use crate::{
 };
 
 enum Outcome {
-    Issued { access: String, refresh: String },
+    Issued {
+        access: String,
+        refresh: String,
+    },
     /// A spent code or refresh token came back: its grant is now revoked.
     Replayed,
 }
@@ -55,20 +58,28 @@ async fn exchange_form(state: &AppState, slug: &str, headers: &HeaderMap, f: &Ha
     let field = |name: &str| f.get(name).map(String::as_str).filter(|v| !v.is_empty());
     let client_id = field("client_id").ok_or(invalid("invalid_client", "client_id is required (public clients)"))?.to_owned();
     let resource = field("resource").map(str::to_owned);
-    let audit = Audit { actor: format!("mcp_client:{}", client_id.chars().take(200).collect::<String>()), request_id: crate::http::request_id(headers) };
+    let audit = Audit {
+        actor: format!("mcp_client:{}", client_id.chars().take(200).collect::<String>()),
+        request_id: crate::http::request_id(headers),
+    };
     let ttl = state.config.mcp_access_token_ttl_secs;
     let outcome = match field("grant_type") {
         Some("authorization_code") => {
             let code = field("code").ok_or(invalid("invalid_request", "code is required"))?.to_owned();
             let redirect_uri = field("redirect_uri").ok_or(invalid("invalid_request", "redirect_uri is required"))?.to_owned();
-            let verifier = field("code_verifier")
-                .ok_or(invalid("invalid_request", "code_verifier is required (PKCE)"))?
-                .to_owned();
+            let verifier =
+                field("code_verifier").ok_or(invalid("invalid_request", "code_verifier is required (PKCE)"))?.to_owned();
             state
                 .db
                 .serializable(Scope::Tenant(tenant.id), |conn, _| {
-                    let (code, redirect_uri, verifier, client_id, resource, audit) =
-                        (code.clone(), redirect_uri.clone(), verifier.clone(), client_id.clone(), resource.clone(), audit.clone());
+                    let (code, redirect_uri, verifier, client_id, resource, audit) = (
+                        code.clone(),
+                        redirect_uri.clone(),
+                        verifier.clone(),
+                        client_id.clone(),
+                        resource.clone(),
+                        audit.clone(),
+                    );
                     Box::pin(async move {
                         let taken = store::take_code(&mut *conn, tenant.id, &secrets::digest(&code)).await?;
                         let code = match taken {
@@ -81,7 +92,9 @@ async fn exchange_form(state: &AppState, slug: &str, headers: &HeaderMap, f: &Ha
                         };
                         let grant = store::grant(&mut *conn, tenant.id, code.grant_id).await?;
                         let grant = grant.filter(|g| g.usable && g.client_id == client_id);
-                        let Some(grant) = grant else { return Err(invalid("invalid_grant", "the code was not issued to this client")) };
+                        let Some(grant) = grant else {
+                            return Err(invalid("invalid_grant", "the code was not issued to this client"));
+                        };
                         if code.redirect_uri != redirect_uri {
                             return Err(invalid("invalid_grant", "redirect_uri differs from the authorization request"));
                         }
@@ -105,7 +118,8 @@ async fn exchange_form(state: &AppState, slug: &str, headers: &HeaderMap, f: &Ha
             state
                 .db
                 .serializable(Scope::Tenant(tenant.id), |conn, _| {
-                    let (refresh, client_id, resource, audit) = (refresh.clone(), client_id.clone(), resource.clone(), audit.clone());
+                    let (refresh, client_id, resource, audit) =
+                        (refresh.clone(), client_id.clone(), resource.clone(), audit.clone());
                     Box::pin(async move {
                         let grant = match store::spend_refresh(&mut *conn, tenant.id, &secrets::digest(&refresh)).await? {
                             Ok(grant) => grant,
@@ -154,7 +168,13 @@ async fn issue(conn: &mut sqlx::PgConnection, tenant: TenantId, grant: Uuid, ttl
 
 /// Revokes a grant (the token family) with its admin-log row, in the caller's transaction.
 /// Already revoked: nothing to write.
-pub async fn revoke_family(conn: &mut sqlx::PgConnection, tenant: TenantId, audit: &Audit, grant: Uuid, reason: &str) -> Result<()> {
+pub async fn revoke_family(
+    conn: &mut sqlx::PgConnection,
+    tenant: TenantId,
+    audit: &Audit,
+    grant: Uuid,
+    reason: &str,
+) -> Result<()> {
     if store::revoke_grant(&mut *conn, tenant, grant, None, &audit.actor, reason).await? {
         let entry = Entry {
             tenant: Some(tenant),
@@ -181,7 +201,10 @@ pub async fn revoke(State(state): State<AppState>, Path(slug): Path<String>, hea
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
-    let audit = Audit { actor: format!("mcp_client:{}", client_id.chars().take(200).collect::<String>()), request_id: crate::http::request_id(&headers) };
+    let audit = Audit {
+        actor: format!("mcp_client:{}", client_id.chars().take(200).collect::<String>()),
+        request_id: crate::http::request_id(&headers),
+    };
     let digest = secrets::digest(token);
     let done = state
         .db
@@ -190,7 +213,9 @@ pub async fn revoke(State(state): State<AppState>, Path(slug): Path<String>, hea
             Box::pin(async move {
                 let Some(grant) = store::grant_of_token(&mut *conn, tenant.id, &digest).await? else { return Ok(()) };
                 match store::grant(&mut *conn, tenant.id, grant).await? {
-                    Some(g) if g.client_id == client_id => revoke_family(conn, tenant.id, &audit, grant, "client_revoked_token").await,
+                    Some(g) if g.client_id == client_id => {
+                        revoke_family(conn, tenant.id, &audit, grant, "client_revoked_token").await
+                    }
                     _ => Ok(()),
                 }
             })
