@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod mcp_oauth;
 pub mod rogue;
 
 use std::{
