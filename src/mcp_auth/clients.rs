@@ -1,7 +1,10 @@
 //! MCP clients: dynamic registration (RFC 7591) and Client ID Metadata Documents (an https
 //! `client_id` whose document Gatehouse fetches, bounded in size and time).
 
-use std::time::Duration;
+use std::{
+    net::{IpAddr, SocketAddr},
+    time::Duration,
+};
 
 use axum::{
     Json,
@@ -84,10 +87,68 @@ fn check_redirects(config: &Config, uris: &[String]) -> Result<()> {
 }
 
 /// Fetches and checks a client's metadata document.
-async fn fetch_document(url: &str) -> Result<Document> {
+/// Whether an address is on the public internet (not loopback, private, link-local, shared,
+/// unspecified, multicast or documentation space).
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || v4.is_documentation()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b)))
+        }
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_public(IpAddr::V4(v4)),
+            None => {
+                let first = v6.segments()[0];
+                !(v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_multicast()
+                    || (first & 0xfe00) == 0xfc00
+                    || (first & 0xffc0) == 0xfe80)
+            }
+        },
+    }
+}
+
+/// An outbound client pinned to the address the document's host resolves to now, so what was
+/// checked is what is connected to (no second lookup to rebind). In production only public
+/// addresses are fetched: a client id must not make Gatehouse reach into its own network.
+async fn pinned_client(config: &Config, url: &url::Url) -> Result<reqwest::Client> {
     let refuse = |why: &str| Error::invalid("invalid_client", Some("client_id"), format!("client metadata document: {why}"));
-    // The deployment's one outbound client setup (rustls, no redirects followed, bounded time).
-    let mut response = crate::oidc::http_client()?
+    let host = url.host_str().ok_or_else(|| refuse("has no host"))?;
+    let port = url.port_or_known_default().ok_or_else(|| refuse("has no port"))?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addr: SocketAddr = tokio::time::timeout(DOCUMENT_TIMEOUT, tokio::net::lookup_host((bare, port)))
+        .await
+        .map_err(|_| refuse("its host did not resolve in time"))?
+        .map_err(|_| refuse("its host does not resolve"))?
+        .next()
+        .ok_or_else(|| refuse("its host does not resolve"))?;
+    if config.env == Environment::Production && !is_public(addr.ip()) {
+        return Err(refuse("its host is not a public address"));
+    }
+    crate::install_crypto();
+    Ok(reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(DOCUMENT_TIMEOUT)
+        .connect_timeout(DOCUMENT_TIMEOUT)
+        .resolve(bare, addr)
+        .build()
+        .map_err(anyhow::Error::from)?)
+}
+
+async fn fetch_document(config: &Config, url: &str) -> Result<Document> {
+    let refuse = |why: &str| Error::invalid("invalid_client", Some("client_id"), format!("client metadata document: {why}"));
+    let parsed = url::Url::parse(url).map_err(|_| refuse("is not a URL"))?;
+    let mut response = pinned_client(config, &parsed)
+        .await?
         .get(url)
         .header("accept", "application/json")
         .timeout(DOCUMENT_TIMEOUT)
@@ -122,7 +183,7 @@ pub async fn resolve(state: &AppState, tenant: TenantId, client_id: &str) -> Res
         return Err(Error::Forbidden { code: "client_revoked", message: "this client's access was revoked by an admin".into() });
     }
     if is_document_url(&state.config, client_id) {
-        let doc = fetch_document(client_id).await?;
+        let doc = fetch_document(&state.config, client_id).await?;
         let name = clean_name(doc.client_name.as_deref())?;
         check_redirects(&state.config, &doc.redirect_uris)?;
         return Ok(Resolved {
@@ -254,4 +315,40 @@ async fn register_client(state: &AppState, slug: &str, headers: &axum::http::Hea
         "scope": super::SCOPE,
     });
     Ok(crate::http::no_store((StatusCode::CREATED, Json(body)).into_response()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_public_addresses_are_public() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+        }
+        for public in ["93.184.216.34", "1.1.1.1", "2606:4700:4700::1111"] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    #[tokio::test]
+    async fn production_refuses_documents_on_internal_addresses() {
+        let mut config = Config::from_lookup(|_| None).unwrap();
+        config.env = Environment::Production;
+        let err = fetch_document(&config, "https://127.0.0.1:1/client.json").await.err().unwrap();
+        assert!(err.to_string().contains("not a public address"), "{err}");
+        assert!(!is_document_url(&config, "http://127.0.0.1:1/client.json"), "no plain http in production");
+    }
 }
