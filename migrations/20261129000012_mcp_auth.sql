@@ -20,8 +20,11 @@ CREATE TABLE mcp_clients (
     PRIMARY KEY (tenant_id, id),
     CONSTRAINT mcp_clients_client_id_key UNIQUE (tenant_id, client_id)
 );
+-- Anonymous registrations that never led to a grant are pruned after a day (on write), and
+-- at most `registration cap` of them may be waiting at once.
+CREATE INDEX mcp_clients_unused ON mcp_clients (tenant_id, created_at) WHERE kind = 'registered';
 SELECT gatehouse_scope_to_tenant('mcp_clients');
-GRANT SELECT, INSERT, UPDATE ON mcp_clients TO gatehouse_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON mcp_clients TO gatehouse_app;
 
 -- A grant: one member's consent for one client to one exact MCP endpoint (RFC 8707 resource).
 -- It is also the token family: every code, access and refresh token hangs off it, so
@@ -47,6 +50,7 @@ CREATE TABLE mcp_grants (
     CONSTRAINT mcp_grants_revoked_check CHECK ((revoked_at IS NULL) = (revoked_reason IS NULL))
 );
 CREATE INDEX mcp_grants_by_member ON mcp_grants (tenant_id, member_id, created_at DESC);
+CREATE INDEX mcp_grants_by_client ON mcp_grants (tenant_id, client_ref);
 SELECT gatehouse_scope_to_tenant('mcp_grants');
 GRANT SELECT, INSERT, UPDATE ON mcp_grants TO gatehouse_app;
 

@@ -262,6 +262,25 @@ async fn refusals_pkce_redirects_codes_and_consent_checks() {
     let (status, body) = exchange(verifier).await;
     assert_eq!((status, body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_grant")));
     assert_eq!(status_at(&endpoint, &access).await, 401, "a replayed code revokes its grant");
+
+    // Anonymous registrations are capped: unused ones of the last day count.
+    use sqlx::Executor;
+    let mut owner = s.t.owner_conn().await;
+    owner.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    sqlx::query(
+        "INSERT INTO mcp_clients (tenant_id, id, client_id, kind, name, redirect_uris)
+         SELECT t.id, gen_random_uuid(), 'gmc_filler' || i, 'registered', 'n', ARRAY['http://127.0.0.1/cb']
+           FROM tenants t, generate_series(1, 1000) i WHERE t.slug = 'acme'",
+    )
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    let r =
+        http().post(format!("{base}/t/acme/oauth/register")).json(&json!({ "redirect_uris": [redirect] })).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "registration_limit");
+    let (status, _) = register(&base, "globex", redirect).await;
+    assert_eq!(status, 201, "the cap is per tenant");
 }
 
 #[tokio::test]
@@ -547,4 +566,30 @@ async fn expired_tokens_are_pruned_on_write_through_their_index() {
     .unwrap();
     let plan = plan.join("\n");
     assert!(plan.contains("mcp_tokens_expiry") && plan.contains("Limit") && !plan.contains("Seq Scan"), "{plan}");
+    tx.rollback().await.unwrap();
+
+    // Anonymous registrations nobody authorized are pruned after a day; used ones stay.
+    sqlx::query(
+        "INSERT INTO mcp_clients (tenant_id, id, client_id, kind, name, redirect_uris, created_at)
+         SELECT $1, gen_random_uuid(), 'gmc_stale' || i, 'registered', 'n', ARRAY['http://127.0.0.1/cb'], now() - interval '25 hours'
+           FROM generate_series(1, 3) i",
+    )
+    .bind(tenant)
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE mcp_clients SET created_at = now() - interval '2 days' WHERE tenant_id = $1 AND client_id = 'gmc_x'")
+        .bind(tenant)
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let unused =
+        s.t.db
+            .serializable(gatehouse::db::Scope::Tenant(tenant), |conn, _| {
+                Box::pin(gatehouse::mcp_auth::store::prune_registrations(conn, tenant))
+            })
+            .await
+            .unwrap();
+    assert_eq!(unused, 0);
+    assert_eq!(count("SELECT count(*) FROM mcp_clients").await, 1, "only the client with a grant is left");
 }

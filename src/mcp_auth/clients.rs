@@ -31,6 +31,8 @@ use crate::{
 pub const DOCUMENT_MAX_BYTES: usize = 16 * 1024;
 const DOCUMENT_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_REDIRECT_URIS: usize = 10;
+/// Anonymous registrations of the last day that no grant uses yet, per tenant.
+pub const UNUSED_REGISTRATIONS_CAP: i64 = 1000;
 
 /// What an authorization request's `client_id` names.
 #[derive(Clone, Debug)]
@@ -288,6 +290,15 @@ async fn register_client(state: &AppState, slug: &str, headers: &axum::http::Hea
         .serializable(Scope::Tenant(tenant.id), |conn, _| {
             let (client_id, name, uris, audit) = (client_id.clone(), name.clone(), uris.clone(), audit.clone());
             Box::pin(async move {
+                // Counted in the same serializable transaction as the insert: concurrent
+                // registrations cannot overshoot the cap.
+                if store::prune_registrations(&mut *conn, tenant.id).await? >= UNUSED_REGISTRATIONS_CAP {
+                    return Err(Error::Unavailable {
+                        code: "registration_limit",
+                        message: "too many unused client registrations in this tenant; retry later".into(),
+                        retry_after_ms: Some(60_000),
+                    });
+                }
                 let row = store::insert_client(&mut *conn, tenant.id, &client_id, "registered", &name, &uris).await?;
                 let entry = Entry {
                     tenant: Some(tenant.id),

@@ -411,3 +411,28 @@ pub async fn grant_of_token(conn: &mut PgConnection, tenant: TenantId, hash: &[u
         .fetch_optional(conn)
         .await?)
 }
+
+/// Prune-on-write of anonymous registrations: up to 100 of the tenant's registered clients
+/// older than a day that no grant refers to. Then how many registrations of the last day are
+/// still unused (the cap counts them).
+pub async fn prune_registrations(conn: &mut PgConnection, tenant: TenantId) -> Result<i64> {
+    sqlx::query(
+        "WITH doomed AS MATERIALIZED (
+            SELECT c.id FROM mcp_clients c
+             WHERE c.tenant_id = $1 AND c.kind = 'registered' AND c.created_at < now() - interval '1 day'
+               AND NOT EXISTS (SELECT 1 FROM mcp_grants g WHERE g.tenant_id = c.tenant_id AND g.client_ref = c.id)
+             ORDER BY c.created_at LIMIT 100)
+         DELETE FROM mcp_clients c USING doomed d WHERE c.tenant_id = $1 AND c.id = d.id",
+    )
+    .bind(tenant)
+    .execute(&mut *conn)
+    .await?;
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM mcp_clients c
+          WHERE c.tenant_id = $1 AND c.kind = 'registered' AND c.created_at >= now() - interval '1 day'
+            AND NOT EXISTS (SELECT 1 FROM mcp_grants g WHERE g.tenant_id = c.tenant_id AND g.client_ref = c.id)",
+    )
+    .bind(tenant)
+    .fetch_one(conn)
+    .await?)
+}
