@@ -329,6 +329,23 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     assert_eq!(status_at(&endpoint, &alice_access).await, 401);
     assert_eq!(status_at(&endpoint, &bob_access).await, 200);
 
+    // Each token carries its member's own grants: granted to role member, bob sees the tool
+    // and alice (owner) does not.
+    let pools = common::json_path(&json!({ "grants": [{ "to": "role:member", "tools": ["everything.echo"] }] }));
+    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", &pools]).await;
+    let found = |token: String| {
+        let endpoint = endpoint.clone();
+        async move {
+            let r = rpc(&endpoint, &token, "tools/call", json!({ "name": "search_tools", "arguments": { "limit": 100 } })).await;
+            let answer: Value = r.json().await.unwrap();
+            let text: Value = serde_json::from_str(answer["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+            text["total"].clone()
+        }
+    };
+    assert_eq!(found(bob_access.clone()).await, 1);
+    let (alice_now, _) = authorize(&alice, "acme", &client_id, redirect, &endpoint).await;
+    assert_eq!(found(alice_now).await, 0);
+
     // A removed member's token stops working.
     let members: Value =
         alice.client.get(format!("{base}/api/v1/tenants/acme/members")).send().await.unwrap().json().await.unwrap();
