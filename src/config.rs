@@ -386,11 +386,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.mcp_access_token_ttl_secs, 600);
         assert_eq!(c.mcp_redirect_uris, ["https://a.example/cb", "https://b.example/cb"]);
-        let err = load(&[
-            ("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", "0"),
-            ("GATEHOUSE_MCP_REDIRECT_URIS", "http://plain.example/cb"),
-        ])
-        .unwrap_err();
+        let err =
+            load(&[("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", "0"), ("GATEHOUSE_MCP_REDIRECT_URIS", "http://plain.example/cb")])
+                .unwrap_err();
         let vars: Vec<_> = err.0.iter().map(|p| p.var).collect();
         assert_eq!(vars, ["GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", "GATEHOUSE_MCP_REDIRECT_URIS"]);
     }

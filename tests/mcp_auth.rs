@@ -203,6 +203,12 @@ async fn refusals_pkce_redirects_codes_and_consent_checks() {
     let r = alice.client.get(url_of(p)).send().await.unwrap();
     assert_eq!(get(&location_query(&r), "error"), Some("invalid_target"));
 
+    // Signed in but no member of the tenant: refused with a page.
+    let carol = dev_sign_in(&served, "carol@example.test").await;
+    let r = carol.client.get(url_of(params(redirect, Some("S256"), Some(&challenge)))).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains("not_a_member"));
+
     // Not signed in: off to the ordinary sign-in, back to this request.
     let r = http().get(url_of(params(redirect, Some("S256"), Some(&challenge)))).send().await.unwrap();
     assert_eq!(r.status(), 303);
@@ -496,7 +502,7 @@ async fn expired_tokens_are_refused_and_client_metadata_documents_identify_clien
 }
 
 #[tokio::test]
-async fn concurrent_refreshes_across_two_replicas_have_exactly_one_winner() {
+async fn concurrent_refreshes_and_code_exchanges_across_two_replicas_have_one_winner() {
     let s = setup().await;
     let one = Served::start(gatehouse(Some(&s.t.url))).await;
     let two = Served::start(gatehouse(Some(&s.t.url))).await;
@@ -530,6 +536,45 @@ async fn concurrent_refreshes_across_two_replicas_have_exactly_one_winner() {
     }
     let log = common::admin_log_text(&s.t).await;
     assert_eq!(log.matches("refresh_reused").count(), 1, "revoked exactly once");
+
+    // One authorization code raced the same way: one exchange wins, the replays revoke it.
+    let (verifier, challenge) = pkce();
+    let url = authorize_url(
+        &one.base,
+        "acme",
+        &[
+            ("response_type", "code"),
+            ("client_id", &client_id),
+            ("redirect_uri", redirect),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+            ("resource", &endpoint),
+        ],
+    );
+    let code = get(&location_query(&consent(&alice, &url).await), "code").unwrap().to_owned();
+    let attempts = (0..6).map(|i| {
+        let base = if i % 2 == 0 { one.base.clone() } else { two.base.clone() };
+        let (code, verifier, client_id) = (code.clone(), verifier.clone(), client_id.clone());
+        tokio::spawn(async move {
+            token_request(
+                &base,
+                "acme",
+                &[
+                    ("grant_type", "authorization_code"),
+                    ("code", &code),
+                    ("redirect_uri", redirect),
+                    ("client_id", &client_id),
+                    ("code_verifier", &verifier),
+                ],
+            )
+            .await
+        })
+    });
+    let results: Vec<(StatusCode, Value)> = futures::future::join_all(attempts).await.into_iter().map(Result::unwrap).collect();
+    let winners: Vec<&Value> = results.iter().filter(|(s, _)| *s == 200).map(|(_, b)| b).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    assert_eq!(status_at(&endpoint, winners[0]["access_token"].as_str().unwrap()).await, 401);
+    assert_eq!(common::admin_log_text(&s.t).await.matches("code_replayed").count(), 1);
 }
 
 #[tokio::test]
