@@ -8,8 +8,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use super::{
+    Everything, TestDb,
     browser::{Browser, first_form},
-    http,
+    cli, http,
 };
 
 /// One raw JSON-RPC request with an OAuth access token only.
@@ -134,4 +135,42 @@ pub async fn authorize(browser: &Browser, tenant: &str, client_id: &str, redirec
     .await;
     assert_eq!(status, 200, "{tokens}");
     (tokens["access_token"].as_str().unwrap().to_owned(), tokens["refresh_token"].as_str().unwrap().to_owned())
+}
+
+pub struct Setup {
+    pub t: TestDb,
+    pub _everything: Everything,
+}
+
+/// Tenant `acme` (owner alice, once signed in) with workspaces `main` (connector
+/// `everything`, pool `reads`) and `other`; tenant `globex` with a workspace `main`.
+pub async fn setup() -> Setup {
+    let everything = Everything::start().await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
+    cli(&t.url, &["tenant", "create", "globex", "--name", "Globex"]).await;
+    for (tenant, ws) in [("acme", "main"), ("acme", "other"), ("globex", "main")] {
+        cli(&t.url, &["workspace", "create", "--tenant", tenant, ws]).await;
+    }
+    cli(
+        &t.url,
+        &[
+            "connector",
+            "add",
+            "--tenant",
+            "acme",
+            "--workspace",
+            "main",
+            "--id",
+            "everything",
+            "--kind",
+            "remote_mcp",
+            "--url",
+            &everything.url,
+        ],
+    )
+    .await;
+    let pools = super::json_path(&json!({ "pools": { "reads": { "tools": ["everything.echo"] } } }));
+    cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", &pools]).await;
+    Setup { t, _everything: everything }
 }
