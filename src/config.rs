@@ -64,6 +64,11 @@ pub struct Config {
     pub tenant_concurrency: usize,
     /// Limits of `execute_code` programs (`GATEHOUSE_CODE_*`).
     pub code: CodeConfig,
+    /// Redirect URIs of MCP clients allowed besides loopback ones (exact match), e.g. the
+    /// public callback URLs of hosted agents (`GATEHOUSE_MCP_REDIRECT_URIS`, comma-separated).
+    pub mcp_redirect_uris: Vec<String>,
+    /// Lifetime of an MCP OAuth access token (`GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS`, default 1 h).
+    pub mcp_access_token_ttl_secs: u64,
 }
 
 /// Limits of `execute_code`: each is enforced with its own error code.
@@ -263,6 +268,17 @@ impl Config {
             tenant_queued: number("GATEHOUSE_CODE_TENANT_QUEUED", (queued / 2).max(1) as u64, 1, queued.max(1) as u64) as usize,
         };
 
+        let mcp_access_token_ttl_secs = number("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", 3600, 1, 86_400);
+        let mut mcp_redirect_uris = Vec::new();
+        for uri in get("GATEHOUSE_MCP_REDIRECT_URIS").unwrap_or_default().split(',').map(str::trim).filter(|u| !u.is_empty()) {
+            match url::Url::parse(uri) {
+                Ok(u) if u.scheme() == "https" && u.fragment().is_none() && u.username().is_empty() => {
+                    mcp_redirect_uris.push(uri.to_owned())
+                }
+                _ => bad("GATEHOUSE_MCP_REDIRECT_URIS", format!("`{uri}` is not an https URL without a fragment")),
+            }
+        }
+
         // Never echo the value: it is key material.
         let vault_keys = get("GATEHOUSE_VAULT_KEYS").and_then(|spec| match crate::vault::KeyRing::parse(&spec) {
             Ok(ring) => Some(ring),
@@ -304,6 +320,8 @@ impl Config {
             token_cap,
             tenant_concurrency,
             code,
+            mcp_redirect_uris,
+            mcp_access_token_ttl_secs,
         };
         if problems.is_empty() { Ok(config) } else { Err(ConfigError(problems)) }
     }
@@ -355,6 +373,24 @@ mod tests {
         assert!(c.cookie_secure(), "plain http off loopback still marks cookies Secure");
         let c = load(&[("GATEHOUSE_PUBLIC_URL", "http://localhost:3000")]).unwrap();
         assert!(!c.cookie_secure());
+    }
+
+    #[test]
+    fn mcp_authorization_settings() {
+        let c = load(&[]).unwrap();
+        assert_eq!((c.mcp_access_token_ttl_secs, c.mcp_redirect_uris.len()), (3600, 0));
+        let c = load(&[
+            ("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", "600"),
+            ("GATEHOUSE_MCP_REDIRECT_URIS", "https://a.example/cb, https://b.example/cb"),
+        ])
+        .unwrap();
+        assert_eq!(c.mcp_access_token_ttl_secs, 600);
+        assert_eq!(c.mcp_redirect_uris, ["https://a.example/cb", "https://b.example/cb"]);
+        let err =
+            load(&[("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", "0"), ("GATEHOUSE_MCP_REDIRECT_URIS", "http://plain.example/cb")])
+                .unwrap_err();
+        let vars: Vec<_> = err.0.iter().map(|p| p.var).collect();
+        assert_eq!(vars, ["GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", "GATEHOUSE_MCP_REDIRECT_URIS"]);
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::vault::http::router())
         .merge(crate::connect_links::http::router())
         .merge(crate::oauth::http::router())
+        .merge(crate::mcp_auth::http::router())
         .merge(crate::gateway::activity::http::router())
         .merge(gateway);
     if dev_idp {

@@ -15,6 +15,7 @@ pub mod error;
 pub mod gateway;
 pub mod http;
 pub mod kv;
+pub mod mcp_auth;
 pub mod members;
 pub mod metrics;
 pub mod oauth;

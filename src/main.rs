@@ -69,6 +69,9 @@ enum Command {
     /// Platform operations: issues grouped from recorded failures, and their verdicts.
     #[command(subcommand)]
     Ops(OpsCommand),
+    /// MCP clients authorized by members through OAuth, and their grants.
+    #[command(subcommand, name = "mcp-auth")]
+    McpAuth(gatehouse::mcp_auth::control::Command),
 }
 
 #[derive(Subcommand)]
@@ -524,6 +527,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         }
         Command::Kv(cmd) => return kv_command(db, &audit, cmd).await,
         Command::Token(cmd) => token_command(db, &audit, token_cap, cmd).await?,
+        Command::McpAuth(cmd) => gatehouse::mcp_auth::control::run(db, &audit, cmd).await?,
         Command::ServiceCredential(cmd) => credential_command(db, &audit, cmd).await?,
         Command::Workspace(cmd) => workspace_command(db, &audit, cmd).await?,
         Command::Connector(cmd) => connector_command(db, &audit, config, cmd).await?,

@@ -141,6 +141,14 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
          VALUES ($1, gen_random_uuid(), $1, $2, 'shared', 'http://as/revoke', 'c', 'none', 'v1.k1.x.y')",
         "INSERT INTO ops_failures (id, tenant_id, workspace_id, operation, stage, code, message, fingerprint, at)
          VALUES (gen_random_uuid(), $1, $1, 'downstream.call', 'remote_mcp', 'timeout', $2, repeat('0', 64), now())",
+        "INSERT INTO mcp_clients (tenant_id, id, client_id, kind, name, redirect_uris)
+         VALUES ($1, $1, 'gmc_' || $2, 'registered', 'n', ARRAY['http://127.0.0.1/cb'])",
+        "INSERT INTO mcp_grants (tenant_id, id, client_ref, member_id, workspace_id, resource, scope)
+         VALUES ($1, $1, $1, gen_random_uuid(), $1, 'http://gh/t/' || $2 || '/w/main/mcp', 'mcp')",
+        "INSERT INTO mcp_codes (tenant_id, code_hash, grant_id, redirect_uri, code_challenge, expires_at)
+         VALUES ($1, convert_to($2 || 'code', 'UTF8'), $1, 'http://127.0.0.1/cb', 'c', now() + interval '1 minute')",
+        "INSERT INTO mcp_tokens (tenant_id, token_hash, grant_id, kind, expires_at)
+         VALUES ($1, convert_to($2 || 'access', 'UTF8'), $1, 'access', now() + interval '1 hour')",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

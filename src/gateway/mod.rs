@@ -100,12 +100,19 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     {
         return problem(StatusCode::FORBIDDEN, "origin_mismatch", "cross-origin request refused", None);
     }
+    // An OAuth access token (MCP authorization) or machine credentials; a 401 names the
+    // endpoint's protected resource metadata either way, so an MCP client can authorize.
     // The inner futures are boxed so this middleware's own future stays small: axum moves it
     // on every request, and unboxed it carried the largest of them inline (callgrind showed
     // kilobytes copied per call).
-    let ctx = match Box::pin(TenantCtx::from_request_parts(&mut parts, &state)).await {
+    let oauth = crate::mcp_auth::bearer(&parts.headers).map(str::to_owned);
+    let authenticated = match &oauth {
+        Some(token) => Box::pin(crate::mcp_auth::authenticate(&state, &mut parts, token)).await,
+        None => Box::pin(TenantCtx::from_request_parts(&mut parts, &state)).await,
+    };
+    let ctx = match authenticated {
         Ok(ctx) => ctx,
-        Err(e) => return e.into_response(),
+        Err(e) => return crate::mcp_auth::challenge(&state.config, parts.uri.path(), e, oauth.is_some()),
     };
     let (actor_id, caller) = match &ctx.actor {
         Actor::Machine { token_id, role, member_id, .. } => {
@@ -152,7 +159,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     parts.extensions.insert(GatewayCtx {
         tenant: ctx.tenant.clone(),
         bound,
-        actor_kind: "token",
+        actor_kind: if oauth.is_some() { "oauth" } else { "token" },
         actor_id,
         request_id: ctx.audit.request_id.clone(),
         caller,

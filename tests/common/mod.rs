@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod downstream;
+pub mod mcp_oauth;
 pub mod rogue;
 
 use std::{
