@@ -94,11 +94,27 @@ pub fn router(state: &AppState) -> Router<AppState> {
 /// Origin check (DNS-rebinding protection), machine authentication, the caller's
 /// `connector_access`, and the workspace's bound configuration, in that order.
 async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let (mut parts, body) = request.into_parts();
+    let (parts, body) = request.into_parts();
+    match Box::pin(admit(&state, parts)).await {
+        Ok(parts) => next.run(Request::from_parts(parts, body)).await,
+        Err(mut refusal) => {
+            // The refusal is sent with the request's body unread, so hyper closes the
+            // connection after it. Saying so lets a client that keeps connections alive (the
+            // Python SDK's httpx does) open a new one instead of sending its next request
+            // (its OAuth discovery, say) on a connection being closed: "server disconnected".
+            refusal.headers_mut().insert(header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+            refusal
+        }
+    }
+}
+
+/// The checks of [`authenticate`]: the request's parts with a [`GatewayCtx`] inserted, or the
+/// refusal to answer.
+async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Result<axum::http::request::Parts, Response> {
     if let Some(origin) = parts.headers.get(header::ORIGIN)
         && !allowed_origin(origin.to_str().unwrap_or(""), state.config.public_origin())
     {
-        return problem(StatusCode::FORBIDDEN, "origin_mismatch", "cross-origin request refused", None);
+        return Err(problem(StatusCode::FORBIDDEN, "origin_mismatch", "cross-origin request refused", None));
     }
     // An OAuth access token (MCP authorization) or machine credentials; a 401 names the
     // endpoint's protected resource metadata either way, so an MCP client can authorize.
@@ -107,52 +123,53 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     // kilobytes copied per call).
     let oauth = crate::mcp_auth::bearer(&parts.headers).map(str::to_owned);
     let authenticated = match &oauth {
-        Some(token) => Box::pin(crate::mcp_auth::authenticate(&state, &mut parts, token)).await,
-        None => Box::pin(TenantCtx::from_request_parts(&mut parts, &state)).await,
+        Some(token) => Box::pin(crate::mcp_auth::authenticate(state, &mut parts, token)).await,
+        None => Box::pin(TenantCtx::from_request_parts(&mut parts, state)).await,
     };
     let ctx = match authenticated {
         Ok(ctx) => ctx,
-        Err(e) => return crate::mcp_auth::challenge(&state.config, parts.uri.path(), e, oauth.is_some()),
+        Err(e) => return Err(crate::mcp_auth::challenge(&state.config, parts.uri.path(), e, oauth.is_some())),
     };
     let (actor_id, caller) = match &ctx.actor {
         Actor::Machine { token_id, role, member_id, .. } => {
             (token_id.to_string(), workspaces::config::Caller { role: *role, member_id: *member_id })
         }
         Actor::Person { .. } => {
-            return Error::Forbidden {
+            return Err(Error::Forbidden {
                 code: "machine_credentials_required",
                 message: "the MCP endpoint takes machine credentials".into(),
             }
-            .into_response();
+            .into_response());
         }
     };
     if let Err(e) = ctx.require(Permission::ConnectorAccess) {
-        return e.into_response();
+        return Err(e.into_response());
     }
-    let (slug, pool_name) = match RawPathParams::from_request_parts(&mut parts, &state).await {
+    let (slug, pool_name) = match RawPathParams::from_request_parts(&mut parts, state).await {
         Ok(params) => {
             let get = |name: &str| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_owned());
             (get("workspace").unwrap_or_default(), get("pool"))
         }
-        Err(_) => return Error::NotFound { what: "workspace" }.into_response(),
+        Err(_) => return Err(Error::NotFound { what: "workspace" }.into_response()),
     };
-    let bound = match Box::pin(bound(&state, &ctx, slug)).await {
+    let bound = match Box::pin(bound(state, &ctx, slug)).await {
         Ok(bound) => bound,
-        Err(e) => return e.into_response(),
+        Err(e) => return Err(e.into_response()),
     };
     match bound.workspace.status.as_str() {
         "active" => {}
         "suspended" => {
-            return Error::Forbidden { code: "workspace_suspended", message: "this workspace is suspended".into() }
-                .into_response();
+            return Err(
+                Error::Forbidden { code: "workspace_suspended", message: "this workspace is suspended".into() }.into_response()
+            );
         }
-        _ => return Error::NotFound { what: "workspace" }.into_response(),
+        _ => return Err(Error::NotFound { what: "workspace" }.into_response()),
     }
     let pool = match pool_name {
         None => None,
         Some(name) => match bound.document.pools.get(&name) {
             Some(p) => Some((name, p.clone())),
-            None => return Error::NotFound { what: "pool" }.into_response(),
+            None => return Err(Error::NotFound { what: "pool" }.into_response()),
         },
     };
     tracing::Span::current().record("tenant_id", tracing::field::display(ctx.tenant.id.0));
@@ -166,7 +183,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         pool,
         client: None,
     });
-    next.run(Request::from_parts(parts, body)).await
+    Ok(parts)
 }
 
 /// The workspace's bound configuration: this replica's copy while the tenant's epoch (read by
