@@ -10,12 +10,12 @@
 //! - [`Console`] authenticates the person through [`TenantCtx`] (another tenant's path is a 404),
 //!   and every handler checks its permission on the server before doing anything.
 
-// mod activity;
-// mod credentials;
+mod activity;
+mod credentials;
 mod home;
-// mod members;
+mod members;
 mod tokens;
-// mod workspaces;
+mod workspaces;
 
 use askama::Template;
 use axum::{
@@ -45,10 +45,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/console/static/console.js", get(js))
         .merge(home::router())
         .merge(tokens::router())
-        // .merge(credentials::router())
-        // .merge(members::router())
-        // .merge(workspaces::router())
-        // .merge(activity::router())
+        .merge(credentials::router())
+        .merge(members::router())
+        .merge(workspaces::router())
+        .merge(activity::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
 }
 
@@ -344,4 +344,17 @@ pub async fn creators(state: &AppState, c: &Console) -> Result<std::collections:
         .into_iter()
         .map(|m| (format!("member:{}", m.id), who(m.email.as_deref(), m.display_name.as_deref(), &m.subject)))
         .collect())
+}
+
+/// "Are you sure?" before a destructive action: a real page with a form, so it works without
+/// script and the action itself is still a CSRF-checked POST.
+#[derive(Template)]
+#[template(path = "console/confirm.html")]
+pub struct ConfirmPage {
+    pub layout: Layout,
+    pub question: String,
+    pub consequence: String,
+    pub action: String,
+    pub button: String,
+    pub cancel: String,
 }

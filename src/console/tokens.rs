@@ -11,7 +11,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use super::{Console, FormError, Layout, PageError, creators, render, when, when_opt};
+use super::{ConfirmPage, Console, FormError, Layout, PageError, creators, render, when, when_opt};
 use crate::{AppState, error::Error, http::parse_id, members::Permission, tokens};
 
 /// A token as a row of the list.
@@ -45,17 +45,6 @@ struct TokenPage {
     row: Row,
     error: Option<FormError>,
     name: String,
-}
-
-#[derive(Template)]
-#[template(path = "console/confirm.html")]
-struct ConfirmPage {
-    layout: Layout,
-    question: String,
-    consequence: String,
-    action: String,
-    button: String,
-    cancel: String,
 }
 
 async fn rows(c: &Console, state: &AppState) -> Result<Vec<Row>, PageError> {

@@ -1,0 +1,318 @@
+//! Workspaces (list, status, bound version), one workspace's connectors (status, tools with
+//! read/write labels from the shared catalog, credential slots set/replace/remove — values
+//! never shown), and client setup (configuration to paste, without any secret).
+//!
+//! Lifecycle actions are not here: the control-plane issue that defines them is not built.
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use axum::{
+    Form, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+
+use super::{Console, FormError, Layout, PageError, render, when, when_opt};
+use crate::{
+    AppState,
+    error::Error,
+    gateway::{catalogs, downstream, surface},
+    members::Permission,
+    vault::{
+        Owner,
+        slots::{self, Slot},
+    },
+    workspaces::{
+        self,
+        config::{Class, Connector, SlotKind},
+    },
+};
+
+pub struct WorkspaceRow {
+    pub slug: String,
+    pub name: String,
+    pub status: String,
+    pub version: i32,
+    pub updated: String,
+    pub endpoint: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/workspaces.html")]
+struct ListPage {
+    layout: Layout,
+    slug: String,
+    rows: Vec<WorkspaceRow>,
+}
+
+pub struct ToolRow {
+    pub name: String,
+    pub write: bool,
+}
+
+pub struct SlotView {
+    pub kind: String,
+    /// `set`, `missing`, or why it cannot be managed here.
+    pub state: String,
+    pub fields: Vec<(String, Option<String>)>,
+    pub updated: String,
+    /// Field names to fill when setting or replacing it; empty when this person may not.
+    pub needed: Vec<String>,
+    pub manageable: bool,
+}
+
+pub struct ConnectorView {
+    pub id: String,
+    pub kind: String,
+    pub url: String,
+    pub auth: String,
+    pub catalog: String,
+    pub tools: Vec<ToolRow>,
+    pub slot: Option<SlotView>,
+}
+
+#[derive(Template)]
+#[template(path = "console/workspace.html")]
+struct WorkspacePage {
+    layout: Layout,
+    slug: String,
+    workspace: WorkspaceRow,
+    connectors: Vec<ConnectorView>,
+    error: Option<FormError>,
+    notice: Option<String>,
+}
+
+fn endpoint(state: &AppState, tenant: &str, workspace: &str) -> String {
+    format!("{}/t/{tenant}/w/{workspace}/mcp", state.config.public_url.trim_end_matches('/'))
+}
+
+fn row(state: &AppState, tenant: &str, w: &workspaces::Workspace) -> WorkspaceRow {
+    WorkspaceRow {
+        slug: w.slug.clone(),
+        name: w.name.clone(),
+        status: w.status.clone(),
+        version: w.bound_version,
+        updated: when(&w.updated_at),
+        endpoint: endpoint(state, tenant, &w.slug),
+    }
+}
+
+async fn list_workspaces(c: Console, State(state): State<AppState>) -> Result<Response, PageError> {
+    let rows = workspaces::list(&state.db, c.ctx.tenant.id).await?.iter().map(|w| row(&state, c.slug(), w)).collect();
+    render(StatusCode::OK, &ListPage { layout: c.layout("Workspaces", "workspaces"), slug: c.slug().to_owned(), rows })
+}
+
+/// The slot this person would manage for `connector`: the shared one with
+/// `credential_administration`, else their own personal one.
+fn slot_owner(c: &Console, kind: SlotKind) -> Option<Owner> {
+    match kind {
+        SlotKind::Shared => c.ctx.permissions.has(Permission::CredentialAdministration).then_some(Owner::Shared),
+        SlotKind::Personal => c.ctx.permissions.has(Permission::ConnectorAccess).then_some(Owner::Member(c.member.id)),
+    }
+}
+
+async fn connector_view(c: &Console, state: &AppState, bound: &workspaces::Bound, id: &str, connector: &Connector) -> Result<ConnectorView, PageError> {
+    let auth = connector.auth();
+    let auth_text = match (auth.slot(), auth.oauth()) {
+        (Some(kind), _) => format!("credential slot ({})", kind.as_str()),
+        (None, Some(o)) => format!("OAuth ({})", o.grant.as_str()),
+        _ => "none".into(),
+    };
+    let (tools, catalog) = match connector {
+        Connector::HttpApi(api) => (crate::gateway::http_api::catalog(api), "from the configuration".to_owned()),
+        Connector::RemoteMcp { .. } => {
+            let key = downstream::key(c.ctx.tenant.id.0, bound.workspace.id.0, id, connector);
+            let target = catalogs::Target {
+                tenant: c.ctx.tenant.id,
+                workspace: bound.workspace.id.0,
+                connector_id: id,
+                config_key: downstream::config_key(&key),
+            };
+            match catalogs::load(&state.db, target).await? {
+                Some((at, tools)) => (tools, format!("fetched {}", when(&at))),
+                None => (Vec::new(), "not fetched yet (the first call through the gateway fetches it)".to_owned()),
+            }
+        }
+    };
+    let mut tools: Vec<ToolRow> = tools
+        .iter()
+        .map(|t| ToolRow { name: t.name.to_string(), write: surface::classify(&bound.document, id, t) == Class::Write })
+        .collect();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    let slot = match auth.slot() {
+        None => None,
+        Some(kind) => Some(match (slot_owner(c, kind), state.config.vault_keys.is_some()) {
+            (_, false) => SlotView {
+                kind: kind.as_str().into(),
+                state: "the vault is off (GATEHOUSE_VAULT_KEYS is not set)".into(),
+                fields: Vec::new(),
+                updated: String::new(),
+                needed: Vec::new(),
+                manageable: false,
+            },
+            (None, true) => SlotView {
+                kind: kind.as_str().into(),
+                state: "managed by people with credential_administration".into(),
+                fields: Vec::new(),
+                updated: String::new(),
+                needed: Vec::new(),
+                manageable: false,
+            },
+            (Some(owner), true) => {
+                let meta = slots::show(&state.db, Slot { tenant: c.ctx.tenant.id, workspace: bound.workspace.id.0, connector: id, owner }, kind).await?;
+                SlotView {
+                    kind: kind.as_str().into(),
+                    state: meta.state.into(),
+                    fields: meta.fields.into_iter().map(|f| (f.name, f.last4)).collect(),
+                    updated: when_opt(&meta.updated_at),
+                    needed: auth.fields_needed().into_iter().collect(),
+                    manageable: true,
+                }
+            }
+        }),
+    };
+    Ok(ConnectorView {
+        id: id.to_owned(),
+        kind: connector.kind().into(),
+        url: connector.url().to_owned(),
+        auth: auth_text,
+        catalog,
+        tools,
+        slot,
+    })
+}
+
+async fn workspace_page(c: &Console, state: &AppState, ws: &str, status: StatusCode, error: Option<FormError>, notice: Option<String>) -> Result<Response, PageError> {
+    let bound = workspaces::bound(&state.db, c.ctx.tenant.id, ws).await?;
+    let mut connectors = Vec::new();
+    for (id, connector) in &bound.document.connectors {
+        connectors.push(connector_view(c, state, &bound, id, connector).await?);
+    }
+    let page = WorkspacePage {
+        layout: c.layout(&format!("Workspace {}", bound.workspace.name), "workspaces"),
+        slug: c.slug().to_owned(),
+        workspace: row(state, c.slug(), &bound.workspace),
+        connectors,
+        error,
+        notice,
+    };
+    render(status, &page)
+}
+
+async fn show_workspace(c: Console, State(state): State<AppState>, Path((_, ws)): Path<(String, String)>) -> Result<Response, PageError> {
+    workspace_page(&c, &state, &ws, StatusCode::OK, None, None).await
+}
+
+/// The managed slot of a connector for this person, checked like the API does: the kind the
+/// connector takes, who may manage it, the vault on.
+async fn managed_slot(c: &Console, state: &AppState, ws: &str, id: &str) -> Result<(SlotKind, Owner, uuid::Uuid, Connector), Error> {
+    let bound = workspaces::bound(&state.db, c.ctx.tenant.id, ws).await?;
+    let connector = bound.document.connectors.get(id).ok_or(Error::NotFound { what: "connector" })?;
+    let kind = connector.auth().slot().ok_or(Error::NotFound { what: "credential slot" })?;
+    let owner = match kind {
+        SlotKind::Shared => {
+            c.ctx.require_person(Permission::CredentialAdministration)?;
+            Owner::Shared
+        }
+        SlotKind::Personal => Owner::Member(c.ctx.require_person(Permission::ConnectorAccess)?.id),
+    };
+    slots::require(state.config.vault_keys.as_ref())?;
+    let (workspace, connector) = slots::resolve(&state.db, c.ctx.tenant.id, ws, id, kind).await?;
+    Ok((kind, owner, workspace, connector))
+}
+
+/// Sets or replaces the slot from the form's `field.NAME` inputs; the values go straight to
+/// the vault and are never rendered back.
+async fn set_slot(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws, id)): Path<(String, String, String)>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Result<Response, PageError> {
+    let result = async {
+        let (kind, owner, workspace, connector) = managed_slot(&c, &state, &ws, &id).await?;
+        let ring = slots::require(state.config.vault_keys.as_ref())?;
+        let fields: BTreeMap<String, String> =
+            form.into_iter().filter_map(|(k, v)| k.strip_prefix("field.").map(|name| (name.to_owned(), v))).collect();
+        slots::check_fields(&connector, &fields)?;
+        let slot = Slot { tenant: c.ctx.tenant.id, workspace, connector: &id, owner };
+        slots::set(&state.db, ring, &c.ctx.audit, slot, kind, slots::Fields(fields)).await
+    }
+    .await;
+    match result {
+        Ok(_) => workspace_page(&c, &state, &ws, StatusCode::OK, None, Some(format!("The credential of {id} is set."))).await,
+        Err(e @ Error::Forbidden { .. }) => Err(e.into()),
+        Err(e) => workspace_page(&c, &state, &ws, StatusCode::UNPROCESSABLE_ENTITY, Some(FormError::of(e)?), None).await,
+    }
+}
+
+async fn remove_slot(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws, id)): Path<(String, String, String)>,
+) -> Result<Response, PageError> {
+    let (_, owner, workspace, _) = managed_slot(&c, &state, &ws, &id).await?;
+    slots::remove(&state.db, &c.ctx.audit, Slot { tenant: c.ctx.tenant.id, workspace, connector: &id, owner }).await?;
+    Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}", c.slug())).into_response())
+}
+
+pub struct SetupRow {
+    pub slug: String,
+    pub endpoint: String,
+    pub client_json: String,
+    pub curl: String,
+}
+
+#[derive(Template)]
+#[template(path = "console/setup.html")]
+struct SetupPage {
+    layout: Layout,
+    slug: String,
+    rows: Vec<SetupRow>,
+}
+
+/// Ready-to-paste configuration: placeholders where the secrets go, never a secret.
+async fn setup(c: Console, State(state): State<AppState>) -> Result<Response, PageError> {
+    let rows = workspaces::list(&state.db, c.ctx.tenant.id)
+        .await?
+        .iter()
+        .map(|w| {
+            let url = endpoint(&state, c.slug(), &w.slug);
+            let client = serde_json::json!({
+                "mcpServers": {
+                    format!("gatehouse-{}", w.slug): {
+                        "type": "http",
+                        "url": url,
+                        "headers": {
+                            "Gatehouse-Client-Id": "${GATEHOUSE_CLIENT_ID}",
+                            "Gatehouse-Client-Secret": "${GATEHOUSE_CLIENT_SECRET}",
+                            "Authorization": "Bearer ${GATEHOUSE_TOKEN}"
+                        }
+                    }
+                }
+            });
+            let curl = format!(
+                "curl -sS {url} \\\n  -H \"Gatehouse-Client-Id: $GATEHOUSE_CLIENT_ID\" \\\n  -H \"Gatehouse-Client-Secret: $GATEHOUSE_CLIENT_SECRET\" \\\n  -H \"Authorization: Bearer $GATEHOUSE_TOKEN\" \\\n  -H 'Content-Type: application/json' \\\n  -H 'Accept: application/json, text/event-stream' \\\n  -H 'MCP-Protocol-Version: 2025-11-25' \\\n  -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}}'"
+            );
+            SetupRow {
+                slug: w.slug.clone(),
+                endpoint: url,
+                client_json: serde_json::to_string_pretty(&client).unwrap_or_default(),
+                curl,
+            }
+        })
+        .collect();
+    render(StatusCode::OK, &SetupPage { layout: c.layout("Client setup", "setup"), slug: c.slug().to_owned(), rows })
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/console/t/{tenant}/workspaces", get(list_workspaces))
+        .route("/console/t/{tenant}/workspaces/{workspace}", get(show_workspace))
+        .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/credential", post(set_slot))
+        .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/credential/remove", post(remove_slot))
+        .route("/console/t/{tenant}/setup", get(setup))
+}
