@@ -105,7 +105,9 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
     }
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Not `no-referrer`: under it Chromium sends `Origin: null` on the console's own form
+    // posts, which the same-origin check must refuse.
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     if !headers.contains_key(header::CACHE_CONTROL) {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
