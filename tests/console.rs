@@ -7,7 +7,9 @@ mod common;
 
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
-use common::{Everything, Machine, OidcPeer, Served, TestDb, cli, eventually, free_port, gatehouse, http, mcp_post, python_agent};
+use common::{
+    Everything, Machine, OidcPeer, Served, TestDb, cli, eventually, free_port, gatehouse, http, mcp_post, python_agent,
+};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
@@ -39,10 +41,12 @@ impl Chrome {
             .kill_on_drop(true)
             .spawn()
             .expect("start chromedriver");
-        let up = eventually(Duration::from_secs(30), || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-        })
-        .await;
+        let up =
+            eventually(
+                Duration::from_secs(30),
+                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
+            )
+            .await;
         assert!(up, "chromedriver did not start");
         let profile = std::env::temp_dir().join(format!("gatehouse-chromium-{}", uuid::Uuid::new_v4().simple()));
         let mut caps = serde_json::Map::new();
@@ -153,8 +157,24 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
     cli(&t.url, &["workspace", "create", "--tenant", "acme", "main", "--name", "Main"]).await;
     let everything = Everything::start().await;
-    cli(&t.url, &["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "everything", "--kind", "remote_mcp", "--url", &everything.url])
-        .await;
+    cli(
+        &t.url,
+        &[
+            "connector",
+            "add",
+            "--tenant",
+            "acme",
+            "--workspace",
+            "main",
+            "--id",
+            "everything",
+            "--kind",
+            "remote_mcp",
+            "--url",
+            &everything.url,
+        ],
+    )
+    .await;
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let peer = OidcPeer::start(&base).await;
@@ -176,7 +196,8 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     assert!(page.contains(&format!("{base}/t/acme/w/main/mcp")));
 
     // Every console page carries a strict policy: scripts and styles from this origin only.
-    let r = http().get(format!("{base}/console/t/acme/tokens")).header("cookie", chrome.session_cookie().await).send().await.unwrap();
+    let r =
+        http().get(format!("{base}/console/t/acme/tokens")).header("cookie", chrome.session_cookie().await).send().await.unwrap();
     let csp = r.headers()["content-security-policy"].to_str().unwrap().to_owned();
     assert!(csp.contains("script-src 'self'") && csp.contains("default-src 'none'") && !csp.contains("unsafe-inline"), "{csp}");
 
@@ -304,7 +325,15 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     // With the right token but from another origin: refused as well.
     let cookie = chrome.session_cookie().await;
     let csrf = {
-        let page = http().get(format!("{base}/console/t/acme/tokens")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+        let page = http()
+            .get(format!("{base}/console/t/acme/tokens"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         let at = page.find("name=\"csrf_token\" value=\"").unwrap() + 26;
         page[at..at + page[at..].find('"').unwrap()].to_owned()
     };
@@ -341,11 +370,8 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     // Narrow screens: the same page at phone width.
     chrome.client.set_window_size(390, 844).await.unwrap();
     chrome.goto(&format!("{base}/console/t/acme/members"), "member-members-narrow").await;
-    let overflow: Value = chrome
-        .client
-        .execute("return document.documentElement.scrollWidth <= window.innerWidth + 1", vec![])
-        .await
-        .unwrap();
+    let overflow: Value =
+        chrome.client.execute("return document.documentElement.scrollWidth <= window.innerWidth + 1", vec![]).await.unwrap();
     assert_eq!(overflow, Value::Bool(true), "no horizontal scrolling of the page at 390px");
 
     chrome.client.clone().close().await.ok();

@@ -152,7 +152,10 @@ fn pretty(v: &Option<Value>) -> String {
 async fn admin_log(c: Console, State(state): State<AppState>, Query(q): Query<LogQuery>) -> Result<Response, PageError> {
     c.require_admin()?;
     let before = match q.before.as_deref().filter(|b| !b.is_empty()) {
-        Some(b) => Some(b.parse::<uuid::Uuid>().map_err(|_| Error::invalid("invalid_cursor", Some("before"), "not a cursor this page made"))?),
+        Some(b) => Some(
+            b.parse::<uuid::Uuid>()
+                .map_err(|_| Error::invalid("invalid_cursor", Some("before"), "not a cursor this page made"))?,
+        ),
         None => None,
     };
     let tenant = c.ctx.tenant.id;
@@ -175,7 +178,10 @@ async fn admin_log(c: Console, State(state): State<AppState>, Query(q): Query<Lo
             after: pretty(&r.after),
         })
         .collect();
-    super::render(StatusCode::OK, &AdminLogPage { layout: c.layout("Admin log", "admin-log"), slug: c.slug().to_owned(), rows, next })
+    super::render(
+        StatusCode::OK,
+        &AdminLogPage { layout: c.layout("Admin log", "admin-log"), slug: c.slug().to_owned(), rows, next },
+    )
 }
 
 pub fn router() -> Router<AppState> {

@@ -95,14 +95,20 @@ async fn create_credential(c: Console, State(state): State<AppState>, Form(form)
     }
 }
 
-async fn confirm_revoke(c: Console, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Response, PageError> {
+async fn confirm_revoke(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
     c.require_admin()?;
     let id = parse_id(&id, "service credential")?.to_string();
     let row = rows(&c, &state).await?.into_iter().find(|r| r.id == id).ok_or(Error::NotFound { what: "service credential" })?;
     let page = ConfirmPage {
         layout: c.layout("Revoke service credential", "credentials"),
         question: format!("Revoke the service credential “{}” ({})?", row.name, row.client_id),
-        consequence: "Every machine presenting it is refused from its next request, whatever token it carries. This cannot be undone.".into(),
+        consequence:
+            "Every machine presenting it is refused from its next request, whatever token it carries. This cannot be undone."
+                .into(),
         action: format!("/console/t/{}/service-credentials/{}/revoke", c.slug(), row.id),
         button: "Revoke service credential".into(),
         cancel: format!("/console/t/{}/service-credentials", c.slug()),
@@ -110,7 +116,11 @@ async fn confirm_revoke(c: Console, State(state): State<AppState>, Path((_, id))
     render(StatusCode::OK, &page)
 }
 
-async fn revoke_credential(c: Console, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Response, PageError> {
+async fn revoke_credential(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
     c.require_admin()?;
     service_credentials::revoke(&state.db, c.ctx.tenant.id, &c.ctx.audit, parse_id(&id, "service credential")?).await?;
     Ok(Redirect::to(&format!("/console/t/{}/service-credentials", c.slug())).into_response())

@@ -61,7 +61,7 @@ async fn page(
 ) -> Result<Response, PageError> {
     let admin = is_admin(c.member.role);
     let mut list = members::list(&state.db, c.ctx.tenant.id).await?;
-    list.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+    list.sort_by_key(|m| m.created_at);
     let rows = list
         .into_iter()
         .map(|m| MemberRow {
@@ -139,7 +139,8 @@ async fn invite(c: Console, State(state): State<AppState>, Form(form): Form<Invi
     .await;
     match result {
         Ok(i) => {
-            let notice = format!("Invited {} as {}. They join when they next sign in with that verified email.", i.email, i.role.as_str());
+            let notice =
+                format!("Invited {} as {}. They join when they next sign in with that verified email.", i.email, i.role.as_str());
             page(&c, &state, StatusCode::CREATED, None, String::new(), Some(notice)).await
         }
         // The owner-only rule is a refusal of this form's input, shown in place.
@@ -151,7 +152,11 @@ async fn invite(c: Console, State(state): State<AppState>, Form(form): Form<Invi
     }
 }
 
-async fn revoke_invitation(c: Console, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Response, PageError> {
+async fn revoke_invitation(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
     c.require_admin()?;
     match members::revoke_invitation(&state.db, c.ctx.tenant.id, &c.ctx.audit, parse_id(&id, "invitation")?).await {
         Ok(()) => Ok(Redirect::to(&format!("/console/t/{}/members", c.slug())).into_response()),
@@ -159,13 +164,25 @@ async fn revoke_invitation(c: Console, State(state): State<AppState>, Path((_, i
     }
 }
 
-async fn confirm_remove(c: Console, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Response, PageError> {
+async fn confirm_remove(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
     c.require_admin()?;
     let id = parse_id(&id, "member")?;
-    let m = members::list(&state.db, c.ctx.tenant.id).await?.into_iter().find(|m| m.id == id).ok_or(Error::NotFound { what: "member" })?;
+    let m = members::list(&state.db, c.ctx.tenant.id)
+        .await?
+        .into_iter()
+        .find(|m| m.id == id)
+        .ok_or(Error::NotFound { what: "member" })?;
     let page = ConfirmPage {
         layout: c.layout("Remove member", "members"),
-        question: format!("Remove {} ({}) from this tenant?", who(m.email.as_deref(), m.display_name.as_deref(), &m.subject), m.role.as_str()),
+        question: format!(
+            "Remove {} ({}) from this tenant?",
+            who(m.email.as_deref(), m.display_name.as_deref(), &m.subject),
+            m.role.as_str()
+        ),
         consequence: "Their sessions end and the tokens they created stop working at once.".into(),
         action: format!("/console/t/{}/members/{}/remove", c.slug(), m.id),
         button: "Remove member".into(),

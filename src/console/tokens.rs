@@ -115,10 +115,20 @@ async fn one(c: &Console, state: &AppState, id: &str) -> Result<Row, PageError> 
     Ok(rows(c, state).await?.into_iter().find(|r| r.id == id).ok_or(Error::NotFound { what: "token" })?)
 }
 
-async fn show_token(c: Console, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Response, PageError> {
+async fn show_token(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
     c.require(Permission::AccessTokenManagement)?;
     let row = one(&c, &state, &id).await?;
-    let page = TokenPage { layout: c.layout(&format!("Token {}", row.name), "tokens"), slug: c.slug().to_owned(), name: row.name.clone(), row, error: None };
+    let page = TokenPage {
+        layout: c.layout(&format!("Token {}", row.name), "tokens"),
+        slug: c.slug().to_owned(),
+        name: row.name.clone(),
+        row,
+        error: None,
+    };
     render(StatusCode::OK, &page)
 }
 
@@ -135,13 +145,23 @@ async fn rename_token(
         Err(e) => {
             let error = Some(FormError::of(e)?);
             let row = one(&c, &state, &id).await?;
-            let page = TokenPage { layout: c.layout(&format!("Token {}", row.name), "tokens"), slug: c.slug().to_owned(), row, error, name: form.name };
+            let page = TokenPage {
+                layout: c.layout(&format!("Token {}", row.name), "tokens"),
+                slug: c.slug().to_owned(),
+                row,
+                error,
+                name: form.name,
+            };
             render(StatusCode::UNPROCESSABLE_ENTITY, &page)
         }
     }
 }
 
-async fn confirm_revoke(c: Console, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Response, PageError> {
+async fn confirm_revoke(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
     c.require(Permission::AccessTokenManagement)?;
     let row = one(&c, &state, &id).await?;
     let page = ConfirmPage {
@@ -155,7 +175,11 @@ async fn confirm_revoke(c: Console, State(state): State<AppState>, Path((_, id))
     render(StatusCode::OK, &page)
 }
 
-async fn revoke_token(c: Console, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Response, PageError> {
+async fn revoke_token(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
     c.require(Permission::AccessTokenManagement)?;
     tokens::revoke(&state.db, c.ctx.tenant.id, &c.ctx.audit, parse_id(&id, "token")?).await?;
     Ok(Redirect::to(&format!("/console/t/{}/tokens", c.slug())).into_response())

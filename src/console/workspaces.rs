@@ -114,7 +114,13 @@ fn slot_owner(c: &Console, kind: SlotKind) -> Option<Owner> {
     }
 }
 
-async fn connector_view(c: &Console, state: &AppState, bound: &workspaces::Bound, id: &str, connector: &Connector) -> Result<ConnectorView, PageError> {
+async fn connector_view(
+    c: &Console,
+    state: &AppState,
+    bound: &workspaces::Bound,
+    id: &str,
+    connector: &Connector,
+) -> Result<ConnectorView, PageError> {
     let auth = connector.auth();
     let auth_text = match (auth.slot(), auth.oauth()) {
         (Some(kind), _) => format!("credential slot ({})", kind.as_str()),
@@ -162,7 +168,12 @@ async fn connector_view(c: &Console, state: &AppState, bound: &workspaces::Bound
                 manageable: false,
             },
             (Some(owner), true) => {
-                let meta = slots::show(&state.db, Slot { tenant: c.ctx.tenant.id, workspace: bound.workspace.id.0, connector: id, owner }, kind).await?;
+                let meta = slots::show(
+                    &state.db,
+                    Slot { tenant: c.ctx.tenant.id, workspace: bound.workspace.id.0, connector: id, owner },
+                    kind,
+                )
+                .await?;
                 SlotView {
                     kind: kind.as_str().into(),
                     state: meta.state.into(),
@@ -185,7 +196,14 @@ async fn connector_view(c: &Console, state: &AppState, bound: &workspaces::Bound
     })
 }
 
-async fn workspace_page(c: &Console, state: &AppState, ws: &str, status: StatusCode, error: Option<FormError>, notice: Option<String>) -> Result<Response, PageError> {
+async fn workspace_page(
+    c: &Console,
+    state: &AppState,
+    ws: &str,
+    status: StatusCode,
+    error: Option<FormError>,
+    notice: Option<String>,
+) -> Result<Response, PageError> {
     let bound = workspaces::bound(&state.db, c.ctx.tenant.id, ws).await?;
     let mut connectors = Vec::new();
     for (id, connector) in &bound.document.connectors {
@@ -202,13 +220,22 @@ async fn workspace_page(c: &Console, state: &AppState, ws: &str, status: StatusC
     render(status, &page)
 }
 
-async fn show_workspace(c: Console, State(state): State<AppState>, Path((_, ws)): Path<(String, String)>) -> Result<Response, PageError> {
+async fn show_workspace(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws)): Path<(String, String)>,
+) -> Result<Response, PageError> {
     workspace_page(&c, &state, &ws, StatusCode::OK, None, None).await
 }
 
 /// The managed slot of a connector for this person, checked like the API does: the kind the
 /// connector takes, who may manage it, the vault on.
-async fn managed_slot(c: &Console, state: &AppState, ws: &str, id: &str) -> Result<(SlotKind, Owner, uuid::Uuid, Connector), Error> {
+async fn managed_slot(
+    c: &Console,
+    state: &AppState,
+    ws: &str,
+    id: &str,
+) -> Result<(SlotKind, Owner, uuid::Uuid, Connector), Error> {
     let bound = workspaces::bound(&state.db, c.ctx.tenant.id, ws).await?;
     let connector = bound.document.connectors.get(id).ok_or(Error::NotFound { what: "connector" })?;
     let kind = connector.auth().slot().ok_or(Error::NotFound { what: "credential slot" })?;
