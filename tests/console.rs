@@ -24,11 +24,13 @@ struct Chrome {
     _profile: PathBuf,
     client: Client,
     shots: PathBuf,
+    prefix: &'static str,
     count: std::cell::Cell<u32>,
 }
 
 impl Chrome {
-    async fn start() -> Chrome {
+    /// `prefix` names this test's screenshots (tests run at once, each with its own browser).
+    async fn start(prefix: &'static str) -> Chrome {
         assert!(
             std::path::Path::new(CHROMIUM).exists() && std::path::Path::new(CHROMEDRIVER).exists(),
             "Chromium is not installed: apt-get install chromium chromium-driver (.ci/run does)"
@@ -70,7 +72,7 @@ impl Chrome {
             .expect("a WebDriver session in headless Chromium");
         let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
         std::fs::create_dir_all(&shots).unwrap();
-        Chrome { _driver: driver, _profile: profile, client, shots, count: std::cell::Cell::new(0) }
+        Chrome { _driver: driver, _profile: profile, client, shots, prefix, count: std::cell::Cell::new(0) }
     }
 
     /// Saves a screenshot of the current page as `NN-name.png`.
@@ -78,7 +80,7 @@ impl Chrome {
         let n = self.count.get() + 1;
         self.count.set(n);
         let png = self.client.screenshot().await.expect("screenshot");
-        std::fs::write(self.shots.join(format!("{n:02}-{name}.png")), png).unwrap();
+        std::fs::write(self.shots.join(format!("{}-{n:02}-{name}.png", self.prefix)), png).unwrap();
     }
 
     async fn goto(&self, url: &str, name: &str) -> String {
@@ -114,6 +116,17 @@ impl Chrome {
             if url.starts_with(&format!("{base}/console")) {
                 assert!(seen_login, "the provider's login page was never shown");
                 return;
+            }
+            // The built-in development provider's page (on Gatehouse itself).
+            if url.starts_with(&format!("{base}/dev-idp"))
+                && let Ok(field) = self.client.find(Locator::Css("input[name=email]")).await
+            {
+                self.shot("dev-provider").await;
+                field.clear().await.unwrap();
+                field.send_keys(&format!("{login}@example.test")).await.unwrap();
+                self.click("button[type=submit]").await;
+                seen_login = true;
+                continue;
             }
             if !url.starts_with(base) {
                 if let Ok(field) = self.client.find(Locator::Css("input[name=login]")).await {
@@ -184,7 +197,7 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
         .env("GATEHOUSE_OIDC_CLIENT_SECRET", common::PEER_CLIENT_SECRET)
         .env("GATEHOUSE_PUBLIC_URL", &base);
     let served = Served::start_on(cmd, port).await;
-    let chrome = Chrome::start().await;
+    let chrome = Chrome::start("oidc").await;
 
     // Not signed in: the console sends the person to sign in, through the real provider.
     chrome.sign_in(&base, "alice").await;
@@ -374,6 +387,21 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
         chrome.client.execute("return document.documentElement.scrollWidth <= window.innerWidth + 1", vec![]).await.unwrap();
     assert_eq!(overflow, Value::Bool(true), "no horizontal scrolling of the page at 390px");
 
+    // Signing out ends the session and hands over to the provider (the page's policy lets
+    // the form go there).
+    chrome.click("#sign-out").await;
+    let issuer = peer.issuer.clone();
+    let left = eventually(Duration::from_secs(10), || {
+        let (client, issuer) = (chrome.client.clone(), issuer.clone());
+        async move { client.current_url().await.unwrap().as_str().starts_with(&issuer) }
+    })
+    .await;
+    assert!(left, "sign-out reaches the provider's end-session page");
+    chrome.shot("signed-out-at-provider").await;
+    let r = http().get(format!("{base}/console/t/acme/members")).header("cookie", &bob).send().await.unwrap();
+    assert_eq!(r.status(), 303, "the session is over: back to sign-in");
+    assert!(r.headers()["location"].to_str().unwrap().starts_with("/login?next="));
+
     chrome.client.clone().close().await.ok();
     drop(peer);
     assert_eq!(served.terminate().await, 0);
@@ -390,4 +418,87 @@ impl Chrome {
         self.client.execute("document.getElementById('token-name').removeAttribute('maxlength')", vec![]).await.unwrap();
         self.fill("#token-name", &"x".repeat(81)).await;
     }
+}
+
+/// The development provider (banner on every page) and a shared credential slot set, replaced
+/// and removed in the browser: the value never comes back, only its last four characters.
+#[tokio::test]
+async fn development_sign_in_banner_and_credential_slot_in_chromium() {
+    gatehouse::install_crypto();
+    let t = TestDb::new().await;
+    let keys = common::vault_key("k1");
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "carol@example.test"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    let everything = Everything::start().await;
+    let config = common::json_path(&json!({ "base_url": everything.url, "timeout_ms": 5000,
+        "auth": { "type": "slot", "slot": "shared", "headers": { "Authorization": "Bearer {token}" } },
+        "tools": [{ "name": "get_item", "description": "One item", "method": "GET", "path": "/items/{id}", "read_only": true,
+            "input_schema": { "type": "object", "additionalProperties": false, "required": ["id"], "properties": { "id": { "type": "string" } } } },
+            { "name": "delete_item", "description": "Delete one", "method": "DELETE", "path": "/items/{id}",
+            "input_schema": { "type": "object", "additionalProperties": false, "required": ["id"], "properties": { "id": { "type": "string" } } } }] }));
+    let mut add = gatehouse(Some(&t.url));
+    add.env("GATEHOUSE_VAULT_KEYS", &keys);
+    common::run_ok(
+        add,
+        &[
+            "connector",
+            "add",
+            "--tenant",
+            "acme",
+            "--workspace",
+            "main",
+            "--id",
+            "inventory",
+            "--kind",
+            "http_api",
+            "--config",
+            &config,
+        ],
+    )
+    .await;
+    let mut cmd = gatehouse(Some(&t.url));
+    cmd.env("GATEHOUSE_VAULT_KEYS", &keys);
+    let served = Served::start(cmd).await;
+    let base = served.base.clone();
+    let chrome = Chrome::start("dev").await;
+
+    chrome.sign_in(&base, "carol").await;
+    chrome.shot("dev-workspaces").await;
+    let banner = chrome.text(".banner").await;
+    assert!(banner.contains("Development sign-in is active"), "{banner}");
+
+    chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "dev-workspace-slot-missing").await;
+    let page = chrome.client.source().await.unwrap();
+    assert!(page.contains("get_item") && page.contains("delete_item"));
+    assert!(page.contains("Credential (shared slot): missing"), "{page}");
+
+    let first = "first-secret-value-WXYZ";
+    chrome.fill("#field-inventory-token", first).await;
+    chrome.click("#set-inventory").await;
+    chrome.shot("dev-workspace-slot-set").await;
+    let page = chrome.client.source().await.unwrap();
+    assert!(page.contains("Credential (shared slot): set") && page.contains("WXYZ"), "{page}");
+    assert!(!page.contains(first), "the value is never shown");
+
+    let second = "second-secret-value-QRST";
+    chrome.fill("#field-inventory-token", second).await;
+    chrome.click("#set-inventory").await;
+    chrome.shot("dev-workspace-slot-replaced").await;
+    let page = chrome.client.source().await.unwrap();
+    assert!(page.contains("QRST") && !page.contains("WXYZ") && !page.contains(second));
+    let mut show = gatehouse(Some(&t.url));
+    show.env("GATEHOUSE_VAULT_KEYS", &keys);
+    let shown =
+        common::run_ok(show, &["credential", "show", "--tenant", "acme", "--workspace", "main", "--connector", "inventory"])
+            .await;
+    assert!(shown.join("\n").contains("QRST"), "{shown:?}");
+
+    chrome.click("#remove-inventory").await;
+    chrome.shot("dev-workspace-slot-removed").await;
+    assert!(chrome.client.source().await.unwrap().contains("Credential (shared slot): missing"));
+    let recorded = common::admin_log_text(&t).await;
+    assert!(!recorded.contains(first) && !recorded.contains(second), "no value in the admin log");
+
+    chrome.client.clone().close().await.ok();
+    assert_eq!(served.terminate().await, 0);
 }
