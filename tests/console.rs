@@ -478,6 +478,8 @@ async fn development_sign_in_banner_and_credential_slot_in_chromium() {
     chrome.shot("dev-workspace-slot-set").await;
     let page = chrome.client.source().await.unwrap();
     assert!(page.contains("Credential (shared slot): set") && page.contains("WXYZ"), "{page}");
+    assert!(page.contains("The credential of inventory is set."));
+    assert!(chrome.url().await.ends_with("/workspaces/main?saved=inventory"), "post/redirect/get");
     assert!(!page.contains(first), "the value is never shown");
 
     let second = "second-secret-value-QRST";

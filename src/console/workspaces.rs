@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use askama::Template;
 use axum::{
     Form, Router,
-    extract::{Path, State},
+    extract::{Path, Query, State},
     http::StatusCode,
     response::{IntoResponse, Redirect, Response},
     routing::{get, post},
@@ -220,12 +220,21 @@ async fn workspace_page(
     render(status, &page)
 }
 
+#[derive(serde::Deserialize)]
+struct Shown {
+    /// The connector whose credential was just set (after the redirect that follows the form).
+    saved: Option<String>,
+}
+
 async fn show_workspace(
     c: Console,
     State(state): State<AppState>,
     Path((_, ws)): Path<(String, String)>,
+    Query(q): Query<Shown>,
 ) -> Result<Response, PageError> {
-    workspace_page(&c, &state, &ws, StatusCode::OK, None, None).await
+    let notice =
+        q.saved.filter(|id| workspaces::config::valid_connector_id(id)).map(|id| format!("The credential of {id} is set."));
+    workspace_page(&c, &state, &ws, StatusCode::OK, None, notice).await
 }
 
 /// The managed slot of a connector for this person, checked like the API does: the kind the
@@ -270,7 +279,8 @@ async fn set_slot(
     }
     .await;
     match result {
-        Ok(_) => workspace_page(&c, &state, &ws, StatusCode::OK, None, Some(format!("The credential of {id} is set."))).await,
+        // Post/redirect/get: a reload must not send the values again.
+        Ok(_) => Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}?saved={id}", c.slug())).into_response()),
         Err(e @ Error::Forbidden { .. }) => Err(e.into()),
         Err(e) => workspace_page(&c, &state, &ws, StatusCode::UNPROCESSABLE_ENTITY, Some(FormError::of(e)?), None).await,
     }
