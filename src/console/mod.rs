@@ -360,3 +360,39 @@ pub struct ConfirmPage {
     pub button: String,
     pub cancel: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unauthenticated_page_request_goes_to_sign_in_and_back() {
+        let r = PageError::with_next(Error::Unauthorized, "/console/t/acme/tokens?x=1").into_response();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        assert_eq!(r.headers()[header::LOCATION], "/login?next=%2Fconsole%2Ft%2Facme%2Ftokens%3Fx%3D1");
+    }
+
+    async fn body(r: Response) -> String {
+        String::from_utf8(axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap().to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn errors_are_pages_with_status_and_code_and_internal_ones_leak_nothing() {
+        let r = PageError::from(Error::Forbidden { code: "csrf_failed", message: "missing or wrong CSRF token".into() })
+            .into_response();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert!(r.headers()[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/html"));
+        assert!(body(r).await.contains("<code id=\"error-code\">csrf_failed</code>"));
+        let r = PageError::from(Error::Internal(anyhow::anyhow!("db password is hunter2"))).into_response();
+        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let page = body(r).await;
+        assert!(!page.contains("hunter2") && page.contains("internal error"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn messages_are_escaped() {
+        let r = PageError::from(Error::invalid("invalid_name", Some("name"), "<script>alert(1)</script>")).into_response();
+        let page = body(r).await;
+        assert!(!page.contains("<script>alert"), "{page}");
+    }
+}

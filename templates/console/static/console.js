@@ -24,9 +24,6 @@ document.addEventListener("DOMContentLoaded", function () {
       }
     });
   });
-  // The tenant switcher changes tenant as soon as a tenant is chosen.
-  var select = document.getElementById("tenant-switch");
-  if (select && select.form) {
-    select.addEventListener("change", function () { select.form.submit(); });
-  }
+  // The tenant switcher deliberately does not submit on change: keyboard users move through
+  // the options with the arrow keys, and each move would navigate away (WCAG 3.2.2).
 });
