@@ -190,9 +190,26 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     .await;
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let peer = OidcPeer::start(&base).await;
+    // The same provider signs people in and, as a downstream's authorization server, grants
+    // the `crm` connector its OAuth tokens.
+    let peer = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", "crm-client"), ("OIDC_REVOCATION", "1")]).await;
+    let keys = common::vault_key("k1");
+    let crm = common::json_path(&json!({ "base_url": everything.url, "timeout_ms": 5000,
+        "auth": { "type": "oauth", "grant": "shared", "client_id": "crm-client", "scopes": ["openid", "email"],
+                  "authorization_endpoint": format!("{}/auth", peer.issuer), "token_endpoint": format!("{}/token", peer.issuer),
+                  "revocation_endpoint": format!("{}/token/revocation", peer.issuer) },
+        "tools": [{ "name": "me", "description": "Who am I", "method": "GET", "path": "/me", "read_only": true,
+            "input_schema": { "type": "object", "additionalProperties": false, "properties": {} } }] }));
+    let mut add = gatehouse(Some(&t.url));
+    add.env("GATEHOUSE_VAULT_KEYS", &keys);
+    common::run_ok(
+        add,
+        &["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "crm", "--kind", "http_api", "--config", &crm],
+    )
+    .await;
     let mut cmd = gatehouse(Some(&t.url));
-    cmd.env("GATEHOUSE_OIDC_ISSUER", &peer.issuer)
+    cmd.env("GATEHOUSE_VAULT_KEYS", &keys)
+        .env("GATEHOUSE_OIDC_ISSUER", &peer.issuer)
         .env("GATEHOUSE_OIDC_CLIENT_ID", common::PEER_CLIENT_ID)
         .env("GATEHOUSE_OIDC_CLIENT_SECRET", common::PEER_CLIENT_SECRET)
         .env("GATEHOUSE_PUBLIC_URL", &base);
@@ -272,6 +289,38 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     // The connector's tools with read/write labels, now that the gateway fetched its catalog.
     let page = chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "workspace").await;
     assert!(page.contains("echo") && page.contains("tag read") && page.contains("tag write"), "{page}");
+    // The OAuth connector: connect through the authorization server, see the grant, disconnect.
+    assert_eq!(chrome.text("#grant-crm").await, "OAuth (shared grant): missing");
+    chrome.click("#connect-crm").await;
+    let mut authorized = false;
+    for _ in 0..40 {
+        let url = chrome.url().await;
+        if url.starts_with(&format!("{base}/oauth/callback")) {
+            authorized = chrome.client.source().await.unwrap().contains("is authorized");
+            break;
+        }
+        if url.starts_with(&peer.issuer) {
+            if let Ok(field) = chrome.client.find(Locator::Css("input[name=login]")).await {
+                field.send_keys("alice").await.unwrap();
+                chrome.fill("input[name=password]", "any").await;
+            }
+            if let Ok(button) = chrome.client.find(Locator::Css("button[type=submit]")).await {
+                chrome.shot("oauth-provider").await;
+                button.click().await.unwrap();
+                continue;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    chrome.shot("oauth-connected").await;
+    assert!(authorized, "the connector was authorized: {}", chrome.client.source().await.unwrap());
+    chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "workspace-oauth-connected").await;
+    let grant = chrome.text("#grant-crm").await;
+    assert!(grant.starts_with("OAuth (shared grant): ") && !grant.ends_with("missing"), "{grant}");
+    chrome.click("#disconnect-crm").await;
+    chrome.shot("workspace-oauth-disconnected").await;
+    assert_eq!(chrome.text("#grant-crm").await, "OAuth (shared grant): missing");
+
     chrome.goto(&format!("{base}/console/t/acme/setup"), "client-setup").await;
     let setup = chrome.text("#config-main").await;
     let config: Value = serde_json::from_str(&setup).unwrap();

@@ -2,6 +2,9 @@
 //! read/write labels from the shared catalog, credential slots set/replace/remove — values
 //! never shown), and client setup (configuration to paste, without any secret).
 //!
+//! OAuth connectors: the grant's state, connect (through the signed connect URL) and
+//! disconnect.
+//!
 //! Lifecycle actions are not here: the control-plane issue that defines them is not built.
 
 use std::collections::BTreeMap;
@@ -64,6 +67,16 @@ pub struct SlotView {
     pub manageable: bool,
 }
 
+/// An OAuth grant as the connector view shows it (never a token).
+pub struct GrantView {
+    pub kind: String,
+    pub status: String,
+    pub account: String,
+    pub connected: String,
+    /// Whether this person manages it (connect and disconnect).
+    pub manageable: bool,
+}
+
 pub struct ConnectorView {
     pub id: String,
     pub kind: String,
@@ -72,6 +85,7 @@ pub struct ConnectorView {
     pub catalog: String,
     pub tools: Vec<ToolRow>,
     pub slot: Option<SlotView>,
+    pub grant: Option<GrantView>,
 }
 
 #[derive(Template)]
@@ -185,7 +199,37 @@ async fn connector_view(
             }
         }),
     };
+    let grant = match auth.oauth() {
+        None => None,
+        Some(o) => Some(match (slot_owner(c, o.grant), state.config.vault_keys.is_some()) {
+            (Some(owner), true) => {
+                let info = crate::oauth::show(state, c.ctx.tenant.id, bound.workspace.id.0, id, o.grant, owner).await?;
+                GrantView {
+                    kind: o.grant.as_str().into(),
+                    status: info.status,
+                    account: info.account_label.unwrap_or_default(),
+                    connected: when_opt(&info.connected_at),
+                    manageable: true,
+                }
+            }
+            (None, true) => GrantView {
+                kind: o.grant.as_str().into(),
+                status: "managed by people with credential_administration".into(),
+                account: String::new(),
+                connected: String::new(),
+                manageable: false,
+            },
+            (_, false) => GrantView {
+                kind: o.grant.as_str().into(),
+                status: "the vault is off (GATEHOUSE_VAULT_KEYS is not set)".into(),
+                account: String::new(),
+                connected: String::new(),
+                manageable: false,
+            },
+        }),
+    };
     Ok(ConnectorView {
+        grant,
         id: id.to_owned(),
         kind: connector.kind().into(),
         url: connector.url().to_owned(),
@@ -296,6 +340,49 @@ async fn remove_slot(
     Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}", c.slug())).into_response())
 }
 
+/// The grant of an OAuth connector this person manages: the shared one needs
+/// `credential_administration`, a personal one is their own.
+async fn managed_grant(
+    c: &Console,
+    state: &AppState,
+    ws: &str,
+    id: &str,
+) -> Result<(uuid::Uuid, Connector, crate::workspaces::config::OauthAuth, Owner), Error> {
+    let bound = workspaces::bound(&state.db, c.ctx.tenant.id, ws).await?;
+    let connector = bound.document.connectors.get(id).ok_or(Error::NotFound { what: "connector" })?.clone();
+    let o = connector.auth().oauth().cloned().ok_or(Error::NotFound { what: "grant" })?;
+    let owner = match o.grant {
+        SlotKind::Shared => {
+            c.ctx.require_person(Permission::CredentialAdministration)?;
+            Owner::Shared
+        }
+        SlotKind::Personal => Owner::Member(c.ctx.require_person(Permission::ConnectorAccess)?.id),
+    };
+    Ok((bound.workspace.id.0, connector, o, owner))
+}
+
+/// A link, not a form: minting the signed connect URL writes nothing, and a form's
+/// `form-action` policy would stop the redirect on to the authorization server.
+async fn oauth_connect(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws, id)): Path<(String, String, String)>,
+) -> Result<Response, PageError> {
+    managed_grant(&c, &state, &ws, &id).await?;
+    let url = crate::oauth::connect_url(&state, c.slug(), &ws, &id, c.member.id).await?;
+    Ok(Redirect::to(&url).into_response())
+}
+
+async fn oauth_disconnect(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws, id)): Path<(String, String, String)>,
+) -> Result<Response, PageError> {
+    let (workspace, connector, o, owner) = managed_grant(&c, &state, &ws, &id).await?;
+    crate::oauth::disconnect(&state, &c.ctx.audit, c.ctx.tenant.id, workspace, &id, &connector, &o, owner).await?;
+    Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}", c.slug())).into_response())
+}
+
 pub struct SetupRow {
     pub slug: String,
     pub endpoint: String,
@@ -351,5 +438,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/t/{tenant}/workspaces/{workspace}", get(show_workspace))
         .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/credential", post(set_slot))
         .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/credential/remove", post(remove_slot))
+        .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/connect", get(oauth_connect))
+        .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/disconnect", post(oauth_disconnect))
         .route("/console/t/{tenant}/setup", get(setup))
 }
