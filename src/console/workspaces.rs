@@ -362,12 +362,21 @@ async fn managed_grant(
 }
 
 /// A link, not a form: minting the signed connect URL writes nothing, and a form's
-/// `form-action` policy would stop the redirect on to the authorization server.
+/// `form-action` policy would stop the redirect on to the authorization server. Another
+/// site may not start the flow for a signed-in person: a browser that says where the
+/// navigation came from (`Sec-Fetch-Site`) must say this origin, or a typed URL.
 async fn oauth_connect(
     c: Console,
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     Path((_, ws, id)): Path<(String, String, String)>,
 ) -> Result<Response, PageError> {
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if site.is_some_and(|s| s != "same-origin" && s != "none") {
+        return Err(
+            Error::Forbidden { code: "cross_site_request", message: "start connecting from the console itself".into() }.into()
+        );
+    }
     managed_grant(&c, &state, &ws, &id).await?;
     let url = crate::oauth::connect_url(&state, c.slug(), &ws, &id, c.member.id).await?;
     Ok(Redirect::to(&url).into_response())

@@ -152,6 +152,15 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     assert!(page.contains("echo") && page.contains("tag read") && page.contains("tag write"), "{page}");
     // The OAuth connector: connect through the authorization server, see the grant, disconnect.
     assert_eq!(chrome.text("#grant-crm").await, "OAuth (shared grant): missing");
+    let connect = format!("{base}/console/t/acme/workspaces/main/connectors/crm/oauth/connect");
+    let r = http()
+        .get(&connect)
+        .header("cookie", chrome.session_cookie().await)
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "another site cannot start the flow for a signed-in person");
     chrome.click("#connect-crm").await;
     let mut authorized = false;
     for _ in 0..40 {
