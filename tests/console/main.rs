@@ -286,11 +286,16 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     chrome.sign_in(&base, "bob").await;
     chrome.shot("member-workspaces").await;
     let nav = chrome.text("nav").await;
-    assert!(nav.contains("Workspaces") && !nav.contains("Access tokens") && !nav.contains("Service credentials"), "{nav}");
+    assert!(nav.contains("Workspaces") && nav.contains("Members") && nav.contains("Client setup"), "{nav}");
+    for hidden in ["Access tokens", "Service credentials", "Activity", "Admin log"] {
+        assert!(!nav.contains(hidden), "a member's navigation has no {hidden}: {nav}");
+    }
     chrome.goto(&format!("{base}/console/t/acme/tokens"), "member-tokens-refused").await;
     assert_eq!(chrome.text("#error-code").await, "permission_denied");
     let bob = chrome.session_cookie().await;
-    for path in ["/console/t/acme/tokens", "/console/t/acme/service-credentials", "/console/t/acme/admin-log"] {
+    for path in
+        ["/console/t/acme/tokens", "/console/t/acme/service-credentials", "/console/t/acme/admin-log", "/console/t/acme/activity"]
+    {
         let r = http().get(format!("{base}{path}")).header("cookie", &bob).send().await.unwrap();
         assert_eq!(r.status(), 403, "{path}");
     }
