@@ -50,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::oauth::http::router())
         .merge(crate::mcp_auth::http::router())
         .merge(crate::gateway::activity::http::router())
+        .merge(crate::console::router(&state))
         .merge(gateway);
     if dev_idp {
         app = app.merge(crate::dev_idp::http::router());

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod code;
 pub mod config;
 pub mod connect_links;
+pub mod console;
 pub mod db;
 pub mod dev_idp;
 pub mod doctor;

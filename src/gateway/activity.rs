@@ -253,17 +253,18 @@ pub mod http {
         members::Permission,
     };
 
-    #[derive(Deserialize)]
+    /// The filters of one page (the API's query string; the console's too).
+    #[derive(Deserialize, Default)]
     #[serde(deny_unknown_fields)]
-    struct Filters {
-        cursor: Option<String>,
-        limit: Option<i64>,
-        workspace: Option<String>,
-        connector: Option<String>,
-        outcome: Option<String>,
-        actor: Option<String>,
-        since: Option<DateTime<Utc>>,
-        until: Option<DateTime<Utc>>,
+    pub struct Filters {
+        pub cursor: Option<String>,
+        pub limit: Option<i64>,
+        pub workspace: Option<String>,
+        pub connector: Option<String>,
+        pub outcome: Option<String>,
+        pub actor: Option<String>,
+        pub since: Option<DateTime<Utc>>,
+        pub until: Option<DateTime<Utc>>,
     }
 
     /// The cursor is the last row's `occurred_at` (microseconds) and id.
@@ -276,6 +277,12 @@ pub mod http {
 
     async fn list(ctx: TenantCtx, State(state): State<AppState>, Query(f): Query<Filters>) -> Result<Json<Value>> {
         ctx.require(Permission::ActivityAccess)?;
+        Ok(Json(page(&state.db, ctx.tenant.id, &f).await?))
+    }
+
+    /// One page of a tenant's activity, newest first: `{ items, next_cursor }`. The caller
+    /// checks `activity_access`.
+    pub async fn page(db: &crate::db::Db, tenant: crate::tenants::TenantId, f: &Filters) -> Result<Value> {
         let limit = f.limit.unwrap_or(50);
         if !(1..=100).contains(&limit) {
             return Err(Error::invalid("invalid_limit", Some("limit"), "limit is from 1 to 100"));
@@ -284,10 +291,7 @@ pub mod http {
             return Err(Error::invalid("invalid_outcome", Some("outcome"), "outcome is ok or error"));
         }
         let cursor = f.cursor.as_deref().map(parse_cursor).transpose()?;
-        let tenant = ctx.tenant.id;
-        let f = &f;
-        let rows = state
-            .db
+        let rows = db
             .single_decision(Scope::Tenant(tenant), move |conn, _| {
                 Box::pin(async move {
                     Ok(sqlx::query(
@@ -340,7 +344,7 @@ pub mod http {
             }));
         }
         let next = if rows.len() as i64 == limit { next } else { None };
-        Ok(Json(json!({ "items": items, "next_cursor": next })))
+        Ok(json!({ "items": items, "next_cursor": next }))
     }
 
     pub fn router() -> Router<AppState> {

@@ -269,6 +269,15 @@ pub async fn list(db: &Db, tenant: TenantId) -> Result<Vec<Member>> {
     db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant))).await
 }
 
+/// Every tenant (id, slug, name) `principal` is a member of, with the role (platform context:
+/// a person may see their own memberships in every tenant).
+pub async fn memberships(db: &Db, principal: &Principal) -> Result<Vec<(TenantId, String, String, Role)>> {
+    db.serializable(Scope::Platform { reason: "list own memberships" }, move |conn, _| {
+        Box::pin(store::memberships_of(conn, principal))
+    })
+    .await
+}
+
 pub async fn list_invitations(db: &Db, tenant: TenantId) -> Result<Vec<Invitation>> {
     db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::list_invitations(conn, tenant))).await
 }

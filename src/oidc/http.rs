@@ -261,7 +261,7 @@ async fn home(State(state): State<AppState>, headers: HeaderMap) -> Result<Respo
             escape(session.email.as_deref().unwrap_or("your email address"))
         ));
     } else {
-        body.push_str("<ul>");
+        body.push_str("<p><a href=\"/console\">Open the console</a></p><ul>");
         for m in &list {
             body.push_str(&format!(
                 "<li>{} ({}) — {}</li>",

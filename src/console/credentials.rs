@@ -1,0 +1,133 @@
+//! Service credentials: create (the secret shown once), list, revoke with confirmation.
+//! Owners and admins only.
+
+use askama::Template;
+use axum::{
+    Form, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Redirect, Response},
+    routing::get,
+};
+use serde::Deserialize;
+
+use super::{ConfirmPage, Console, FormError, Layout, PageError, creators, render, when, when_opt};
+use crate::{AppState, error::Error, http::parse_id, service_credentials};
+
+pub struct Row {
+    pub id: String,
+    pub client_id: String,
+    pub name: String,
+    pub creator: String,
+    pub created: String,
+    pub last_used: String,
+    pub revoked: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "console/credentials.html")]
+struct ListPage {
+    layout: Layout,
+    slug: String,
+    rows: Vec<Row>,
+    error: Option<FormError>,
+    name: String,
+    /// Just created: (name, client id, secret). Shown on this response only.
+    created: Option<(String, String, String)>,
+}
+
+async fn rows(c: &Console, state: &AppState) -> Result<Vec<Row>, PageError> {
+    let names = creators(state, c).await?;
+    let mut list = service_credentials::list(&state.db, c.ctx.tenant.id).await?;
+    list.sort_by(|a, b| a.revoked_at.is_some().cmp(&b.revoked_at.is_some()).then(b.created_at.cmp(&a.created_at)));
+    Ok(list
+        .into_iter()
+        .map(|s| Row {
+            id: s.id.to_string(),
+            client_id: s.client_id,
+            creator: names.get(&s.created_by).cloned().unwrap_or(s.created_by),
+            name: s.name,
+            created: when(&s.created_at),
+            last_used: when_opt(&s.last_used_at),
+            revoked: s.revoked_at.as_ref().map(when),
+        })
+        .collect())
+}
+
+async fn list_page(
+    c: &Console,
+    state: &AppState,
+    status: StatusCode,
+    error: Option<FormError>,
+    name: String,
+    created: Option<(String, String, String)>,
+) -> Result<Response, PageError> {
+    let page = ListPage {
+        layout: c.layout("Service credentials", "credentials"),
+        slug: c.slug().to_owned(),
+        rows: rows(c, state).await?,
+        error,
+        name,
+        created,
+    };
+    render(status, &page)
+}
+
+async fn list_credentials(c: Console, State(state): State<AppState>) -> Result<Response, PageError> {
+    c.require_admin()?;
+    list_page(&c, &state, StatusCode::OK, None, String::new(), None).await
+}
+
+#[derive(Deserialize)]
+struct NameForm {
+    #[serde(default)]
+    name: String,
+}
+
+async fn create_credential(c: Console, State(state): State<AppState>, Form(form): Form<NameForm>) -> Result<Response, PageError> {
+    c.require_admin()?;
+    match service_credentials::create(&state.db, c.ctx.tenant.id, &c.ctx.audit, &form.name).await {
+        Ok(created) => {
+            let shown = Some((created.credential.name.clone(), created.credential.client_id.clone(), created.client_secret));
+            list_page(&c, &state, StatusCode::CREATED, None, String::new(), shown).await
+        }
+        Err(e) => list_page(&c, &state, StatusCode::UNPROCESSABLE_ENTITY, Some(FormError::of(e)?), form.name, None).await,
+    }
+}
+
+async fn confirm_revoke(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    c.require_admin()?;
+    let id = parse_id(&id, "service credential")?.to_string();
+    let row = rows(&c, &state).await?.into_iter().find(|r| r.id == id).ok_or(Error::NotFound { what: "service credential" })?;
+    let page = ConfirmPage {
+        layout: c.layout("Revoke service credential", "credentials"),
+        question: format!("Revoke the service credential “{}” ({})?", row.name, row.client_id),
+        consequence:
+            "Every machine presenting it is refused from its next request, whatever token it carries. This cannot be undone."
+                .into(),
+        action: format!("/console/t/{}/service-credentials/{}/revoke", c.slug(), row.id),
+        button: "Revoke service credential".into(),
+        cancel: format!("/console/t/{}/service-credentials", c.slug()),
+    };
+    render(StatusCode::OK, &page)
+}
+
+async fn revoke_credential(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    c.require_admin()?;
+    service_credentials::revoke(&state.db, c.ctx.tenant.id, &c.ctx.audit, parse_id(&id, "service credential")?).await?;
+    Ok(Redirect::to(&format!("/console/t/{}/service-credentials", c.slug())).into_response())
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/console/t/{tenant}/service-credentials", get(list_credentials).post(create_credential))
+        .route("/console/t/{tenant}/service-credentials/{id}/revoke", get(confirm_revoke).post(revoke_credential))
+}

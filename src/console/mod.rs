@@ -1,0 +1,398 @@
+//! The operator web console under `/console`: server-rendered askama pages (templates in
+//! `templates/console/`), one file per page group, calling the nouns' public functions.
+//!
+//! Security, in the order a request meets it:
+//! - [`guard`] refuses any request that carries machine credentials (a token never drives the
+//!   console), copies a form's `csrf_token` field into the `X-CSRF-Token` header so the one
+//!   shared check in [`crate::auth::check_browser_write`] (exact same-origin `Origin` plus the
+//!   session's CSRF token) runs on every form POST, and sets a strict Content-Security-Policy
+//!   (no inline script or style: `console.js` and `console.css` are static files).
+//! - [`Console`] authenticates the person through [`TenantCtx`] (another tenant's path is a 404),
+//!   and every handler checks its permission on the server before doing anything.
+
+mod activity;
+mod credentials;
+mod home;
+mod members;
+mod tokens;
+mod workspaces;
+
+use askama::Template;
+use axum::{
+    Router,
+    body::Body,
+    extract::{FromRequestParts, Request, State},
+    http::{HeaderValue, Method, StatusCode, header, request::Parts},
+    middleware::{self, Next},
+    response::{IntoResponse, Redirect, Response},
+    routing::get,
+};
+use chrono::{DateTime, Utc};
+
+use crate::{
+    AppState,
+    auth::{Actor, CSRF_HEADER, TenantCtx},
+    error::Error,
+    members::{Member, Permission, Role},
+};
+
+/// Largest console form body; every console form is a few short fields.
+const FORM_LIMIT_BYTES: usize = 64 * 1024;
+
+pub fn router(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .route("/console/static/console.css", get(css))
+        .route("/console/static/console.js", get(js))
+        .merge(home::router())
+        .merge(tokens::router())
+        .merge(credentials::router())
+        .merge(members::router())
+        .merge(workspaces::router())
+        .merge(activity::router())
+        .route_layer(middleware::from_fn_with_state(state.clone(), guard))
+}
+
+/// The Content-Security-Policy of every console page. `form-action` also names the sign-in
+/// provider's origin, because signing out posts to `/logout`, which redirects there.
+fn csp(state: &AppState) -> String {
+    let provider = state
+        .config
+        .oidc_issuer
+        .as_deref()
+        .and_then(|i| url::Url::parse(i).ok())
+        .map(|u| format!(" {}", u.origin().ascii_serialization()))
+        .unwrap_or_default();
+    format!(
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+         form-action 'self'{provider}; frame-ancestors 'none'; base-uri 'none'"
+    )
+}
+
+fn has_machine_credentials(parts: &Parts) -> bool {
+    parts.headers.contains_key(crate::auth::CLIENT_ID_HEADER)
+        || parts.headers.contains_key(crate::auth::CLIENT_SECRET_HEADER)
+        || parts.headers.contains_key(header::AUTHORIZATION)
+}
+
+async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let mut response = if has_machine_credentials(&parts) {
+        PageError::from(Error::Forbidden {
+            code: "person_required",
+            message: "the console is for signed-in people; tokens use the API".into(),
+        })
+        .into_response()
+    } else if parts.method == Method::POST {
+        match axum::body::to_bytes(body, FORM_LIMIT_BYTES).await {
+            Err(_) => PageError::from(Error::PayloadTooLarge).into_response(),
+            Ok(bytes) => {
+                // Only the form's own field counts for a form post: a header a page could not
+                // have set is dropped, so the shared check sees exactly what the form carried.
+                parts.headers.remove(CSRF_HEADER);
+                let token = url::form_urlencoded::parse(&bytes).find(|(k, _)| k == "csrf_token").map(|(_, v)| v.into_owned());
+                if let Some(value) = token.and_then(|t| HeaderValue::from_str(&t).ok()) {
+                    parts.headers.insert(CSRF_HEADER, value);
+                }
+                next.run(Request::from_parts(parts, Body::from(bytes))).await
+            }
+        }
+    } else {
+        next.run(Request::from_parts(parts, body)).await
+    };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&csp(&state)) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, value);
+    }
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    // Not `no-referrer`: under it Chromium sends `Origin: null` on the console's own form
+    // posts, which the same-origin check must refuse.
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+async fn css() -> Response {
+    asset("text/css; charset=utf-8", include_str!("../../templates/console/static/console.css"))
+}
+
+async fn js() -> Response {
+    asset("text/javascript; charset=utf-8", include_str!("../../templates/console/static/console.js"))
+}
+
+fn asset(content_type: &'static str, text: &'static str) -> Response {
+    let mut response = text.into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+    response
+}
+
+/// One entry of the navigation.
+pub struct NavItem {
+    pub key: &'static str,
+    pub label: &'static str,
+    pub href: String,
+}
+
+/// What the base template needs on every page.
+pub struct Layout {
+    pub title: String,
+    /// The navigation entry of this page.
+    pub current: &'static str,
+    pub dev_banner: bool,
+    pub csrf: String,
+    pub who: String,
+    pub tenant: Option<String>,
+    pub role: String,
+    /// (slug, name) of every tenant the person belongs to, for the switcher.
+    pub tenants: Vec<(String, String)>,
+    pub nav: Vec<NavItem>,
+}
+
+/// A signed-in person in a tenant, with the page layout. Machines are refused.
+pub struct Console {
+    pub ctx: TenantCtx,
+    pub member: Member,
+    pub layout: Layout,
+}
+
+impl Console {
+    pub fn require(&self, permission: Permission) -> Result<(), PageError> {
+        Ok(self.ctx.require_person(permission).map(|_| ())?)
+    }
+
+    /// Owners and admins (service credentials, members' management, the admin log).
+    pub fn require_admin(&self) -> Result<(), PageError> {
+        Ok(self.ctx.require_admin().map(|_| ())?)
+    }
+
+    pub fn slug(&self) -> &str {
+        &self.ctx.tenant.slug
+    }
+
+    /// The layout titled `title`, with `current` marked in the navigation.
+    pub fn layout(&self, title: &str, current: &'static str) -> Layout {
+        Layout { title: title.to_owned(), current, ..self.layout.clone_base() }
+    }
+}
+
+impl Layout {
+    fn clone_base(&self) -> Layout {
+        Layout {
+            title: self.title.clone(),
+            current: self.current,
+            dev_banner: self.dev_banner,
+            csrf: self.csrf.clone(),
+            who: self.who.clone(),
+            tenant: self.tenant.clone(),
+            role: self.role.clone(),
+            tenants: self.tenants.clone(),
+            nav: self.nav.iter().map(|n| NavItem { key: n.key, label: n.label, href: n.href.clone() }).collect(),
+        }
+    }
+}
+
+fn is_admin(role: Role) -> bool {
+    matches!(role, Role::Owner | Role::Admin)
+}
+
+/// The navigation shows only what the person may open; the handlers check again.
+fn nav(slug: &str, role: Role, ctx: &TenantCtx) -> Vec<NavItem> {
+    let item = |key, label, path: &str| NavItem { key, label, href: format!("/console/t/{slug}{path}") };
+    let mut items = vec![item("workspaces", "Workspaces", "/workspaces")];
+    if ctx.permissions.has(Permission::AccessTokenManagement) {
+        items.push(item("tokens", "Access tokens", "/tokens"));
+    }
+    if is_admin(role) {
+        items.push(item("credentials", "Service credentials", "/service-credentials"));
+    }
+    items.push(item("members", "Members", "/members"));
+    if ctx.permissions.has(Permission::ActivityAccess) {
+        items.push(item("activity", "Activity", "/activity"));
+    }
+    if is_admin(role) {
+        items.push(item("admin-log", "Admin log", "/admin-log"));
+    }
+    items.push(item("setup", "Client setup", "/setup"));
+    items
+}
+
+impl FromRequestParts<AppState> for Console {
+    type Rejection = PageError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, PageError> {
+        let next = parts.uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/console".into());
+        let ctx = TenantCtx::from_request_parts(parts, state).await.map_err(|e| PageError::with_next(e, &next))?;
+        let (member, session) = match &ctx.actor {
+            Actor::Person { member, session } => ((**member).clone(), session),
+            Actor::Machine { .. } => return Err(ctx.person().map(|_| ()).unwrap_err().into()),
+        };
+        let tenants = crate::members::memberships(&state.db, &session.principal)
+            .await?
+            .into_iter()
+            .map(|(_, slug, name, _)| (slug, name))
+            .collect();
+        let layout = Layout {
+            title: String::new(),
+            current: "",
+            dev_banner: state.config.dev_sign_in(),
+            csrf: session.csrf_token.clone(),
+            who: who(session.email.as_deref(), session.display_name.as_deref(), &session.principal.subject),
+            tenant: Some(ctx.tenant.slug.clone()),
+            role: member.role.as_str().to_owned(),
+            tenants,
+            nav: nav(&ctx.tenant.slug, member.role, &ctx),
+        };
+        Ok(Console { ctx, member, layout })
+    }
+}
+
+/// How a person is named on a page.
+pub fn who(email: Option<&str>, name: Option<&str>, subject: &str) -> String {
+    email.or(name).unwrap_or(subject).to_owned()
+}
+
+/// Times on pages: UTC, to the minute; the full instant is in the `datetime` attribute.
+pub fn when(at: &DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+pub fn when_opt(at: &Option<DateTime<Utc>>) -> String {
+    at.as_ref().map(when).unwrap_or_else(|| "never".into())
+}
+
+/// Renders a template; a template error is an internal error (logged, never shown).
+pub fn render<T: Template>(status: StatusCode, page: &T) -> Result<Response, PageError> {
+    let html = page.render().map_err(|e| Error::Internal(anyhow::anyhow!("template: {e}")))?;
+    Ok((status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response())
+}
+
+/// A problem shown to a person in place of the page they asked for.
+pub struct FormError {
+    pub code: String,
+    pub message: String,
+}
+
+impl FormError {
+    /// Client errors (bad input, a conflict, a missing object) are shown next to the form;
+    /// anything else becomes an error page.
+    pub fn of(e: Error) -> Result<FormError, PageError> {
+        match e.status() {
+            s if s.is_client_error() && s != StatusCode::UNAUTHORIZED && s != StatusCode::FORBIDDEN => {
+                Ok(FormError { code: e.code().to_owned(), message: e.to_string() })
+            }
+            _ => Err(e.into()),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/error.html")]
+struct ErrorPage<'a> {
+    status: u16,
+    code: &'a str,
+    message: &'a str,
+}
+
+/// An error answered as an HTML page with its status and stable code. A person who is not
+/// signed in and asked for a page is sent to sign in, and back.
+pub struct PageError {
+    error: Error,
+    next: Option<String>,
+}
+
+impl PageError {
+    fn with_next(error: Error, next: &str) -> PageError {
+        PageError { error, next: Some(next.to_owned()) }
+    }
+}
+
+impl From<Error> for PageError {
+    fn from(error: Error) -> Self {
+        PageError { error, next: None }
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let e = self.error;
+        if matches!(e, Error::Unauthorized)
+            && let Some(next) = self.next
+        {
+            let target = url::form_urlencoded::Serializer::new(String::new()).append_pair("next", &next).finish();
+            return Redirect::to(&format!("/login?{target}")).into_response();
+        }
+        let status = e.status();
+        let message = if status.is_server_error() {
+            tracing::error!(error = %e, "console page failed");
+            "internal error".to_owned()
+        } else {
+            e.to_string()
+        };
+        let page = ErrorPage { status: status.as_u16(), code: e.code(), message: &message };
+        match page.render() {
+            Ok(html) => (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response(),
+            Err(_) => (status, "error").into_response(),
+        }
+    }
+}
+
+/// How the admin log's actors (`member:<id>`) read on a page: the member's email or name.
+pub async fn creators(state: &AppState, c: &Console) -> Result<std::collections::HashMap<String, String>, PageError> {
+    Ok(crate::members::list(&state.db, c.ctx.tenant.id)
+        .await?
+        .into_iter()
+        .map(|m| (format!("member:{}", m.id), who(m.email.as_deref(), m.display_name.as_deref(), &m.subject)))
+        .collect())
+}
+
+/// "Are you sure?" before a destructive action: a real page with a form, so it works without
+/// script and the action itself is still a CSRF-checked POST.
+#[derive(Template)]
+#[template(path = "console/confirm.html")]
+pub struct ConfirmPage {
+    pub layout: Layout,
+    pub question: String,
+    pub consequence: String,
+    pub action: String,
+    pub button: String,
+    pub cancel: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unauthenticated_page_request_goes_to_sign_in_and_back() {
+        let r = PageError::with_next(Error::Unauthorized, "/console/t/acme/tokens?x=1").into_response();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        assert_eq!(r.headers()[header::LOCATION], "/login?next=%2Fconsole%2Ft%2Facme%2Ftokens%3Fx%3D1");
+    }
+
+    async fn body(r: Response) -> String {
+        String::from_utf8(axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap().to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn errors_are_pages_with_status_and_code_and_internal_ones_leak_nothing() {
+        let r = PageError::from(Error::Forbidden { code: "csrf_failed", message: "missing or wrong CSRF token".into() })
+            .into_response();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert!(r.headers()[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/html"));
+        assert!(body(r).await.contains("<code id=\"error-code\">csrf_failed</code>"));
+        let r = PageError::from(Error::Internal(anyhow::anyhow!("db password is hunter2"))).into_response();
+        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let page = body(r).await;
+        assert!(!page.contains("hunter2") && page.contains("internal error"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn messages_are_escaped() {
+        let r = PageError::from(Error::invalid("invalid_name", Some("name"), "<script>alert(1)</script>")).into_response();
+        let page = body(r).await;
+        assert!(!page.contains("<script>alert"), "{page}");
+    }
+}

@@ -1,0 +1,160 @@
+//! Headless Chromium for the console tests: chromedriver on a free loopback port, one
+//! WebDriver session with a fresh profile, and screenshots of every page visited.
+
+use std::{path::PathBuf, process::Stdio, time::Duration};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+use crate::common::{eventually, free_port};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// chromedriver on a free loopback port, and one headless Chromium session with a fresh profile.
+pub struct Chrome {
+    _driver: Child,
+    _profile: PathBuf,
+    pub client: Client,
+    shots: PathBuf,
+    prefix: &'static str,
+    count: std::cell::Cell<u32>,
+}
+
+impl Chrome {
+    /// `prefix` names this test's screenshots (tests run at once, each with its own browser).
+    pub async fn start(prefix: &'static str) -> Chrome {
+        assert!(
+            std::path::Path::new(CHROMIUM).exists() && std::path::Path::new(CHROMEDRIVER).exists(),
+            "Chromium is not installed: apt-get install chromium chromium-driver (.ci/run does)"
+        );
+        let port = free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver");
+        let up =
+            eventually(
+                Duration::from_secs(30),
+                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
+            )
+            .await;
+        assert!(up, "chromedriver did not start");
+        let profile = std::env::temp_dir().join(format!("gatehouse-chromium-{}", uuid::Uuid::new_v4().simple()));
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1280,1000",
+                    format!("--user-data-dir={}", profile.display()),
+                ],
+            }),
+        );
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a WebDriver session in headless Chromium");
+        let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
+        std::fs::create_dir_all(&shots).unwrap();
+        Chrome { _driver: driver, _profile: profile, client, shots, prefix, count: std::cell::Cell::new(0) }
+    }
+
+    /// Saves a screenshot of the current page as `NN-name.png`.
+    pub async fn shot(&self, name: &str) {
+        let n = self.count.get() + 1;
+        self.count.set(n);
+        let png = self.client.screenshot().await.expect("screenshot");
+        std::fs::write(self.shots.join(format!("{}-{n:02}-{name}.png", self.prefix)), png).unwrap();
+    }
+
+    pub async fn goto(&self, url: &str, name: &str) -> String {
+        self.client.goto(url).await.unwrap();
+        self.shot(name).await;
+        self.client.source().await.unwrap()
+    }
+
+    pub async fn text(&self, css: &str) -> String {
+        self.client.find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).text().await.unwrap()
+    }
+
+    pub async fn click(&self, css: &str) {
+        self.client.find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).click().await.unwrap();
+    }
+
+    pub async fn fill(&self, css: &str, value: &str) {
+        let field = self.client.find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}"));
+        field.clear().await.unwrap();
+        field.send_keys(value).await.unwrap();
+    }
+
+    pub async fn url(&self) -> String {
+        self.client.current_url().await.unwrap().to_string()
+    }
+
+    /// Walks the provider's own login and consent pages until the console shows.
+    pub async fn sign_in(&self, base: &str, login: &str) {
+        self.client.goto(&format!("{base}/login?next=%2Fconsole")).await.unwrap();
+        let mut seen_login = false;
+        for _ in 0..40 {
+            let url = self.url().await;
+            if url.starts_with(&format!("{base}/console")) {
+                assert!(seen_login, "the provider's login page was never shown");
+                return;
+            }
+            // The built-in development provider's page (on Gatehouse itself).
+            if url.starts_with(&format!("{base}/dev-idp"))
+                && let Ok(field) = self.client.find(Locator::Css("input[name=email]")).await
+            {
+                self.shot("dev-provider").await;
+                field.clear().await.unwrap();
+                field.send_keys(&format!("{login}@example.test")).await.unwrap();
+                self.click("button[type=submit]").await;
+                seen_login = true;
+                continue;
+            }
+            if !url.starts_with(base) {
+                if let Ok(field) = self.client.find(Locator::Css("input[name=login]")).await {
+                    self.shot("provider-login").await;
+                    field.send_keys(login).await.unwrap();
+                    self.fill("input[name=password]", "any").await;
+                    self.click("button[type=submit]").await;
+                    seen_login = true;
+                    continue;
+                }
+                if let Ok(button) = self.client.find(Locator::Css("button[type=submit]")).await {
+                    self.shot("provider-consent").await;
+                    button.click().await.unwrap();
+                    continue;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("sign-in did not reach the console; at {}: {}", self.url().await, self.client.source().await.unwrap());
+    }
+
+    /// The session cookie, for HTTP checks the browser cannot make (exact status codes).
+    pub async fn session_cookie(&self) -> String {
+        let cookies = self.client.get_all_cookies().await.unwrap();
+        let c = cookies.iter().find(|c| c.name() == gatehouse::sessions::cookie_name(false)).expect("a session cookie");
+        format!("{}={}", c.name(), c.value())
+    }
+}
+
+impl Chrome {
+    /// Lets a too-long value through the browser's own `maxlength`, so the server's check is
+    /// what refuses it.
+    pub async fn execute_remove_maxlength(&self) {
+        self.client.execute("document.getElementById('token-name').removeAttribute('maxlength')", vec![]).await.unwrap();
+        self.fill("#token-name", &"x".repeat(81)).await;
+    }
+}
