@@ -21,6 +21,7 @@ pub mod oauth;
 pub mod oidc;
 pub mod ops;
 pub mod pages;
+pub mod reports;
 pub mod secrets;
 pub mod server;
 pub mod service_credentials;
