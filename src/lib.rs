@@ -12,6 +12,7 @@ pub mod dev_idp;
 pub mod doctor;
 pub mod epochs;
 pub mod error;
+pub mod findings;
 pub mod gateway;
 pub mod http;
 pub mod kv;

@@ -310,7 +310,7 @@ async fn retention_keeps_just_inside_and_prunes_just_outside_every_window() {
 }
 
 /// Every prune-on-write delete is bounded (LIMIT) and served by an index on the big table:
-/// activity, ops failures, ops issues, sessions and expired key-value rows.
+/// activity, ops failures, ops issues, stale findings, sessions and expired key-value rows.
 #[tokio::test]
 async fn every_prune_is_bounded_and_served_by_an_index() {
     let t = TestDb::new().await;
@@ -321,6 +321,7 @@ async fn every_prune_is_bounded_and_served_by_an_index() {
         (gatehouse::gateway::activity::PRUNE, "activity", "activity_retention", Some(90_i32)),
         (ops::store::PRUNE_FAILURES, "ops_failures", "ops_failures_retention", Some(90)),
         (ops::store::PRUNE_ISSUES, "ops_issues", "ops_issues_retention", Some(180)),
+        (gatehouse::findings::store::STALE, "ops_findings", "ops_findings_quiet", Some(180)),
         (gatehouse::sessions::store::PRUNE, "sessions", "sessions_expiry", None),
         (gatehouse::kv::store::PRUNE, "kv_entries", "kv_entries_expiry", None),
     ];

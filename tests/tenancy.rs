@@ -139,6 +139,11 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO oauth_clients (tenant_id, workspace_id, connector_id, issuer, client_id) VALUES ($1, $1, $2, 'http://as', 'c')",
         "INSERT INTO ops_failures (id, tenant_id, workspace_id, operation, stage, code, message, fingerprint, at)
          VALUES (gen_random_uuid(), $1, $1, 'downstream.call', 'remote_mcp', 'timeout', $2, repeat('0', 64), now())",
+        "INSERT INTO ops_findings (tenant_id, id, kind, subject, operation, code, occurrences, first_seen, last_seen, last_message)
+         VALUES ($1, gen_random_uuid(), 'recurring', repeat('0', 64), 'downstream.call', 'timeout', 1, now(), now(), $2)",
+        "INSERT INTO ops_suppress_rules (tenant_id, id, code, reason, expires_at, created_by)
+         VALUES ($1, gen_random_uuid(), 'timeout', $2, now() + interval '1 day', 'test')",
+        "INSERT INTO report_viewers (tenant_id, role_name, granted_by) VALUES ($1, 'reader_' || $2, 'test')",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

@@ -1,0 +1,1 @@
+pub fn router() -> axum::Router<crate::AppState> { axum::Router::new() }
