@@ -277,3 +277,32 @@ async fn quiet_findings_are_resolved_as_stale_with_an_admin_log_row() {
     let again = findings::list(&t.db, a, Some("open"), 10).await.unwrap();
     assert!(again.iter().any(|f| f.code == "old" && f.regressed));
 }
+
+#[tokio::test]
+async fn a_catalog_that_changes_under_the_same_configuration_is_drift() {
+    use gatehouse::gateway::catalogs::{self, Target};
+    let t = TestDb::new().await;
+    let (a, _) = two_tenants(&t).await;
+    common::cli(&t.url, &["workspace", "create", "--tenant", "tenant-a", "main"]).await;
+    let mut conn = platform_conn(&t).await;
+    let workspace: Uuid =
+        sqlx::query_scalar("SELECT id FROM workspaces WHERE tenant_id = $1").bind(a).fetch_one(&mut conn).await.unwrap();
+    let tool = |name: &str| -> rmcp::model::Tool {
+        serde_json::from_value(serde_json::json!({ "name": name, "inputSchema": { "type": "object" } })).unwrap()
+    };
+    let target = |key| Target { tenant: a, workspace, connector_id: "github", config_key: key };
+    let store = |key: &'static str, tools: Vec<rmcp::model::Tool>| {
+        let db = t.db.clone();
+        async move { catalogs::store(&db, target(key), &tools, None).await.unwrap() }
+    };
+    store("k1", vec![tool("a"), tool("b")]).await;
+    store("k1", vec![tool("b"), tool("a")]).await;
+    assert!(findings::list(&t.db, a, None, 10).await.unwrap().is_empty(), "the same tools in another order are no change");
+    store("k1", vec![tool("a")]).await;
+    let f = only(&t, a).await;
+    assert_eq!((f.kind.as_str(), f.subject.clone(), f.code.as_str()), ("drift", format!("{workspace}/github"), "tools_changed"));
+    assert!(f.last_message.contains("now lists 1 tools (was 2)"), "{}", f.last_message);
+    // An edited connector (new configuration key) is expected to list other tools.
+    store("k2", vec![tool("a"), tool("c")]).await;
+    assert_eq!(only(&t, a).await.occurrences, 1);
+}
