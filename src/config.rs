@@ -53,6 +53,10 @@ pub struct Config {
     pub smtp_url: Option<Secret>,
     /// `GATEHOUSE_SMTP_FROM`, the sender (default `Gatehouse <gatehouse@localhost>`).
     pub smtp_from: String,
+    /// `GATEHOUSE_PLATFORM_ADMINS`: comma-separated email addresses (as the OIDC provider
+    /// asserts them, lowercased) of the people who may use the platform API (issues, platform
+    /// reports). Empty: nobody; the CLI stays the platform admins' tool.
+    pub platform_admins: Vec<String>,
     /// How long in-flight requests may drain after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
     pub request_timeout_ms: u64,
@@ -284,6 +288,13 @@ impl Config {
             bad("GATEHOUSE_SMTP_FROM", "not a mailbox (`Name <address>` or `address`)".into());
         }
 
+        let platform_admins: Vec<String> = get("GATEHOUSE_PLATFORM_ADMINS")
+            .map(|v| v.split(',').map(|e| e.trim().to_lowercase()).filter(|e| !e.is_empty()).collect())
+            .unwrap_or_default();
+        if platform_admins.iter().any(|e| !e.contains('@') || e.contains(char::is_whitespace)) {
+            bad("GATEHOUSE_PLATFORM_ADMINS", "must be comma-separated email addresses".into());
+        }
+
         let config = Config {
             database_url,
             listen,
@@ -297,6 +308,7 @@ impl Config {
             otlp_endpoint: get("OTEL_EXPORTER_OTLP_ENDPOINT"),
             smtp_url,
             smtp_from,
+            platform_admins,
             shutdown_grace_ms,
             request_timeout_ms,
             body_limit_bytes,

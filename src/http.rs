@@ -49,6 +49,9 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::connect_links::http::router())
         .merge(crate::oauth::http::router())
         .merge(crate::gateway::activity::http::router())
+        .merge(crate::findings::http::router())
+        .merge(crate::reports::http::router())
+        .merge(crate::ops::http::router())
         .merge(gateway);
     if dev_idp {
         app = app.merge(crate::dev_idp::http::router());

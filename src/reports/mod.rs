@@ -3,6 +3,8 @@
 //! the views never disagree) and run in a tenant's or the platform's scope. The same views are
 //! what a `gatehouse_report` login reads with `psql`.
 
+pub mod http;
+
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgConnection};
