@@ -246,12 +246,14 @@ async fn quiet_findings_are_resolved_as_stale_with_an_admin_log_row() {
     }
     let mut conn = platform_conn(&t).await;
     for (code, age) in [("old", "180 days 1 minute"), ("young", "179 days 23 hours 59 minutes"), ("done", "200 days")] {
-        sqlx::query("UPDATE ops_findings SET last_seen = now() - $2::interval, first_seen = now() - $2::interval WHERE code = $1")
-            .bind(code)
-            .bind(age)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        sqlx::query(
+            "UPDATE ops_findings SET last_seen = now() - $2::interval, first_seen = now() - $2::interval WHERE code = $1",
+        )
+        .bind(code)
+        .bind(age)
+        .execute(&mut conn)
+        .await
+        .unwrap();
     }
     let done = findings::list(&t.db, a, None, 10).await.unwrap().into_iter().find(|f| f.code == "done").unwrap();
     findings::set_verdict(&t.db, a, &Audit::cli(), done.id, Verdict::Resolve).await.unwrap();

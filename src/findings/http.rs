@@ -52,12 +52,20 @@ fn require_rule_writer(ctx: &TenantCtx) -> Result<()> {
     }
 }
 
-async fn list_findings(ctx: TenantCtx, State(state): State<AppState>, Query(q): Query<FindingQuery>) -> Result<Json<Vec<Finding>>> {
+async fn list_findings(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Query(q): Query<FindingQuery>,
+) -> Result<Json<Vec<Finding>>> {
     ctx.require_person(Permission::ActivityAccess)?;
     Ok(Json(super::list(&state.db, ctx.tenant.id, q.status.as_deref(), q.limit.unwrap_or(100)).await?))
 }
 
-async fn ack_finding(ctx: TenantCtx, State(state): State<AppState>, Path((_, id)): Path<(String, Uuid)>) -> Result<Json<Finding>> {
+async fn ack_finding(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, Uuid)>,
+) -> Result<Json<Finding>> {
     ctx.require_person(Permission::ActivityAccess)?;
     Ok(Json(super::set_verdict(&state.db, ctx.tenant.id, &ctx.audit, id, Verdict::Ack).await?))
 }

@@ -64,8 +64,7 @@ pub async fn list(db: &Db, tenant: TenantId, status: Option<&str>, limit: i64) -
     {
         return Err(Error::invalid("invalid_status", Some("status"), "status is open, acked, resolved or suppressed"));
     }
-    db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant, status, limit.clamp(1, 1000))))
-        .await
+    db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant, status, limit.clamp(1, 1000)))).await
 }
 
 /// What a member does to a finding.
@@ -140,8 +139,12 @@ pub async fn create_rule(db: &Db, tenant: TenantId, audit: &Audit, rule: &NewRul
     {
         return Err(Error::invalid("invalid_kind", Some("kind"), "kind is recurring, invariant or drift"));
     }
-    let matchers =
-        [kind, matcher(&rule.operation, "operation", 100)?, matcher(&rule.code, "code", 100)?, matcher(&rule.subject, "subject", 300)?];
+    let matchers = [
+        kind,
+        matcher(&rule.operation, "operation", 100)?,
+        matcher(&rule.code, "code", 100)?,
+        matcher(&rule.subject, "subject", 300)?,
+    ];
     if matchers.iter().all(Option::is_none) {
         return Err(Error::invalid(
             "rule_matches_everything",
@@ -155,8 +158,7 @@ pub async fn create_rule(db: &Db, tenant: TenantId, audit: &Audit, rule: &NewRul
     }
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            let Some(created) =
-                store::insert_rule(&mut *conn, tenant, matchers, reason, rule.expires_at, &audit.actor).await?
+            let Some(created) = store::insert_rule(&mut *conn, tenant, matchers, reason, rule.expires_at, &audit.actor).await?
             else {
                 return Err(Error::invalid(
                     "invalid_expiry",
@@ -190,8 +192,9 @@ pub async fn rules(db: &Db, tenant: TenantId, include_dead: bool) -> Result<Vec<
 pub async fn revoke_rule(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid) -> Result<Rule> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            let (rule, changed) =
-                store::revoke_rule(&mut *conn, tenant, id, &audit.actor).await?.ok_or(Error::NotFound { what: "suppress rule" })?;
+            let (rule, changed) = store::revoke_rule(&mut *conn, tenant, id, &audit.actor)
+                .await?
+                .ok_or(Error::NotFound { what: "suppress rule" })?;
             if changed {
                 let entry = Entry {
                     tenant: Some(tenant),

@@ -171,13 +171,7 @@ pub async fn list(conn: &mut PgConnection, tenant: TenantId, status: Option<&str
 
 /// Compare-and-set a member's verdict: `to` only from one of `from`. `resolved` records the
 /// time and clears the regressed flag; `acked` keeps it. None: the finding was not in `from`.
-pub async fn transition(
-    conn: &mut PgConnection,
-    tenant: TenantId,
-    id: Uuid,
-    from: &[&str],
-    to: &str,
-) -> Result<Option<Finding>> {
+pub async fn transition(conn: &mut PgConnection, tenant: TenantId, id: Uuid, from: &[&str], to: &str) -> Result<Option<Finding>> {
     Ok(sqlx::query_as::<_, Finding>(concat!(
         "UPDATE ops_findings SET status = $4,
              resolved_at = CASE WHEN $4 = 'resolved' THEN now() END,
@@ -276,11 +270,14 @@ pub async fn revoke_rule(conn: &mut PgConnection, tenant: TenantId, id: Uuid, by
     if let Some(rule) = changed {
         return Ok(Some((rule, true)));
     }
-    let existing =
-        sqlx::query_as::<_, Rule>(concat!("SELECT ", rule_columns!(), " FROM ops_suppress_rules WHERE tenant_id = $1 AND id = $2"))
-            .bind(tenant)
-            .bind(id)
-            .fetch_optional(conn)
-            .await?;
+    let existing = sqlx::query_as::<_, Rule>(concat!(
+        "SELECT ",
+        rule_columns!(),
+        " FROM ops_suppress_rules WHERE tenant_id = $1 AND id = $2"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
     Ok(existing.map(|r| (r, false)))
 }

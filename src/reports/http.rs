@@ -32,7 +32,11 @@ async fn list_reports(ctx: TenantCtx, State(state): State<AppState>) -> Result<J
     Ok(Json(super::list(&state.db).await?))
 }
 
-async fn run_report(ctx: TenantCtx, State(state): State<AppState>, Path((_, name)): Path<(String, String)>) -> Result<Json<Output>> {
+async fn run_report(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, name)): Path<(String, String)>,
+) -> Result<Json<Output>> {
     require_reader(&ctx)?;
     Ok(Json(super::run(&state.db, Scope::Tenant(ctx.tenant.id), &name).await?))
 }
@@ -41,7 +45,11 @@ async fn list_platform_reports(_: PlatformAdmin, State(state): State<AppState>) 
     Ok(Json(super::list(&state.db).await?))
 }
 
-async fn run_platform_report(admin: PlatformAdmin, State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Output>> {
+async fn run_platform_report(
+    admin: PlatformAdmin,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Output>> {
     tracing::info!(actor = %admin.audit.actor, report = %name, "platform report");
     Ok(Json(super::run(&state.db, Scope::Platform { reason: "platform report (API)" }, &name).await?))
 }

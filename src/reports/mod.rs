@@ -117,12 +117,8 @@ pub fn render(out: &Output, format: Format) -> String {
     match format {
         Format::Json => {
             for row in &out.rows {
-                let pairs: Vec<String> = out
-                    .columns
-                    .iter()
-                    .zip(row)
-                    .map(|(c, v)| format!("{}:{}", Value::String(c.clone()), v))
-                    .collect();
+                let pairs: Vec<String> =
+                    out.columns.iter().zip(row).map(|(c, v)| format!("{}:{}", Value::String(c.clone()), v)).collect();
                 text.push_str(&format!("{{{}}}\n", pairs.join(",")));
             }
         }
@@ -143,8 +139,7 @@ pub fn render(out: &Output, format: Format) -> String {
                 .map(|(i, c)| cells.iter().map(|r| r[i].chars().count()).chain([c.chars().count()]).max().unwrap_or(0))
                 .collect();
             let line = |cells: &[String]| {
-                let padded: Vec<String> =
-                    cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}", w = *w)).collect();
+                let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}", w = *w)).collect();
                 padded.join("  ").trim_end().to_owned() + "\n"
             };
             text.push_str(&line(&out.columns));
