@@ -72,7 +72,8 @@ macro_rules! covers {
 /// Upserts one row per (tenant, kind, subject). A covered occurrence leaves (or makes) the
 /// finding `suppressed`; an uncovered one reopens a resolved or suppressed finding (a resolved
 /// one is flagged `regressed`) and leaves an open or acked one as it is. Rows go in key order so
-/// concurrent writers lock findings in the same order. Callers pass unique keys.
+/// concurrent writers lock findings in the same order. Callers pass unique keys. An unknown
+/// tenant is skipped rather than refused: the failures around it must still be written.
 const OBSERVE: &str = concat!(
     "WITH o AS (
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
@@ -82,7 +83,8 @@ const OBSERVE: &str = concat!(
                                     last_seen, last_message, suppressed_by)
      SELECT o.tenant_id, gen_random_uuid(), o.kind, o.subject, o.operation, o.code,
             CASE WHEN r.id IS NULL THEN 'open' ELSE 'suppressed' END, o.n, o.first_seen, o.last_seen, o.message, r.id
-     FROM o LEFT JOIN LATERAL (SELECT r.id FROM ops_suppress_rules r WHERE ",
+     FROM o JOIN tenants t ON t.id = o.tenant_id
+     LEFT JOIN LATERAL (SELECT r.id FROM ops_suppress_rules r WHERE ",
     covers!(),
     " ORDER BY r.expires_at DESC LIMIT 1) r ON true
      ORDER BY o.tenant_id, o.kind, o.subject
