@@ -574,10 +574,14 @@ async fn link_command(db: &Db, audit: &Audit, config: &Config, cmd: LinkCommand)
         LinkCommand::Create { t, workspace, connector, email, ttl_days } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?;
             let public = config.public_origin();
-            let mailer = connect_links::mail::Mailer::from_config(config)?;
+            // A writer of its own for this one command, flushed before it exits, so an
+            // undelivered mail is recorded like the server's.
+            let (ops, _writer) = gatehouse::ops::Recorder::start(db.clone());
+            let mailer = connect_links::mail::Mailer::from_config(config)?.map(|m| m.with_ops(ops.clone()));
             let (ws, c) = (workspace.as_str(), connector.as_str());
             let m =
                 connect_links::mint(db, tenant.id, &tenant.slug, public, audit, ws, c, &email, ttl_days, mailer.as_ref()).await?;
+            ops.flush().await;
             println!("{}\n{}\n{}", m.link.id, m.mail_id, if m.delivered { "sent" } else { "outbox" });
         }
         LinkCommand::List { t, history } => {
