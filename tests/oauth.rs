@@ -315,8 +315,7 @@ async fn a_personal_grant_is_connected_once_refreshed_once_across_replicas_and_r
     })
     .await;
     assert!(recorded, "the failed refresh was not recorded once as an ops failure");
-    let failures: Vec<String> =
-        sqlx::query_scalar("SELECT message FROM ops_failures").fetch_all(&mut owner).await.unwrap();
+    let failures: Vec<String> = sqlx::query_scalar("SELECT message FROM ops_failures").fetch_all(&mut owner).await.unwrap();
     responses.extend(failures);
 
     // No token the downstream was shown appears in any log line, admin-log row or response.
