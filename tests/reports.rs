@@ -275,6 +275,23 @@ async fn every_report_runs_and_none_shows_a_secret() {
     let (a, _, created) = populate(&t).await;
     let forbidden = forbidden(&t, &created).await;
 
+    // A report inside the application's tenant transaction leaves the tenant context as it
+    // was: the platform context the report switched on for itself is gone afterwards.
+    let (rows, after, visible) =
+        t.db.single_decision(Scope::Tenant(tenants::TenantId(a)), |conn, _| {
+            Box::pin(async move {
+                let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM report.tenant_usage").fetch_one(&mut *conn).await?;
+                let after: String =
+                    sqlx::query_scalar("SELECT current_setting('gatehouse.platform', true)").fetch_one(&mut *conn).await?;
+                let visible: i64 =
+                    sqlx::query_scalar("SELECT count(DISTINCT tenant_id) FROM access_tokens").fetch_one(&mut *conn).await?;
+                Ok((rows, after, visible))
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!((rows, after.as_str(), visible), (1, "", 1));
+
     let listed = reports::list(&t.db).await.unwrap();
     assert_eq!(listed.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), REPORTS, "a new view joins this test");
     for r in &listed {
