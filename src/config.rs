@@ -359,6 +359,15 @@ mod tests {
     }
 
     #[test]
+    fn platform_admins_are_lowercased_emails() {
+        assert!(load(&[]).unwrap().platform_admins.is_empty());
+        let c = load(&[("GATEHOUSE_PLATFORM_ADMINS", " Root@Example.test, ,ops@example.test ")]).unwrap();
+        assert_eq!(c.platform_admins, ["root@example.test", "ops@example.test"]);
+        let err = load(&[("GATEHOUSE_PLATFORM_ADMINS", "root")]).unwrap_err();
+        assert_eq!(err.0[0].var, "GATEHOUSE_PLATFORM_ADMINS");
+    }
+
+    #[test]
     fn origins_and_cookie_security() {
         let c = load(&[("GATEHOUSE_PUBLIC_URL", "https://gw.example.com/base/")]).unwrap();
         assert_eq!(c.public_origin(), "https://gw.example.com");
