@@ -3,11 +3,14 @@
 //! microsecond-scale fraction of a call.
 //!
 //!   cargo bench --bench ops                 # writer part: embedded cluster (durable defaults)
-//!   DATABASE_URL=postgres://… cargo bench --bench ops
+//!   DATABASE_URL=postgres://… cargo bench --bench ops   # a role that may create databases
+//!
+//! The writer part creates a fresh database for each run (and drops it after).
 //!
 //! The queue is drained by a task that discards, as the real writer would keep it from
 //! filling; `drop` measures the path taken when the queue is full (count, never wait). Then
-//! the real writer's throughput: 40,960 failures of one fingerprint, recorded in rounds of
+//! the real writer's throughput: 40,960 failures of one fingerprint (one tenant, so each batch
+//! also upserts its recurring finding), recorded in rounds of
 //! 4,096 (half the queue) by 4 tasks and flushed after each round, checked to be counted exactly.
 
 use std::{hint::black_box, time::Instant};
@@ -72,18 +75,30 @@ fn writer_throughput() {
         config::Secret,
         db::{Db, embedded, migrate},
     };
+    use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        let (owner_url, _cluster) = match std::env::var("DATABASE_URL") {
-            Ok(url) => (Secret::new(url), None),
+        // A fresh database per run: a shared bench database may hold another branch's
+        // migrations, which this binary's migrator refuses.
+        let name = format!("gh_bench_{}", uuid::Uuid::new_v4().simple());
+        let (admin_url, owner_url, owner_clause, _cluster) = match std::env::var("DATABASE_URL") {
+            Ok(url) => {
+                let base = url.rsplit_once('/').map(|(server, _)| server).expect("DATABASE_URL has a database path");
+                (url.clone(), Secret::new(format!("{base}/{name}")), String::new(), None)
+            }
             Err(_) => {
                 let dir = std::env::temp_dir().join("gatehouse-bench-pg");
                 let cluster = embedded::Cluster::start(&dir, &["max_connections = 200"]).await.expect("start bench cluster");
-                (cluster.owner_url(embedded::DATABASE), Some(cluster))
+                let admin = cluster.admin_url("postgres").expose().to_owned();
+                (admin, cluster.owner_url(&name), format!(" OWNER {}", embedded::OWNER_ROLE), Some(cluster))
             }
         };
+        let mut admin = PgConnection::connect(&admin_url).await.expect("connect to create the bench database");
+        admin.execute(AssertSqlSafe(format!("CREATE DATABASE {name}{owner_clause}"))).await.expect("create the bench database");
         migrate::run(&owner_url).await.unwrap();
         let db = Db::connect(&owner_url, 8).await.unwrap();
+        // One tenant for every failure, so each batch also upserts its recurring finding.
+        let tenant = gatehouse::tenants::create(&db, &gatehouse::admin_log::Audit::cli(), "bench", "Bench").await.unwrap().id;
         let (recorder, _writer) = Recorder::start(db.clone());
         // A stage of its own, so this run's issue starts from zero.
         let stage = format!("bench-{}", uuid::Uuid::new_v4().simple());
@@ -98,6 +113,7 @@ fn writer_throughput() {
                         for _ in 0..ROUND / 4 {
                             let mut f = failure();
                             f.stage = stage.clone();
+                            f.tenant = Some(tenant.0);
                             ops::record(&recorder, f);
                         }
                     })
@@ -125,6 +141,11 @@ fn writer_throughput() {
             n as f64 / elapsed.as_secs_f64()
         );
         assert_eq!(seen, Some(n as i64), "the issue counts every failure exactly once");
+        let finding = gatehouse::findings::list(&db, tenant, None, 10).await.unwrap();
+        assert_eq!(finding.iter().map(|f| f.occurrences).sum::<i64>(), n as i64, "and the tenant's finding too");
+        drop(recorder);
+        db.pool().close().await;
+        admin.execute(AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)"))).await.expect("drop the bench database");
     });
 }
 

@@ -53,6 +53,10 @@ pub struct Config {
     pub smtp_url: Option<Secret>,
     /// `GATEHOUSE_SMTP_FROM`, the sender (default `Gatehouse <gatehouse@localhost>`).
     pub smtp_from: String,
+    /// `GATEHOUSE_PLATFORM_ADMINS`: comma-separated email addresses (as the OIDC provider
+    /// asserts them, lowercased) of the people who may use the platform API (issues, platform
+    /// reports). Empty: nobody; the CLI stays the platform admins' tool.
+    pub platform_admins: Vec<String>,
     /// How long in-flight requests may drain after SIGTERM/SIGINT.
     pub shutdown_grace_ms: u64,
     pub request_timeout_ms: u64,
@@ -300,6 +304,13 @@ impl Config {
             bad("GATEHOUSE_SMTP_FROM", "not a mailbox (`Name <address>` or `address`)".into());
         }
 
+        let platform_admins: Vec<String> = get("GATEHOUSE_PLATFORM_ADMINS")
+            .map(|v| v.split(',').map(|e| e.trim().to_lowercase()).filter(|e| !e.is_empty()).collect())
+            .unwrap_or_default();
+        if platform_admins.iter().any(|e| !e.contains('@') || e.contains(char::is_whitespace)) {
+            bad("GATEHOUSE_PLATFORM_ADMINS", "must be comma-separated email addresses".into());
+        }
+
         let config = Config {
             database_url,
             listen,
@@ -313,6 +324,7 @@ impl Config {
             otlp_endpoint: get("OTEL_EXPORTER_OTLP_ENDPOINT"),
             smtp_url,
             smtp_from,
+            platform_admins,
             shutdown_grace_ms,
             request_timeout_ms,
             body_limit_bytes,
@@ -362,6 +374,15 @@ mod tests {
         let err = load(&[("GATEHOUSE_CODE_HEAP_BYTES", "12"), ("GATEHOUSE_CODE_TENANT_RUNNING", "3")]).unwrap_err();
         let vars: Vec<_> = err.0.iter().map(|p| p.var).collect();
         assert_eq!(vars, ["GATEHOUSE_CODE_HEAP_BYTES", "GATEHOUSE_CODE_TENANT_RUNNING"], "a share above the slots is refused");
+    }
+
+    #[test]
+    fn platform_admins_are_lowercased_emails() {
+        assert!(load(&[]).unwrap().platform_admins.is_empty());
+        let c = load(&[("GATEHOUSE_PLATFORM_ADMINS", " Root@Example.test, ,ops@example.test ")]).unwrap();
+        assert_eq!(c.platform_admins, ["root@example.test", "ops@example.test"]);
+        let err = load(&[("GATEHOUSE_PLATFORM_ADMINS", "root")]).unwrap_err();
+        assert_eq!(err.0[0].var, "GATEHOUSE_PLATFORM_ADMINS");
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::mcp_auth::http::router())
         .merge(crate::gateway::activity::http::router())
         .merge(crate::console::router(&state))
+        .merge(crate::findings::http::router())
+        .merge(crate::reports::http::router())
+        .merge(crate::ops::http::router())
         .merge(gateway);
     if dev_idp {
         app = app.merge(crate::dev_idp::http::router());

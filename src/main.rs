@@ -72,6 +72,24 @@ enum Command {
     /// MCP clients authorized by members through OAuth, and their grants.
     #[command(subcommand, name = "mcp-auth")]
     McpAuth(gatehouse::mcp_auth::control::Command),
+    /// SQL reports (the views of the `report` schema): `--list`, or run one by name.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// List the reports, one per line: name, then what it shows.
+    #[arg(long, conflicts_with_all = ["name", "tenant"])]
+    list: bool,
+    /// The report to run.
+    #[arg(required_unless_present = "list")]
+    name: Option<String>,
+    /// Only this tenant's rows (slug); without it, every tenant's.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// table, csv or json (one object per line).
+    #[arg(long, default_value = "table")]
+    format: String,
 }
 
 #[derive(Subcommand)]
@@ -547,6 +565,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
             println!("sent");
         }
         Command::Ops(cmd) => ops_command(db, &audit, cmd).await?,
+        Command::Report(args) => report_command(db, args).await?,
         Command::Vault(VaultCommand::Rotate { batch }) => {
             let ring = gatehouse::vault::slots::require(config.vault_keys.as_ref())?;
             let done = gatehouse::vault::slots::rotate(db, ring, batch).await?;
@@ -562,10 +581,14 @@ async fn link_command(db: &Db, audit: &Audit, config: &Config, cmd: LinkCommand)
         LinkCommand::Create { t, workspace, connector, email, ttl_days } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?;
             let public = config.public_origin();
-            let mailer = connect_links::mail::Mailer::from_config(config)?;
+            // A writer of its own for this one command, flushed before it exits, so an
+            // undelivered mail is recorded like the server's.
+            let (ops, _writer) = gatehouse::ops::Recorder::start(db.clone());
+            let mailer = connect_links::mail::Mailer::from_config(config)?.map(|m| m.with_ops(ops.clone()));
             let (ws, c) = (workspace.as_str(), connector.as_str());
             let m =
                 connect_links::mint(db, tenant.id, &tenant.slug, public, audit, ws, c, &email, ttl_days, mailer.as_ref()).await?;
+            ops.flush().await;
             println!("{}\n{}\n{}", m.link.id, m.mail_id, if m.delivered { "sent" } else { "outbox" });
         }
         LinkCommand::List { t, history } => {
@@ -611,6 +634,27 @@ async fn ops_command(db: &Db, audit: &Audit, cmd: OpsCommand) -> anyhow::Result<
     };
     let issue = ops::set_verdict(db, audit, &fingerprint, verdict, version.as_deref()).await?;
     println!("{}\t{}\t{}", issue.fingerprint, issue.status, issue.resolved_version.unwrap_or_default());
+    Ok(())
+}
+
+async fn report_command(db: &Db, args: ReportArgs) -> anyhow::Result<()> {
+    use gatehouse::reports;
+    if args.list {
+        for r in reports::list(db).await? {
+            println!("{}\t{}", r.name, r.description);
+        }
+        return Ok(());
+    }
+    let format = reports::Format::parse(&args.format)?;
+    let scope = match &args.tenant {
+        Some(slug) => gatehouse::db::Scope::Tenant(tenants::by_slug(db, slug).await?.id),
+        None => gatehouse::db::Scope::Platform { reason: "report from the command line" },
+    };
+    let out = reports::run(db, scope, args.name.as_deref().unwrap_or_default()).await?;
+    print!("{}", reports::render(&out, format));
+    if out.truncated {
+        eprintln!("truncated at {} rows", reports::ROW_CAP);
+    }
     Ok(())
 }
 

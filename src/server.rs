@@ -91,7 +91,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let (ops, ops_writer) = crate::ops::Recorder::start(db.clone());
     let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone(), ops.clone());
     let code = Arc::new(crate::code::Executor::new(config.code.clone()));
-    let mailer = crate::connect_links::mail::Mailer::from_config(&config)?.map(Arc::new);
+    let mailer = crate::connect_links::mail::Mailer::from_config(&config)?.map(|m| Arc::new(m.with_ops(ops.clone())));
     let state = AppState {
         db: db.clone(),
         config: Arc::new(config),

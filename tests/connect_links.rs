@@ -320,6 +320,16 @@ async fn with_smtp_configured_the_link_is_mailed_and_leaves_the_outbox() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().nth(2), Some("outbox"));
     assert_eq!(cli(&t.url, &["outbox", "list", "--tenant", "acme"]).await.len(), 1);
+    // ... and the undelivered mail is an ops failure of the tenant, naming neither the
+    // recipient nor the link.
+    let mut owner = t.owner_conn().await;
+    owner.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    let failures: Vec<(String, String, Option<uuid::Uuid>, String)> =
+        sqlx::query_as("SELECT operation, code, tenant_id, message FROM ops_failures").fetch_all(&mut owner).await.unwrap();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let (operation, code, tenant, message) = &failures[0];
+    assert_eq!((operation.as_str(), code.as_str(), tenant.is_some()), ("mail.send", "not_delivered", true));
+    assert!(!message.contains("e@example.test") && !message.contains("gcl_"), "{message}");
 
     // A malformed URL stops the command and never echoes it.
     let mut c = gatehouse(Some(&t.url));

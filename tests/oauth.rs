@@ -236,6 +236,32 @@ async fn a_personal_grant_is_connected_once_refreshed_once_across_replicas_and_r
     assert!(err && body["error"]["code"] == "auth_required", "a dead grant on every replica: {body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("authorize_connector"), "{body}");
     assert!(!issuer.is_empty());
+    // The failed refresh is an ops failure of the tenant (and so its recurring finding).
+    let mut owner = t.owner_conn().await;
+    owner.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    let recorded = common::eventually(std::time::Duration::from_secs(10), || {
+        let db = t.db.clone();
+        async move {
+            let n: i64 = db
+                .single_decision(gatehouse::db::Scope::Platform { reason: "test" }, |conn, _| {
+                    Box::pin(async move {
+                        Ok(sqlx::query_scalar(
+                            "SELECT count(*) FROM ops_failures
+                             WHERE operation = 'oauth.refresh' AND code = 'unreachable' AND tenant_id IS NOT NULL",
+                        )
+                        .fetch_one(conn)
+                        .await?)
+                    })
+                })
+                .await
+                .unwrap();
+            n == 1
+        }
+    })
+    .await;
+    assert!(recorded, "the failed refresh was not recorded once as an ops failure");
+    let failures: Vec<String> = sqlx::query_scalar("SELECT message FROM ops_failures").fetch_all(&mut owner).await.unwrap();
+    responses.extend(failures);
 
     // No token the downstream was shown appears in any log line, admin-log row or response.
     let tokens = seen.lock().unwrap().clone();

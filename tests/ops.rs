@@ -310,7 +310,7 @@ async fn retention_keeps_just_inside_and_prunes_just_outside_every_window() {
 }
 
 /// Every prune-on-write delete is bounded (LIMIT) and served by an index on the big table:
-/// activity, ops failures, ops issues, sessions and expired key-value rows.
+/// activity, ops failures, ops issues, stale findings, sessions and expired key-value rows.
 #[tokio::test]
 async fn every_prune_is_bounded_and_served_by_an_index() {
     let t = TestDb::new().await;
@@ -321,6 +321,7 @@ async fn every_prune_is_bounded_and_served_by_an_index() {
         (gatehouse::gateway::activity::PRUNE, "activity", "activity_retention", Some(90_i32)),
         (ops::store::PRUNE_FAILURES, "ops_failures", "ops_failures_retention", Some(90)),
         (ops::store::PRUNE_ISSUES, "ops_issues", "ops_issues_retention", Some(180)),
+        (gatehouse::findings::store::STALE, "ops_findings", "ops_findings_quiet", Some(180)),
         (gatehouse::sessions::store::PRUNE, "sessions", "sessions_expiry", None),
         (gatehouse::kv::store::PRUNE, "kv_entries", "kv_entries_expiry", None),
     ];
@@ -435,4 +436,59 @@ async fn expired_sessions_are_pruned_at_their_boundary() {
     assert_eq!(pruned, 2);
     let left: Vec<String> = sqlx::query_scalar("SELECT subject FROM sessions").fetch_all(&mut conn).await.unwrap();
     assert_eq!(left, ["live"]);
+}
+
+/// End to end: an activity batch the database keeps refusing is given up after three attempts,
+/// and that loss becomes an ops failure (platform row) and its issue, through the real writers.
+#[tokio::test]
+async fn a_lost_activity_batch_becomes_an_ops_failure() {
+    let t = TestDb::new().await;
+    let (ops, _writer) = Recorder::start(t.db.clone());
+    let (activity, _aw) = gatehouse::gateway::activity::Recorder::start(t.db.clone(), ops.clone());
+    // A tenant that does not exist: the insert violates the foreign key on every attempt.
+    let ghost = Uuid::now_v7();
+    activity.record(gatehouse::gateway::activity::Row {
+        tenant_id: ghost,
+        occurred_at: chrono::Utc::now(),
+        id: Uuid::now_v7(),
+        workspace_id: ghost,
+        request_id: Some("req-lost".into()),
+        actor_kind: "token",
+        actor_id: "t".into(),
+        connector: None,
+        tool: "t".into(),
+        source: "mcp",
+        outcome: "ok",
+        duration_ms: 1,
+        error_code: None,
+        classification: None,
+        result_bytes: 0,
+        client_name: None,
+        client_version: None,
+        pool: None,
+    });
+    let fp = ops::fingerprint("activity.write", "insert", "internal");
+    let db = t.db.clone();
+    let found = common::eventually(Duration::from_secs(15), || {
+        let (db, fp, ops) = (db.clone(), fp.clone(), ops.clone());
+        async move {
+            ops.flush().await;
+            db.single_decision(Scope::Platform { reason: "test" }, |conn, _| Box::pin(ops::store::get(conn, &fp)))
+                .await
+                .unwrap()
+                .is_some()
+        }
+    })
+    .await;
+    assert!(found, "the lost batch was not recorded as an ops failure");
+    assert_eq!(activity.counts().lost.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let mut conn = platform_conn(&t).await;
+    let (tenant, message): (Option<Uuid>, String) =
+        sqlx::query_as("SELECT tenant_id, message FROM ops_failures WHERE operation = 'activity.write'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(tenant, None, "a platform row");
+    assert!(message.starts_with("1 activity rows lost after 3 attempts"), "{message}");
+    assert_eq!(issue(&t, &fp).await.seen, 1);
 }

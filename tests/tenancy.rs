@@ -149,6 +149,11 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
          VALUES ($1, convert_to($2 || 'code', 'UTF8'), $1, 'http://127.0.0.1/cb', 'c', now() + interval '1 minute')",
         "INSERT INTO mcp_tokens (tenant_id, token_hash, grant_id, kind, expires_at)
          VALUES ($1, convert_to($2 || 'access', 'UTF8'), $1, 'access', now() + interval '1 hour')",
+        "INSERT INTO ops_findings (tenant_id, id, kind, subject, operation, code, occurrences, first_seen, last_seen, last_message)
+         VALUES ($1, gen_random_uuid(), 'recurring', repeat('0', 64), 'downstream.call', 'timeout', 1, now(), now(), $2)",
+        "INSERT INTO ops_suppress_rules (tenant_id, id, code, reason, expires_at, created_by)
+         VALUES ($1, gen_random_uuid(), 'timeout', $2, now() + interval '1 day', 'test')",
+        "INSERT INTO report_viewers (tenant_id, role_name, granted_by) VALUES ($1, 'reader_' || $2, 'test')",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

@@ -10,6 +10,8 @@ use crate::config::Config;
 pub struct Mailer {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     from: Mailbox,
+    /// Where an undelivered mail is recorded as an ops failure (`mail.send`).
+    ops: Option<crate::ops::Recorder>,
 }
 
 impl std::fmt::Debug for Mailer {
@@ -27,7 +29,33 @@ impl Mailer {
             .timeout(Some(std::time::Duration::from_secs(10)))
             .build();
         let from = config.smtp_from.parse().map_err(|_| anyhow::anyhow!("GATEHOUSE_SMTP_FROM is not a mailbox"))?;
-        Ok(Some(Mailer { transport, from }))
+        Ok(Some(Mailer { transport, from, ops: None }))
+    }
+
+    /// Records undelivered mail as ops failures through `ops`.
+    pub fn with_ops(mut self, ops: crate::ops::Recorder) -> Mailer {
+        self.ops = Some(ops);
+        self
+    }
+
+    /// Records that a mail of `tenant` could not be delivered (it waits in the outbox). The
+    /// message names the mail and the transport's error, never the recipient or the body.
+    pub fn undelivered(&self, tenant: crate::tenants::TenantId, mail_id: uuid::Uuid, reason: &str) {
+        if let Some(ops) = &self.ops {
+            crate::ops::record(
+                ops,
+                crate::ops::Failure {
+                    operation: "mail.send",
+                    stage: "smtp".into(),
+                    tenant: Some(tenant.0),
+                    workspace: None,
+                    status: crate::ops::Status::Failed,
+                    code: "not_delivered".into(),
+                    message: format!("mail {mail_id} waits in the outbox: {reason}"),
+                    reference: None,
+                },
+            );
+        }
     }
 
     /// Sends one plain-text mail. The error says what failed, never the body.

@@ -112,7 +112,10 @@ pub async fn mint(
                 minted.delivered =
                     mark_sent(db, tenant, &Audit { actor: "system:smtp".into(), request_id: None }, minted.mail_id).await?
             }
-            Err(reason) => tracing::warn!(%reason, mail_id = %minted.mail_id, "a connect link's mail stays in the outbox"),
+            Err(reason) => {
+                tracing::warn!(%reason, mail_id = %minted.mail_id, "a connect link's mail stays in the outbox");
+                mailer.undelivered(tenant, minted.mail_id, &reason);
+            }
         }
     }
     Ok(minted)

@@ -48,21 +48,56 @@ pub async fn load(db: &Db, t: Target<'_>) -> Result<Option<(DateTime<Utc>, Vec<T
     db.single_decision(Scope::Tenant(t.tenant), move |conn, _| Box::pin(load_row(conn, t))).await
 }
 
-async fn store_row(conn: &mut PgConnection, t: Target<'_>, tools: &serde_json::Value) -> Result<DateTime<Utc>> {
-    Ok(sqlx::query_scalar(
-        "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools)
+/// A catalog's tools in name order, so a server listing the same tools in another order is
+/// not a change.
+macro_rules! sorted_tools {
+    ($e:literal) => {
+        concat!("(SELECT coalesce(jsonb_agg(x ORDER BY x->>'name', x::text), '[]') FROM jsonb_array_elements(", $e, ") x)")
+    };
+}
+
+/// Upserts the catalog; also answers, for drift, the previous tool count when the same
+/// configuration now lists different tools (the downstream changed under us).
+async fn store_row(conn: &mut PgConnection, t: Target<'_>, tools: &serde_json::Value) -> Result<(DateTime<Utc>, Option<i64>)> {
+    let row = sqlx::query(concat!(
+        "WITH old AS (SELECT config_key, tools FROM connector_catalogs
+                       WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3)
+         INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools)
          VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (tenant_id, workspace_id, connector_id)
          DO UPDATE SET config_key = EXCLUDED.config_key, tools = EXCLUDED.tools, fetched_at = clock_timestamp()
-         RETURNING fetched_at",
-    )
+         RETURNING fetched_at,
+             (SELECT jsonb_array_length(old.tools)::bigint FROM old
+               WHERE old.config_key = $4 AND ",
+        sorted_tools!("old.tools"),
+        " IS DISTINCT FROM ",
+        sorted_tools!("$5"),
+        ") AS drifted_from"
+    ))
     .bind(t.tenant)
     .bind(t.workspace)
     .bind(t.connector_id)
     .bind(t.config_key)
     .bind(tools)
     .fetch_one(conn)
-    .await?)
+    .await?;
+    Ok((row.try_get("fetched_at")?, row.try_get("drifted_from")?))
+}
+
+/// The tenant's `drift` finding for a connector whose catalog changed under an unchanged
+/// configuration (subject: workspace id/connector id).
+fn drift(t: Target<'_>, was: i64, now: usize, at: DateTime<Utc>) -> crate::findings::Observation {
+    crate::findings::Observation {
+        tenant: t.tenant.0,
+        kind: "drift",
+        subject: format!("{}/{}", t.workspace, t.connector_id),
+        operation: "catalog.refresh".into(),
+        code: "tools_changed".into(),
+        count: 1,
+        first: at,
+        last: at,
+        message: format!("connector {} now lists {now} tools (was {was}) under the same configuration", t.connector_id),
+    }
 }
 
 /// Stores a freshly fetched catalog (last writer wins: two replicas fetching at once store
@@ -72,7 +107,11 @@ pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], audit: Option<&Audit>
     let tools = &tools;
     db.single_decision(Scope::Tenant(t.tenant), move |conn, _| {
         Box::pin(async move {
-            let fetched_at = store_row(&mut *conn, t, tools).await?;
+            let (fetched_at, drifted_from) = store_row(&mut *conn, t, tools).await?;
+            if let Some(was) = drifted_from {
+                let now = tools.as_array().map_or(0, Vec::len);
+                crate::findings::observe(&mut *conn, &[drift(t, was, now, fetched_at)]).await?;
+            }
             if let Some(audit) = audit {
                 let count = tools.as_array().map_or(0, Vec::len);
                 let entry = Entry {

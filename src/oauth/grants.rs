@@ -227,6 +227,31 @@ async fn refresh_once(
         }
         Err(e) => {
             tracing::warn!(error = %e, connector = %id, "OAuth refresh failed; the grant needs a new authorization");
+            // The code is a standard OAuth error or our own word for the transport's failure,
+            // so the fingerprints stay few; the message names the connector, never the answer's
+            // text (a provider may echo what it was sent).
+            let code = match &e {
+                oauth2::RequestTokenError::ServerResponse(r) => match r.error() {
+                    oauth2::basic::BasicErrorResponseType::Extension(_) => "provider_error".to_owned(),
+                    standard => standard.to_string(),
+                },
+                oauth2::RequestTokenError::Request(_) => "unreachable".to_owned(),
+                oauth2::RequestTokenError::Parse(..) => "invalid_response".to_owned(),
+                oauth2::RequestTokenError::Other(_) => "other".to_owned(),
+            };
+            crate::ops::record(
+                &state.ops,
+                crate::ops::Failure {
+                    operation: "oauth.refresh",
+                    stage: "token_endpoint".into(),
+                    tenant: Some(tenant.0),
+                    workspace: Some(workspace),
+                    status: crate::ops::Status::Failed,
+                    message: format!("connector {id} ({} grant): refresh refused or failed: {code}", owner.as_text()),
+                    code,
+                    reference: None,
+                },
+            );
             state
                 .db
                 .serializable(Scope::Tenant(tenant), move |conn, _| {

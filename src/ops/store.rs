@@ -120,8 +120,37 @@ pub async fn write(conn: &mut PgConnection, rows: &[Row]) -> Result<()> {
         .bind(rows.iter().map(|r| r.at).collect::<Vec<_>>())
         .execute(&mut *conn)
         .await?;
-    prune(conn).await?;
+    crate::findings::observe(&mut *conn, &recurring(rows)).await?;
+    prune(&mut *conn).await?;
+    crate::findings::sweep_stale(conn).await?;
     Ok(())
+}
+
+/// The tenants' `recurring` findings in a batch: one observation per (tenant, fingerprint),
+/// counted, with its latest message. Platform rows (no tenant) have no inbox.
+fn recurring(rows: &[Row]) -> Vec<crate::findings::Observation> {
+    let mut by_key: std::collections::BTreeMap<(Uuid, &str), crate::findings::Observation> = Default::default();
+    for r in rows {
+        let Some(tenant) = r.tenant_id else { continue };
+        let o = by_key.entry((tenant, r.fingerprint.as_str())).or_insert_with(|| crate::findings::Observation {
+            tenant,
+            kind: "recurring",
+            subject: r.fingerprint.clone(),
+            operation: r.operation.clone(),
+            code: r.code.clone(),
+            count: 0,
+            first: r.at,
+            last: r.at,
+            message: r.message.clone(),
+        });
+        o.count += 1;
+        o.first = o.first.min(r.at);
+        if r.at >= o.last {
+            o.last = r.at;
+            o.message.clone_from(&r.message);
+        }
+    }
+    by_key.into_values().collect()
 }
 
 /// The two bounded retention deletes: (failures, issues) deleted.

@@ -1,0 +1,109 @@
+//! `/api/v1/tenants/{t}/findings` and `/suppress-rules`: a tenant's inbox (people with
+//! `activity_access` list, acknowledge and resolve) and its suppress rules (owners and admins
+//! write them). Another tenant's finding or rule answers 404.
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query, State},
+    http::StatusCode,
+    routing::{delete, get, post},
+};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{Finding, NewRule, Rule, Verdict};
+use crate::{
+    AppState,
+    auth::TenantCtx,
+    error::{Error, Result},
+    http::ApiJson,
+    members::{Permission, Role},
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FindingQuery {
+    status: Option<String>,
+    limit: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleQuery {
+    #[serde(default)]
+    all: bool,
+}
+
+#[derive(Serialize)]
+struct Created {
+    rule: Rule,
+    /// Findings the rule suppressed at once.
+    suppressed: u64,
+}
+
+/// Owners and admins with `activity_access` write suppress rules: a rule hides findings from
+/// everyone in the tenant.
+fn require_rule_writer(ctx: &TenantCtx) -> Result<()> {
+    let member = ctx.require_person(Permission::ActivityAccess)?;
+    if matches!(member.role, Role::Owner | Role::Admin) {
+        Ok(())
+    } else {
+        Err(Error::Forbidden { code: "permission_denied", message: "only owners and admins write suppress rules".into() })
+    }
+}
+
+async fn list_findings(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Query(q): Query<FindingQuery>,
+) -> Result<Json<Vec<Finding>>> {
+    ctx.require_person(Permission::ActivityAccess)?;
+    Ok(Json(super::list(&state.db, ctx.tenant.id, q.status.as_deref(), q.limit.unwrap_or(100)).await?))
+}
+
+async fn ack_finding(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, Uuid)>,
+) -> Result<Json<Finding>> {
+    ctx.require_person(Permission::ActivityAccess)?;
+    Ok(Json(super::set_verdict(&state.db, ctx.tenant.id, &ctx.audit, id, Verdict::Ack).await?))
+}
+
+async fn resolve_finding(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, Uuid)>,
+) -> Result<Json<Finding>> {
+    ctx.require_person(Permission::ActivityAccess)?;
+    Ok(Json(super::set_verdict(&state.db, ctx.tenant.id, &ctx.audit, id, Verdict::Resolve).await?))
+}
+
+async fn list_rules(ctx: TenantCtx, State(state): State<AppState>, Query(q): Query<RuleQuery>) -> Result<Json<Vec<Rule>>> {
+    ctx.require_person(Permission::ActivityAccess)?;
+    Ok(Json(super::rules(&state.db, ctx.tenant.id, q.all).await?))
+}
+
+async fn create_rule(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<NewRule>,
+) -> Result<(StatusCode, Json<Created>)> {
+    require_rule_writer(&ctx)?;
+    let (rule, suppressed) = super::create_rule(&state.db, ctx.tenant.id, &ctx.audit, &body).await?;
+    Ok((StatusCode::CREATED, Json(Created { rule, suppressed })))
+}
+
+async fn revoke_rule(ctx: TenantCtx, State(state): State<AppState>, Path((_, id)): Path<(String, Uuid)>) -> Result<Json<Rule>> {
+    require_rule_writer(&ctx)?;
+    Ok(Json(super::revoke_rule(&state.db, ctx.tenant.id, &ctx.audit, id).await?))
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/tenants/{tenant}/findings", get(list_findings))
+        .route("/api/v1/tenants/{tenant}/findings/{id}/ack", post(ack_finding))
+        .route("/api/v1/tenants/{tenant}/findings/{id}/resolve", post(resolve_finding))
+        .route("/api/v1/tenants/{tenant}/suppress-rules", get(list_rules).post(create_rule))
+        .route("/api/v1/tenants/{tenant}/suppress-rules/{id}", delete(revoke_rule))
+}
