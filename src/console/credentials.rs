@@ -11,47 +11,36 @@ use axum::{
 };
 use serde::Deserialize;
 
-use super::{ConfirmPage, Console, FormError, Layout, PageError, creators, render, when, when_opt};
+use super::{ConfirmPage, Console, FormError, Layout, Listed, PageError, SecretRow, render, secret_rows};
 use crate::{AppState, error::Error, http::parse_id, service_credentials};
-
-pub struct Row {
-    pub id: String,
-    pub client_id: String,
-    pub name: String,
-    pub creator: String,
-    pub created: String,
-    pub last_used: String,
-    pub revoked: Option<String>,
-}
 
 #[derive(Template)]
 #[template(path = "console/credentials.html")]
 struct ListPage {
     layout: Layout,
     slug: String,
-    rows: Vec<Row>,
+    rows: Vec<SecretRow>,
     error: Option<FormError>,
     name: String,
     /// Just created: (name, client id, secret). Shown on this response only.
     created: Option<(String, String, String)>,
 }
 
-async fn rows(c: &Console, state: &AppState) -> Result<Vec<Row>, PageError> {
-    let names = creators(state, c).await?;
-    let mut list = service_credentials::list(&state.db, c.ctx.tenant.id).await?;
-    list.sort_by(|a, b| a.revoked_at.is_some().cmp(&b.revoked_at.is_some()).then(b.created_at.cmp(&a.created_at)));
-    Ok(list
+async fn rows(c: &Console, state: &AppState) -> Result<Vec<SecretRow>, PageError> {
+    let list = service_credentials::list(&state.db, c.ctx.tenant.id).await?;
+    let listed = list
         .into_iter()
-        .map(|s| Row {
+        .map(|s| Listed {
             id: s.id.to_string(),
-            client_id: s.client_id,
-            creator: names.get(&s.created_by).cloned().unwrap_or(s.created_by),
+            handle: s.client_id,
             name: s.name,
-            created: when(&s.created_at),
-            last_used: when_opt(&s.last_used_at),
-            revoked: s.revoked_at.as_ref().map(when),
+            created_by: s.created_by,
+            created_at: s.created_at,
+            last_used_at: s.last_used_at,
+            revoked_at: s.revoked_at,
         })
-        .collect())
+        .collect();
+    secret_rows(state, c, listed).await
 }
 
 async fn list_page(
@@ -105,7 +94,7 @@ async fn confirm_revoke(
     let row = rows(&c, &state).await?.into_iter().find(|r| r.id == id).ok_or(Error::NotFound { what: "service credential" })?;
     let page = ConfirmPage {
         layout: c.layout("Revoke service credential", "credentials"),
-        question: format!("Revoke the service credential “{}” ({})?", row.name, row.client_id),
+        question: format!("Revoke the service credential “{}” ({})?", row.name, row.handle),
         consequence:
             "Every machine presenting it is refused from its next request, whatever token it carries. This cannot be undone."
                 .into(),

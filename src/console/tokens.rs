@@ -11,26 +11,15 @@ use axum::{
 };
 use serde::Deserialize;
 
-use super::{ConfirmPage, Console, FormError, Layout, PageError, creators, render, when, when_opt};
+use super::{ConfirmPage, Console, FormError, Layout, Listed, PageError, SecretRow, render, secret_rows};
 use crate::{AppState, error::Error, http::parse_id, members::Permission, tokens};
-
-/// A token as a row of the list.
-pub struct Row {
-    pub id: String,
-    pub prefix: String,
-    pub name: String,
-    pub creator: String,
-    pub created: String,
-    pub last_used: String,
-    pub revoked: Option<String>,
-}
 
 #[derive(Template)]
 #[template(path = "console/tokens.html")]
 struct ListPage {
     layout: Layout,
     slug: String,
-    rows: Vec<Row>,
+    rows: Vec<SecretRow>,
     error: Option<FormError>,
     name: String,
     /// The token just created: (name, secret). Shown on this response only.
@@ -42,28 +31,26 @@ struct ListPage {
 struct TokenPage {
     layout: Layout,
     slug: String,
-    row: Row,
+    row: SecretRow,
     error: Option<FormError>,
     name: String,
 }
 
-async fn rows(c: &Console, state: &AppState) -> Result<Vec<Row>, PageError> {
-    let names = creators(state, c).await?;
-    let mut list = tokens::list(&state.db, c.ctx.tenant.id).await?;
-    // Live tokens first, newest first within each group.
-    list.sort_by(|a, b| a.revoked_at.is_some().cmp(&b.revoked_at.is_some()).then(b.created_at.cmp(&a.created_at)));
-    Ok(list
+async fn rows(c: &Console, state: &AppState) -> Result<Vec<SecretRow>, PageError> {
+    let list = tokens::list(&state.db, c.ctx.tenant.id).await?;
+    let listed = list
         .into_iter()
-        .map(|t| Row {
+        .map(|t| Listed {
             id: t.id.to_string(),
-            prefix: t.prefix,
-            creator: names.get(&t.created_by).cloned().unwrap_or(t.created_by),
+            handle: t.prefix,
             name: t.name,
-            created: when(&t.created_at),
-            last_used: when_opt(&t.last_used_at),
-            revoked: t.revoked_at.as_ref().map(when),
+            created_by: t.created_by,
+            created_at: t.created_at,
+            last_used_at: t.last_used_at,
+            revoked_at: t.revoked_at,
         })
-        .collect())
+        .collect();
+    secret_rows(state, c, listed).await
 }
 
 async fn list_page(
@@ -110,7 +97,7 @@ async fn create_token(c: Console, State(state): State<AppState>, Form(form): For
     }
 }
 
-async fn one(c: &Console, state: &AppState, id: &str) -> Result<Row, PageError> {
+async fn one(c: &Console, state: &AppState, id: &str) -> Result<SecretRow, PageError> {
     let id = parse_id(id, "token")?.to_string();
     Ok(rows(c, state).await?.into_iter().find(|r| r.id == id).ok_or(Error::NotFound { what: "token" })?)
 }
@@ -166,7 +153,7 @@ async fn confirm_revoke(
     let row = one(&c, &state, &id).await?;
     let page = ConfirmPage {
         layout: c.layout("Revoke access token", "tokens"),
-        question: format!("Revoke the token “{}” ({}…)?", row.name, row.prefix),
+        question: format!("Revoke the token “{}” ({}…)?", row.name, row.handle),
         consequence: "Every client using it is refused from its next request, on every replica. This cannot be undone.".into(),
         action: format!("/console/t/{}/tokens/{}/revoke", c.slug(), row.id),
         button: "Revoke token".into(),

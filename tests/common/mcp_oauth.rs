@@ -152,24 +152,7 @@ pub async fn setup() -> Setup {
     for (tenant, ws) in [("acme", "main"), ("acme", "other"), ("globex", "main")] {
         cli(&t.url, &["workspace", "create", "--tenant", tenant, ws]).await;
     }
-    cli(
-        &t.url,
-        &[
-            "connector",
-            "add",
-            "--tenant",
-            "acme",
-            "--workspace",
-            "main",
-            "--id",
-            "everything",
-            "--kind",
-            "remote_mcp",
-            "--url",
-            &everything.url,
-        ],
-    )
-    .await;
+    super::add_remote_mcp(&t.url, "acme", "main", "everything", &everything.url).await;
     let pools = super::json_path(&json!({ "pools": { "reads": { "tools": ["everything.echo"] } } }));
     cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", &pools]).await;
     Setup { t, _everything: everything }

@@ -245,6 +245,12 @@ pub async fn cli(url: &Secret, args: &[&str]) -> Vec<String> {
     out.lines().map(str::to_owned).collect()
 }
 
+/// Adds a `remote_mcp` connector `id` at `connector_url` to `tenant`/`workspace`, with the CLI.
+pub async fn add_remote_mcp(url: &Secret, tenant: &str, workspace: &str, id: &str, connector_url: &str) {
+    let args = ["connector", "add", "--tenant", tenant, "--workspace", workspace, "--id", id, "--kind", "remote_mcp"];
+    cli(url, &[&args[..], &["--url", connector_url]].concat()).await;
+}
+
 /// A service credential and a token for `tenant`, made with the CLI.
 pub async fn provision(url: &Secret, tenant: &str) -> Machine {
     let sc = cli(url, &["service-credential", "create", "--tenant", tenant, "--name", "ci"]).await;

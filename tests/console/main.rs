@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use chrome::Chrome;
 use common::{
-    Everything, Machine, OidcPeer, Served, TestDb, cli, eventually, free_port, gatehouse, http, mcp_post, python_agent,
+    Everything, Machine, OidcPeer, Served, TestDb, add_remote_mcp, cli, eventually, free_port, gatehouse, http, mcp_post,
+    python_agent,
 };
 use fantoccini::Locator;
 use serde_json::{Value, json};
@@ -31,24 +32,7 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
     cli(&t.url, &["workspace", "create", "--tenant", "acme", "main", "--name", "Main"]).await;
     let everything = Everything::start().await;
-    cli(
-        &t.url,
-        &[
-            "connector",
-            "add",
-            "--tenant",
-            "acme",
-            "--workspace",
-            "main",
-            "--id",
-            "everything",
-            "--kind",
-            "remote_mcp",
-            "--url",
-            &everything.url,
-        ],
-    )
-    .await;
+    add_remote_mcp(&t.url, "acme", "main", "everything", &everything.url).await;
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     // The same provider signs people in and, as a downstream's authorization server, grants
