@@ -154,6 +154,16 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO ops_suppress_rules (tenant_id, id, code, reason, expires_at, created_by)
          VALUES ($1, gen_random_uuid(), 'timeout', $2, now() + interval '1 day', 'test')",
         "INSERT INTO report_viewers (tenant_id, role_name, granted_by) VALUES ($1, 'reader_' || $2, 'test')",
+        "INSERT INTO blueprints (tenant_id, id, slug, name, created_by) VALUES ($1, $1, 'bp-' || $2, 'b', 'test')",
+        "INSERT INTO blueprint_versions (tenant_id, blueprint_id, version, document, digest, created_by) VALUES ($1, $1, 1, '{}', $2, 'test')",
+        "INSERT INTO copies (tenant_id, move_id, copy_ref, role, workspace_id, kind, epoch_read, lease_until)
+         VALUES ($1, gen_random_uuid(), 'workspace:' || $2, 'source', $1, 'fork', 0, now() + interval '5 minutes')",
+        "INSERT INTO subject_keys (tenant_id, subject, key_id, envelope) VALUES ($1, $2, 'k1', 'v1.k1.x.y')",
+        "INSERT INTO erasure_receipts (tenant_id, id, workspace_id, subject_digest, epoch, counts, erased_by)
+         VALUES ($1, gen_random_uuid(), $1, $2, 1, '{}', 'test')",
+        "INSERT INTO workspace_tombstones (tenant_id, workspace_id, slug, reaped_by) VALUES ($1, gen_random_uuid(), 'gone-' || $2, 'test')",
+        "INSERT INTO peer_bindings (tenant_id, workspace_id, connector_id, target_workspace_id, created_by) VALUES ($1, $1, $2, $1, 'test')",
+        "INSERT INTO member_fences (tenant_id, issuer, subject, raised_at) VALUES ($1, 'https://idp', $2, now())",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }
