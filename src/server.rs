@@ -109,6 +109,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     };
     // Revocation intents a crash left unsettled: every replica sweeps (claims keep it once).
     let sweeper = state.config.vault_keys.is_some().then(|| tokio::spawn(crate::oauth::sweep::run(state.clone())));
+    // Copy moves a crash left pending, eligible wipes and expired forks: every replica sweeps.
+    let copy_sweeper = tokio::spawn(crate::copies::sweep::run(state.clone()));
     let app = crate::http::router(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
@@ -139,6 +141,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }
+    copy_sweeper.abort();
     match tokio::time::timeout(grace, server).await {
         Ok(joined) => joined.context("server task failed")?.context("server failed")?,
         Err(_) => tracing::warn!("drain deadline passed; closing remaining connections"),
