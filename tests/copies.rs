@@ -68,7 +68,20 @@ async fn a_fork_copies_configuration_catalogs_and_shared_credentials_and_expires
     let add = |id: &'static str, slot: &str| {
         let file = json_path(&api_connector(slot));
         let mut c = cmd();
-        c.args(["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", id, "--kind", "http_api", "--config", &file]);
+        c.args([
+            "connector",
+            "add",
+            "--tenant",
+            "acme",
+            "--workspace",
+            "main",
+            "--id",
+            id,
+            "--kind",
+            "http_api",
+            "--config",
+            &file,
+        ]);
         c
     };
     assert_eq!(run(add("inv", "shared")).await.0, 0);
@@ -120,7 +133,8 @@ async fn a_fork_copies_configuration_catalogs_and_shared_credentials_and_expires
     assert!(!row.get::<bool, _>("pinned") && row.get::<bool, _>("ttl_ok"), "72 hours by default");
     assert_eq!(row.get::<Value, _>("fork_doc"), row.get::<Value, _>("main_doc"));
     assert_eq!(row.get::<Option<Value>, _>("tools"), Some(json!([{ "name": "get_item" }])));
-    let creds = owner_rows(&t, &format!("SELECT connector_id, owner, envelope FROM credentials WHERE workspace_id = '{fork}'")).await;
+    let creds =
+        owner_rows(&t, &format!("SELECT connector_id, owner, envelope FROM credentials WHERE workspace_id = '{fork}'")).await;
     assert_eq!(creds.len(), 1, "only the shared credential is copied");
     assert_eq!((creds[0].get::<String, _>(0).as_str(), creds[0].get::<String, _>(1).as_str()), ("inv", "shared"));
     let ring = KeyRing::parse(&key).unwrap();
@@ -156,7 +170,9 @@ async fn a_fork_copies_configuration_catalogs_and_shared_credentials_and_expires
     // once, however many sweeps race.
     let out = run_ok(cmd(), &["workspace", "fork-extend", "--tenant", "acme", "preview", "--hours", "24"]).await;
     assert!(out[0].ends_with("unpinned"), "{out:?}");
-    let far: bool = owner_rows(&t, &format!("SELECT expires_at > now() + interval '95 hours' FROM workspaces WHERE id = '{fork}'")).await[0].get(0);
+    let far: bool =
+        owner_rows(&t, &format!("SELECT expires_at > now() + interval '95 hours' FROM workspaces WHERE id = '{fork}'")).await[0]
+            .get(0);
     assert!(far);
     let mut c = cmd();
     c.args(["workspace", "fork-extend", "--tenant", "acme", "main", "--hours", "1"]);
@@ -261,12 +277,14 @@ async fn confirm_needs_the_lease_and_the_epoch_and_races_the_sweep_exactly_once(
     assert_eq!(copies::record(&t.db, tenant, &audit, 60_000, &m).await.unwrap(), Recorded::Recorded { epoch: 0 });
     owner_rows(&t, &format!("UPDATE workspaces SET erasure_epoch = erasure_epoch + 1 WHERE id = '{main}'")).await;
     assert_eq!(code(confirm(&t, tenant, m.id).await.unwrap_err()), "erasure_epoch_changed");
-    let pending: i64 = owner_rows(&t, &format!("SELECT count(*) FROM copies WHERE move_id = '{}' AND state = 'pending'", m.id)).await[0].get(0);
+    let pending: i64 =
+        owner_rows(&t, &format!("SELECT count(*) FROM copies WHERE move_id = '{}' AND state = 'pending'", m.id)).await[0].get(0);
     assert_eq!(pending, 2);
     assert_eq!(count(&admin_log_text(&t).await, "\"action\":\"copy.confirm\""), 0);
     // The sweep does not touch it while its lease runs.
     let s = copies::sweep::once(&t.db, &config).await.unwrap();
-    let live: bool = owner_rows(&t, &format!("SELECT bool_and(lease_until > now()) FROM copies WHERE move_id = '{}'", m.id)).await[0].get(0);
+    let live: bool =
+        owner_rows(&t, &format!("SELECT bool_and(lease_until > now()) FROM copies WHERE move_id = '{}'", m.id)).await[0].get(0);
     assert!(live && s.claimed == 0, "{s:?}");
 
     // Many moves whose leases end while their confirms and three sweepers race: every move is
@@ -326,7 +344,9 @@ async fn confirm_needs_the_lease_and_the_epoch_and_races_the_sweep_exactly_once(
         .collect();
     let settled = common::eventually(Duration::from_secs(120), || async {
         let list = format!("'{}'", moves.iter().map(Uuid::to_string).collect::<Vec<_>>().join("','"));
-        let n: i64 = owner_rows(&t, &format!("SELECT count(*) FROM copies WHERE state = 'pending' AND move_id IN ({list})")).await[0].get(0);
+        let n: i64 = owner_rows(&t, &format!("SELECT count(*) FROM copies WHERE state = 'pending' AND move_id IN ({list})"))
+            .await[0]
+            .get(0);
         n == 0
     })
     .await;
@@ -337,7 +357,11 @@ async fn confirm_needs_the_lease_and_the_epoch_and_races_the_sweep_exactly_once(
     assert!(settled, "the sweep settles every expired move");
     let log = admin_log_text(&t).await;
     for (id, confirmed) in moves.iter().zip(&outcomes) {
-        let rows = owner_rows(&t, &format!("SELECT role, state, lease_owner IS NOT NULL FROM copies WHERE move_id = '{id}' ORDER BY role")).await;
+        let rows = owner_rows(
+            &t,
+            &format!("SELECT role, state, lease_owner IS NOT NULL FROM copies WHERE move_id = '{id}' ORDER BY role"),
+        )
+        .await;
         let states: Vec<(String, String, bool)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
         let claimed = !confirmed;
         assert_eq!(

@@ -83,10 +83,14 @@ async fn a_fork_crashed_mid_move_is_settled_by_another_process_and_its_late_conf
     run_ok(c, &["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "inv", "--field", "token"]).await;
     let tenant = TenantId(owner_rows(&t, "SELECT id FROM tenants WHERE slug = 'acme'").await[0].get(0));
 
+    // Both crashing processes listen on one port: the development sign-in's issuer is named by
+    // the public URL, so alice stays the same principal (the member the invitation made).
+    let port = common::free_port();
     for (fault, slug) in [("fork.after_record", "crash-one"), ("fork.after_copy", "crash-two")] {
         // The process that crashes: a 3-second lease, and no sweep of its own after its start.
-        let crashing = env.cmd(&t, &[("GATEHOUSE_FAULT", fault), ("GATEHOUSE_COPY_LEASE_MS", "3000"), ("GATEHOUSE_COPY_SWEEP_MS", "3600000")]);
-        let mut served = Served::start(crashing).await;
+        let crashing = env
+            .cmd(&t, &[("GATEHOUSE_FAULT", fault), ("GATEHOUSE_COPY_LEASE_MS", "3000"), ("GATEHOUSE_COPY_SWEEP_MS", "3600000")]);
+        let mut served = Served::start_on(crashing, port).await;
         let alice = dev_sign_in(&served, "alice@example.test").await;
         let csrf = alice.csrf().await;
         let answer = alice
@@ -97,12 +101,15 @@ async fn a_fork_crashed_mid_move_is_settled_by_another_process_and_its_late_conf
             .json(&json!({ "slug": slug }))
             .send()
             .await;
-        assert!(answer.is_err(), "{fault}: the process dies before it answers: {answer:?}");
+        if let Ok(r) = answer {
+            panic!("{fault}: the process dies before it answers, not {}: {}", r.status(), r.text().await.unwrap_or_default());
+        }
         let status = tokio::time::timeout(Duration::from_secs(30), served.child.wait()).await.unwrap().unwrap();
         assert!(!status.success(), "{fault}: aborted");
         assert!(served.logs().contains(&format!("GATEHOUSE_FAULT: aborting at {fault}")), "{}", served.logs());
 
-        let rows = owner_rows(&t, "SELECT move_id, role, state, lease_owner FROM copies WHERE state = 'pending' ORDER BY role").await;
+        let rows =
+            owner_rows(&t, "SELECT move_id, role, state, lease_owner FROM copies WHERE state = 'pending' ORDER BY role").await;
         assert_eq!(rows.len(), 2, "{fault}: the move's two rows are pending");
         let move_id: Uuid = rows[0].get(0);
         assert!(rows.iter().all(|r| r.get::<Option<String>, _>(3).is_none()), "unclaimed");
@@ -130,7 +137,9 @@ async fn a_fork_crashed_mid_move_is_settled_by_another_process_and_its_late_conf
         })
         .await;
         assert!(settled, "{fault}: the other process settles the move");
-        let rows = owner_rows(&t, &format!("SELECT role, state, lease_owner FROM copies WHERE move_id = '{move_id}' ORDER BY role")).await;
+        let rows =
+            owner_rows(&t, &format!("SELECT role, state, lease_owner FROM copies WHERE move_id = '{move_id}' ORDER BY role"))
+                .await;
         let pid = format!(":{}:", sweeper.child.id().unwrap());
         let states: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
         assert_eq!(states, vec![("destination".into(), "done".into()), ("source".into(), "retained".into())]);
@@ -140,7 +149,7 @@ async fn a_fork_crashed_mid_move_is_settled_by_another_process_and_its_late_conf
         let lines = settle_lines(&log, move_id);
         assert_eq!(lines.len(), 2, "{fault}: each row settled once: {lines:?}");
         let wipe = if fault == "fork.after_copy" { "workspace_deleted" } else { "nothing" };
-        assert!(lines.iter().any(|l| l.contains(&format!("\"wipe\":\"{wipe}\""))), "{lines:?}");
+        assert!(lines.iter().any(|l| l.contains(&format!("\"wipe\": \"{wipe}\""))), "{lines:?}");
 
         // The crashed move's late confirm loses, and writes nothing.
         match late_confirm(&t, tenant, move_id).await {
@@ -238,7 +247,10 @@ async fn three_processes_settle_every_expired_move_and_fork_exactly_once() {
     assert_eq!(log.lines().filter(|l| l.contains("\"action\":\"fork.expire\"")).count(), 5, "each fork deleted once");
     let states = owner_rows(&t, "SELECT role, state, count(*) FROM copies GROUP BY 1, 2 ORDER BY 1, 2").await;
     let states: Vec<(String, String, i64)> = states.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
-    assert_eq!(states, vec![("destination".into(), "done".into(), MOVES as i64), ("source".into(), "retained".into(), MOVES as i64)]);
+    assert_eq!(
+        states,
+        vec![("destination".into(), "done".into(), MOVES as i64), ("source".into(), "retained".into(), MOVES as i64)]
+    );
     for id in &orphans {
         assert!(owner_rows(&t, &format!("SELECT 1 FROM workspaces WHERE id = '{id}'")).await.is_empty(), "orphan {id} wiped");
     }

@@ -165,7 +165,9 @@ pub async fn record_in(conn: &mut PgConnection, tenant: TenantId, audit: &Audit,
         action: "copy.record",
         target: format!("move:{}", mv.id),
         before: None,
-        after: Some(json!({ "kind": mv.kind.as_str(), "workspace_id": mv.workspace, "rows": rows, "epoch_read": epoch, "lease_ms": lease_ms })),
+        after: Some(
+            json!({ "kind": mv.kind.as_str(), "workspace_id": mv.workspace, "rows": rows, "epoch_read": epoch, "lease_ms": lease_ms }),
+        ),
     };
     admin_log::record(conn, entry).await?;
     Ok(Recorded::Recorded { epoch })

@@ -99,7 +99,8 @@ async fn settle_row(db: &Db, config: &Config, row: &Claimed, from: &'static str,
             if !store::lock_row(&mut *conn, row, from).await? {
                 return Ok(false);
             }
-            let wiped = if to == "done" { wipe(&mut *conn, config, row.tenant, row.workspace_id, &row.copy_ref).await? } else { "kept" };
+            let wiped =
+                if to == "done" { wipe(&mut *conn, config, row.tenant, row.workspace_id, &row.copy_ref).await? } else { "kept" };
             if !store::settle(&mut *conn, row, from, to).await? {
                 return Ok(false);
             }
@@ -165,7 +166,8 @@ pub fn remove_snapshot(dir: &Path, file: &str) -> Result<bool> {
 /// sweep would (nothing written is kept). Errors are logged; the sweep settles what remains.
 pub async fn abandon(db: &Db, config: &Config, tenant: TenantId, move_id: Uuid) {
     let me = super::replica_id();
-    let claimed = db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::claim_move(conn, tenant, move_id, me))).await;
+    let claimed =
+        db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::claim_move(conn, tenant, move_id, me))).await;
     if let Err(e) = claimed {
         tracing::warn!(error = %e, %move_id, "cannot give up a failed move; the sweep will");
         return;

@@ -33,8 +33,7 @@ async fn fork_workspace(
     ApiJson(body): ApiJson<ForkBody>,
 ) -> Result<(StatusCode, Json<Forked>)> {
     ctx.require_person(Permission::CredentialAdministration)?;
-    let forked =
-        super::fork(&state.db, &state.config, ctx.tenant.id, &ctx.audit, &source, &body.slug, body.ttl_hours).await?;
+    let forked = super::fork(&state.db, &state.config, ctx.tenant.id, &ctx.audit, &source, &body.slug, body.ttl_hours).await?;
     Ok((StatusCode::CREATED, Json(forked)))
 }
 
@@ -48,12 +47,20 @@ async fn extend_fork(
     Ok(Json(super::extend(&state.db, ctx.tenant.id, &ctx.audit, &slug, body.hours).await?))
 }
 
-async fn pin_fork(ctx: TenantCtx, State(state): State<AppState>, Path((_, slug)): Path<(String, String)>) -> Result<Json<Expiry>> {
+async fn pin_fork(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, slug)): Path<(String, String)>,
+) -> Result<Json<Expiry>> {
     ctx.require_person(Permission::CredentialAdministration)?;
     Ok(Json(super::pin(&state.db, ctx.tenant.id, &ctx.audit, &slug, true).await?))
 }
 
-async fn unpin_fork(ctx: TenantCtx, State(state): State<AppState>, Path((_, slug)): Path<(String, String)>) -> Result<Json<Expiry>> {
+async fn unpin_fork(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, slug)): Path<(String, String)>,
+) -> Result<Json<Expiry>> {
     ctx.require_person(Permission::CredentialAdministration)?;
     Ok(Json(super::pin(&state.db, ctx.tenant.id, &ctx.audit, &slug, false).await?))
 }

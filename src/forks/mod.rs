@@ -85,7 +85,13 @@ pub async fn fork(
         let (catalogs, credentials) = copy(db, config, tenant, audit, &mv, source, slug, fork_id, ttl).await?;
         copies::fault(config, "fork.after_copy");
         let workspace = confirm(db, tenant, audit, &mv, source, fork_id).await?;
-        Ok(Forked { workspace, fork_of: source.to_owned(), move_id: mv.id, catalogs_copied: catalogs, credentials_copied: credentials })
+        Ok(Forked {
+            workspace,
+            fork_of: source.to_owned(),
+            move_id: mv.id,
+            catalogs_copied: catalogs,
+            credentials_copied: credentials,
+        })
     }
     .await;
     if outcome.is_err() {
@@ -144,7 +150,8 @@ async fn copy(
                     unreadable += 1;
                     continue;
                 };
-                let aad = |workspace| Aad { tenant: tenant.0, workspace, connector: &c.connector, owner, purpose: PURPOSE_CONNECTOR };
+                let aad =
+                    |workspace| Aad { tenant: tenant.0, workspace, connector: &c.connector, owner, purpose: PURPOSE_CONNECTOR };
                 // A shared OAuth grant's tokens are sealed for another purpose: they do not open
                 // here and are not copied (see the module comment).
                 let Ok(plaintext) = ring.open(&aad(mv.workspace), &c.envelope) else {
