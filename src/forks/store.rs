@@ -244,7 +244,7 @@ pub async fn delete_disposable(conn: &mut PgConnection, tenant: TenantId, id: Uu
 
 /// Every row of a workspace, children first. The caller has checked it may be deleted.
 async fn delete_state(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<()> {
-    const STATEMENTS: &[&'static str] = &[
+    const STATEMENTS: &[&str] = &[
         "DELETE FROM mcp_codes WHERE tenant_id = $1 AND grant_id IN (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = $2)",
         "DELETE FROM mcp_tokens WHERE tenant_id = $1 AND grant_id IN (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = $2)",
         "DELETE FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = $2",
