@@ -47,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::workspaces::http::router())
         .merge(crate::forks::http::router())
         .merge(crate::copies::http::router())
+        .merge(crate::snapshots::http::router())
         .merge(crate::vault::http::router())
         .merge(crate::connect_links::http::router())
         .merge(crate::oauth::http::router())

@@ -31,6 +31,7 @@ pub mod secrets;
 pub mod server;
 pub mod service_credentials;
 pub mod sessions;
+pub mod snapshots;
 pub mod telemetry;
 pub mod tenants;
 pub mod tokens;

@@ -52,6 +52,9 @@ enum Command {
     /// The copy ledger: every copy of a workspace's state a move made (forks, snapshots).
     #[command(subcommand)]
     Copies(CopiesCommand),
+    /// Snapshot files of workspaces (sealed per subject): export and restore.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
     /// Manage a workspace's connectors (each change is a new configuration version).
     #[command(subcommand)]
     Connector(ConnectorCommand),
@@ -281,6 +284,24 @@ enum CopiesCommand {
         /// Only the rows of this workspace (as the copied workspace or as a copy).
         #[arg(long)]
         workspace: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapshotCommand {
+    /// Export a workspace to a new file in GATEHOUSE_SNAPSHOT_DIR; prints the file and the move.
+    Export {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
+    },
+    /// Restore a snapshot file into a new workspace; prints slug, id, and subjects restored and unreadable.
+    Restore {
+        #[command(flatten)]
+        t: TenantArg,
+        file: String,
+        #[arg(long)]
+        slug: String,
     },
 }
 
@@ -591,6 +612,16 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         Command::McpAuth(cmd) => gatehouse::mcp_auth::control::run(db, &audit, cmd).await?,
         Command::ServiceCredential(cmd) => credential_command(db, &audit, cmd).await?,
         Command::Workspace(cmd) => workspace_command(db, &audit, config, cmd).await?,
+        Command::Snapshot(SnapshotCommand::Export { t, workspace }) => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let e = gatehouse::snapshots::export(db, config, tenant, &audit, &workspace).await?;
+            println!("{}\t{}", e.file, e.move_id);
+        }
+        Command::Snapshot(SnapshotCommand::Restore { t, file, slug }) => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let r = gatehouse::snapshots::restore(db, config, tenant, &audit, &file, &slug).await?;
+            println!("{}\t{}\t{}\t{}", r.workspace, r.workspace_id, r.subjects_restored, r.subjects_unreadable);
+        }
         Command::Copies(CopiesCommand::List { t, workspace }) => {
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;
             let workspace = match workspace {

@@ -378,3 +378,120 @@ async fn confirm_needs_the_lease_and_the_epoch_and_races_the_sweep_exactly_once(
     let won = outcomes.iter().filter(|c| **c).count();
     eprintln!("{won} of {MOVES} moves confirmed, the rest settled by the sweep");
 }
+
+#[tokio::test]
+async fn a_snapshot_seals_each_subject_and_restores_only_what_is_still_readable() {
+    let t = TestDb::new().await;
+    let key = vault_key("k1");
+    let snapshots = tempdir();
+    let cmd = || {
+        let mut c = gatehouse(Some(&t.url));
+        c.env("GATEHOUSE_VAULT_KEYS", &key).env("GATEHOUSE_SNAPSHOT_DIR", &snapshots);
+        c
+    };
+    run_ok(cmd(), &["tenant", "create", "acme", "--name", "Acme"]).await;
+    run_ok(cmd(), &["tenant", "create", "other", "--name", "Other"]).await;
+    run_ok(cmd(), &["workspace", "create", "--tenant", "acme", "main"]).await;
+    for (id, slot) in [("inv", "shared"), ("mine", "personal")] {
+        let file = json_path(&api_connector(slot));
+        let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", id, "--kind", "http_api", "--config"];
+        run_ok(cmd(), &[&add[..], &[file.as_str()]].concat()).await;
+    }
+    let tenant: Uuid = owner_rows(&t, "SELECT id FROM tenants WHERE slug = 'acme'").await[0].get(0);
+    let main: Uuid = owner_rows(&t, "SELECT id FROM workspaces WHERE slug = 'main'").await[0].get(0);
+    let member = Uuid::now_v7();
+    owner_rows(
+        &t,
+        &format!("INSERT INTO members (tenant_id, id, issuer, subject, role) VALUES ('{tenant}', '{member}', 'https://idp', 'alice', 'member')"),
+    )
+    .await;
+    owner_rows(
+        &t,
+        &format!("INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools) VALUES ('{tenant}', '{main}', 'inv', 'k', '[]')"),
+    )
+    .await;
+    owner_rows(
+        &t,
+        &format!(
+            "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, actor_kind, actor_id, tool, source, outcome, duration_ms)
+             VALUES ('{tenant}', now(), '{}', '{main}', 'token', 'robot-7731', 'inv.get_item', 'mcp', 'ok', 3)",
+            Uuid::now_v7()
+        ),
+    )
+    .await;
+    let shared_secret = format!("shared-{}", Uuid::new_v4().simple());
+    let personal_secret = format!("personal-{}", Uuid::new_v4().simple());
+    let mut c = cmd();
+    c.env("GATEHOUSE_FIELD_TOKEN", &shared_secret);
+    run_ok(c, &["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "inv", "--field", "token"]).await;
+    let mut c = cmd();
+    c.env("GATEHOUSE_FIELD_TOKEN", &personal_secret);
+    let member_text = member.to_string();
+    let personal = ["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "mine", "--personal-for"];
+    run_ok(c, &[&personal[..], &[member_text.as_str(), "--field", "token"]].concat()).await;
+
+    // Export: one file, nothing of either secret or of the subjects in the clear.
+    let out = run_ok(cmd(), &["snapshot", "export", "--tenant", "acme", "main"]).await;
+    let file = out[0].split('\t').next().unwrap().to_owned();
+    let body = std::fs::read_to_string(snapshots.join(&file)).unwrap();
+    for needle in [&shared_secret, &personal_secret, &member_text, &"robot-7731".to_owned()] {
+        assert!(!body.contains(needle.as_str()), "{needle} in the clear");
+    }
+    assert!(!snapshots.join(format!(".{file}.tmp")).exists(), "renamed");
+    let ledger = run_ok(cmd(), &["copies", "list", "--tenant", "acme", "--workspace", "main"]).await;
+    assert!(ledger.iter().any(|l| l.contains(&format!("snapshot_export\tdestination\tsnapshot:{file}\tdone\t"))), "{ledger:?}");
+    assert!(ledger.iter().any(|l| l.contains(&format!("snapshot_export\tsource\tworkspace:{main}\tretained\t"))), "{ledger:?}");
+    let keys: i64 = owner_rows(&t, "SELECT count(*) FROM subject_keys WHERE envelope IS NOT NULL").await[0].get(0);
+    assert_eq!(keys, 2, "one key per subject: the member and the robot");
+
+    // Restore: everything, re-sealed for the new workspace.
+    let out = run_ok(cmd(), &["snapshot", "restore", "--tenant", "acme", &file, "--slug", "restored"]).await;
+    let parts: Vec<&str> = out[0].split('\t').collect();
+    assert_eq!((parts[0], parts[2], parts[3]), ("restored", "2", "0"), "{out:?}");
+    let restored: Uuid = parts[1].parse().unwrap();
+    let ring = KeyRing::parse(&key).unwrap();
+    let open = |rows: &[sqlx::postgres::PgRow], connector: &str, owner: Owner, workspace: Uuid| -> Option<String> {
+        let owner_text = owner.as_text();
+        let row = rows.iter().find(|r| r.get::<String, _>(0) == connector && r.get::<String, _>(1) == owner_text)?;
+        let aad = Aad { tenant, workspace, connector, owner, purpose: PURPOSE_CONNECTOR };
+        Some(String::from_utf8(ring.open(&aad, &row.get::<String, _>(2)).unwrap().to_vec()).unwrap())
+    };
+    let creds =
+        owner_rows(&t, &format!("SELECT connector_id, owner, envelope FROM credentials WHERE workspace_id = '{restored}'")).await;
+    assert!(open(&creds, "inv", Owner::Shared, restored).unwrap().contains(&shared_secret));
+    assert!(open(&creds, "mine", Owner::Member(member), restored).unwrap().contains(&personal_secret));
+    let status: String = owner_rows(&t, &format!("SELECT status FROM workspaces WHERE id = '{restored}'")).await[0].get(0);
+    assert_eq!(status, "active");
+    let actors: Vec<String> = owner_rows(&t, &format!("SELECT actor_id FROM activity WHERE workspace_id = '{restored}'"))
+        .await
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(actors, ["robot-7731"]);
+
+    // An erasure destroys the subjects' keys: their parts of the file cannot be opened any
+    // more, so a restore brings back only what is not theirs.
+    owner_rows(&t, "UPDATE subject_keys SET envelope = NULL, key_id = NULL, destroyed_at = now()").await;
+    let out = run_ok(cmd(), &["snapshot", "restore", "--tenant", "acme", &file, "--slug", "restored-two"]).await;
+    let parts: Vec<&str> = out[0].split('\t').collect();
+    assert_eq!((parts[2], parts[3]), ("0", "2"), "{out:?}");
+    let two: Uuid = parts[1].parse().unwrap();
+    let creds =
+        owner_rows(&t, &format!("SELECT connector_id, owner, envelope FROM credentials WHERE workspace_id = '{two}'")).await;
+    assert_eq!(creds.len(), 1, "only the shared credential");
+    assert!(owner_rows(&t, &format!("SELECT 1 FROM activity WHERE workspace_id = '{two}'")).await.is_empty());
+    // A new export writes nothing of an erased subject.
+    let out = run_ok(cmd(), &["snapshot", "export", "--tenant", "acme", "main"]).await;
+    let body = std::fs::read_to_string(snapshots.join(out[0].split('\t').next().unwrap())).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["subjects"], json!({}));
+
+    // Another tenant's restore of this file answers like a missing file.
+    let mut c = cmd();
+    c.args(["snapshot", "restore", "--tenant", "other", &file, "--slug", "stolen"]);
+    let (code, _, err) = run(c).await;
+    assert!(code == 1 && err.contains("not_found"), "{err}");
+    let log = admin_log_text(&t).await;
+    assert_eq!(count(&log, "\"action\":\"snapshot.export\""), 2);
+    assert_eq!(count(&log, "\"action\":\"snapshot.restore\""), 2);
+    assert!(!log.contains(&shared_secret) && !log.contains(&personal_secret));
+}
