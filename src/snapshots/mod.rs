@@ -176,7 +176,7 @@ pub async fn export(db: &Db, config: &Config, tenant: TenantId, audit: &Audit, s
                 copies::confirm(&mut *conn, tenant, audit, move_id, SourceOutcome::Retained).await?;
                 // Renamed inside the confirm: if the commit fails, the ledger row stays pending
                 // and the sweep removes the file. A retried attempt finds it renamed already.
-                if !(path.exists() && !temp.exists()) {
+                if temp.exists() || !path.exists() {
                     std::fs::rename(temp, path).map_err(|e| anyhow::anyhow!("cannot rename the snapshot file: {e}"))?;
                 }
                 let entry = Entry {
