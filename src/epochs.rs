@@ -36,6 +36,29 @@ pub async fn read(db: &Db, tenant: TenantId) -> Result<Option<i64>> {
     .await
 }
 
+/// The tenant's current epoch and the database clock, in the same one primary-key read: for
+/// cached answers that also carry an expiry (which is the database clock's to judge).
+pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, chrono::DateTime<chrono::Utc>)>> {
+    db.on_lane(move |conn| {
+        Box::pin(async move {
+            Ok(sqlx::query_as("SELECT epoch, now() FROM tenants WHERE id = $1").bind(tenant).fetch_optional(conn).await?)
+        })
+    })
+    .await
+}
+
+/// The tenant with this slug and its current epoch, for derivations that start from a slug:
+/// the label must be read before anything it labels, the tenant's own row included.
+pub async fn read_by_slug(db: &Db, slug: &str) -> Result<Option<(TenantId, i64)>> {
+    let slug = slug.to_owned();
+    db.on_lane(move |conn| {
+        Box::pin(async move {
+            Ok(sqlx::query_as("SELECT id, epoch FROM tenants WHERE slug = $1").bind(slug).fetch_optional(conn).await?)
+        })
+    })
+    .await
+}
+
 struct Entry<V> {
     value: V,
     epoch: i64,

@@ -54,6 +54,9 @@ pub struct AppState {
     pub ops: ops::Recorder,
     /// Machine authentications this replica derived, labelled with their tenant's epoch.
     pub machines: Arc<epochs::Cache<[u8; 32], auth::MachineRow>>,
+    /// MCP clients' OAuth access tokens this replica checked (by tenant slug and token
+    /// digest), labelled the same way; expiry is checked on every hit.
+    pub mcp_tokens: Arc<epochs::Cache<(String, Vec<u8>), mcp_auth::Checked>>,
     /// Workspaces' bound configurations, labelled the same way.
     pub bound: Arc<epochs::Cache<(tenants::TenantId, String), Arc<workspaces::Bound>>>,
     /// Sealed credential slots (never their plaintext), labelled the same way.

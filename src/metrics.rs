@@ -64,6 +64,8 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         &[
             ("{cache=\"machines\",result=\"hit\"}", load(&state.machines.hits)),
             ("{cache=\"machines\",result=\"miss\"}", load(&state.machines.misses)),
+            ("{cache=\"mcp_tokens\",result=\"hit\"}", load(&state.mcp_tokens.hits)),
+            ("{cache=\"mcp_tokens\",result=\"miss\"}", load(&state.mcp_tokens.misses)),
             ("{cache=\"bound\",result=\"hit\"}", load(&state.bound.hits)),
             ("{cache=\"bound\",result=\"miss\"}", load(&state.bound.misses)),
         ],

@@ -101,6 +101,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         activity,
         ops,
         machines: Arc::default(),
+        mcp_tokens: Arc::default(),
         bound: Arc::default(),
         credentials: Arc::default(),
         code,
