@@ -70,6 +70,14 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             ("{cache=\"bound\",result=\"miss\"}", load(&state.bound.misses)),
         ],
     );
+    let epochs = state.db.epoch_batch();
+    metric(
+        &mut out,
+        "gatehouse_epoch_reads_total",
+        "counter",
+        "Tenant epoch reads asked for by requests, and the statements that answered them (concurrent requests share a read that started after they arrived).",
+        &[("{kind=\"request\"}", load(&epochs.requests)), ("{kind=\"statement\"}", load(&epochs.statements))],
+    );
     metric(
         &mut out,
         "gatehouse_downstream_sessions",
