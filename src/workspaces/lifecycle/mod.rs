@@ -161,7 +161,8 @@ pub async fn bind(
             let digest = workspaces::digest(&admitted.document)?;
             let next = current.bound_version + 1;
             workspaces::store::insert_version(&mut *conn, tenant, current.id, next, &admitted.document, &digest, &audit.actor)
-                .await?;
+                .await
+                .map_err(|e| if e.code() == "binding_changed" { binding_changed() } else { e })?;
             let cas = store::BindCas {
                 id: current.id,
                 from_version: current.bound_version,
