@@ -114,7 +114,7 @@ async fn admission_and_binds_raced_by_three_servers_decide_exactly_once() {
         assert_eq!(status, 201, "{v}");
         assert_eq!((v["version"].as_i64(), v["admission"].as_str()), (Some(round as i64), Some("pending")));
         // Odd rounds: every racer admits; even rounds: admits and rejects race each other.
-        let verb = |n: usize| if round % 2 == 1 || n % 2 == 0 { "admit" } else { "reject" };
+        let verb = |n: usize| if !round.is_multiple_of(2) || n.is_multiple_of(2) { "admit" } else { "reject" };
         let fleet = &f;
         let racers = (0..3 * PER_PROCESS).map(|n| {
             let path = format!("{bp}/base/versions/{round}/{}", verb(n));

@@ -100,7 +100,6 @@ pub async fn by_slug(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> R
 }
 
 /// Inserts version `version`; a version number taken meanwhile answers 412.
-#[allow(clippy::too_many_arguments)]
 pub async fn insert_version(
     conn: &mut PgConnection,
     tenant: TenantId,
