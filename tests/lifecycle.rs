@@ -232,6 +232,26 @@ async fn endpoints_follow_the_lifecycle_and_tenant_suspension() {
     let all = |status: u16, code: &str| vec![(status, code.to_owned()); 3];
     assert_eq!(statuses().await, all(200, ""));
 
+    // A bind reaches every server's endpoint on its next request: the bound version's pool is
+    // served by all three (each had the old configuration cached).
+    let pool_statuses = || async {
+        let mut out = Vec::new();
+        for s in &f.servers {
+            out.push(mcp_post(&format!("{}/t/acme/w/main/mcp/p", s.base), &m, "ping", json!({})).await.status().as_u16());
+        }
+        out
+    };
+    assert_eq!(pool_statuses().await, [404; 3]);
+    let mut pooled = document(1);
+    pooled["pools"] = json!({ "p": { "tools": ["c1"] } });
+    cli(&f.t.url, &["blueprint", "create", "--tenant", "acme", "base"]).await;
+    cli(&f.t.url, &["blueprint", "version", "--tenant", "acme", "base", "--file", &json_path(&pooled)]).await;
+    cli(&f.t.url, &["blueprint", "admit", "--tenant", "acme", "base", "1"]).await;
+    let bind = ["workspace", "bind", "--tenant", "acme", "main", "--blueprint", "base", "--version", "1"];
+    cli(&f.t.url, &[&bind[..], &["--expected-version", "1"]].concat()).await;
+    assert_eq!(pool_statuses().await, [200; 3]);
+    assert_eq!(statuses().await, all(200, ""));
+
     let ws = |verb: &str| ["workspace", verb, "--tenant", "acme", "main"].map(str::to_owned);
     let line = cli(&f.t.url, &ws("suspend").each_ref().map(String::as_str)).await;
     assert_eq!(line[0].split('\t').nth(1), Some("suspended"));
