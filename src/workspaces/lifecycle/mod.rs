@@ -197,3 +197,30 @@ pub async fn bind(
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Transition;
+
+    const ALL: [Transition; 5] =
+        [Transition::Activate, Transition::Suspend, Transition::Resume, Transition::Archive, Transition::Unarchive];
+
+    /// The issue's graph, edge by edge: nothing else is reachable through these transitions,
+    /// and nothing leaves `reaped` (the reap's own transition is not one of them).
+    #[test]
+    fn transitions_are_exactly_the_issues_edges() {
+        let mut edges: Vec<(&str, &str)> = ALL.iter().flat_map(|t| t.from().iter().map(move |f| (*f, t.to()))).collect();
+        edges.sort();
+        let mut expected = vec![
+            ("provisioning", "active"),
+            ("active", "suspended"),
+            ("suspended", "active"),
+            ("active", "archived"),
+            ("suspended", "archived"),
+            ("archived", "active"),
+        ];
+        expected.sort();
+        assert_eq!(edges, expected);
+        assert!(ALL.iter().all(|t| !t.from().contains(&"reaped") && t.to() != "reaped" && !t.from().contains(&t.to())));
+    }
+}
