@@ -74,6 +74,9 @@ enum Command {
     McpAuth(gatehouse::mcp_auth::control::Command),
     /// SQL reports (the views of the `report` schema): `--list`, or run one by name.
     Report(ReportArgs),
+    /// Blueprints: named, versioned workspace configurations, admitted before use.
+    #[command(subcommand)]
+    Blueprint(gatehouse::blueprints::control::Command),
 }
 
 #[derive(Args)]
@@ -239,6 +242,8 @@ enum WorkspaceCommand {
         #[arg(long)]
         expected_version: Option<i32>,
     },
+    #[command(flatten)]
+    Lifecycle(workspaces::lifecycle::control::Command),
 }
 
 #[derive(Args)]
@@ -566,6 +571,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         }
         Command::Ops(cmd) => ops_command(db, &audit, cmd).await?,
         Command::Report(args) => report_command(db, args).await?,
+        Command::Blueprint(cmd) => gatehouse::blueprints::control::run(db, &audit, config, cmd).await?,
         Command::Vault(VaultCommand::Rotate { batch }) => {
             let ring = gatehouse::vault::slots::require(config.vault_keys.as_ref())?;
             let done = gatehouse::vault::slots::rotate(db, ring, batch).await?;
@@ -820,6 +826,7 @@ async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> any
             let bound = workspaces::configure(db, tenant, audit, &w.workspace, expected_version, &patch).await?;
             println!("{}", bound.workspace.bound_version);
         }
+        WorkspaceCommand::Lifecycle(cmd) => workspaces::lifecycle::control::run(db, audit, cmd).await?,
         WorkspaceCommand::List { t } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;
             for ws in workspaces::list(db, tenant).await? {
