@@ -87,7 +87,11 @@ pub fn subject_digest(tenant: TenantId, canonical: &str) -> String {
 fn validate(raw: &str) -> Result<&str> {
     let s = raw.trim();
     if s.chars().count() < 3 || s.len() > 512 || s.chars().any(char::is_control) {
-        return Err(Error::invalid("invalid_subject", Some("subject"), "a subject is 3 to 512 characters, no control characters"));
+        return Err(Error::invalid(
+            "invalid_subject",
+            Some("subject"),
+            "a subject is 3 to 512 characters, no control characters",
+        ));
     }
     Ok(s)
 }
@@ -134,8 +138,7 @@ pub async fn erase(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, subject
                 counts.oauth_grants = store::delete_oauth_grants(&mut *conn, tenant, &reach, member).await?;
                 counts.mcp_grants = store::delete_mcp_grants(&mut *conn, tenant, &reach, member).await?;
             }
-            let needles: Vec<String> =
-                subject.actors.iter().filter(|n| n.chars().count() >= MIN_TEXT_NEEDLE).cloned().collect();
+            let needles: Vec<String> = subject.actors.iter().filter(|n| n.chars().count() >= MIN_TEXT_NEEDLE).cloned().collect();
             counts.ops_failures = store::redact_ops_failures(&mut *conn, tenant, &needles, &marker).await?;
             counts.subject_keys = store::destroy_keys(&mut *conn, tenant, &subject.names).await?;
             if !counts.found() {
@@ -171,7 +174,9 @@ pub async fn erase(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, subject
                     action: "workspace.erase",
                     target: format!("workspace:{slug}"),
                     before: Some(json!({ "erasure_epoch": read.epoch })),
-                    after: Some(json!({ "erasure_epoch": epoch, "receipt": id, "subject_digest": digest, "counts": counts_json })),
+                    after: Some(
+                        json!({ "erasure_epoch": epoch, "receipt": id, "subject_digest": digest, "counts": counts_json }),
+                    ),
                 },
             )
             .await?;

@@ -64,7 +64,13 @@ pub async fn member(
 
 /// The actor ids a member's calls carry in activity rows: its access tokens (`principal` is
 /// the member's) and its MCP authorization grants.
-pub async fn member_actor_ids(conn: &mut PgConnection, tenant: TenantId, member: Uuid, issuer: &str, subject: &str) -> Result<Vec<String>> {
+pub async fn member_actor_ids(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    member: Uuid,
+    issuer: &str,
+    subject: &str,
+) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(
         "SELECT id::text FROM access_tokens WHERE tenant_id = $1 AND principal_issuer = $3 AND principal_subject = $4
          UNION SELECT id::text FROM mcp_grants WHERE tenant_id = $1 AND member_id = $2",

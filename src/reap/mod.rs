@@ -58,7 +58,8 @@ pub async fn reap(db: &Db, tenant: TenantId, audit: &Audit, slug: &str) -> Resul
     let id = db
         .serializable(Scope::Tenant(tenant), move |conn, _| {
             Box::pin(async move {
-                let s = store::by_slug(&mut *conn, tenant, slug, GRACE_SECS).await?.ok_or(Error::NotFound { what: "workspace" })?;
+                let s =
+                    store::by_slug(&mut *conn, tenant, slug, GRACE_SECS).await?.ok_or(Error::NotFound { what: "workspace" })?;
                 if s.claimed_at.is_some() {
                     // A claim exists: ours to finish only if it was abandoned.
                     if !s.stale || !take_over(&mut *conn, tenant, audit, s.id, owner).await? {
@@ -129,7 +130,10 @@ async fn finish(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid, owner: &str)
             // between the claim and this transaction.
             let settled = store::settle(&mut *conn, tenant, id).await?;
             deleted.insert("copies_settled".into(), json!(settled));
-            deleted.insert("peer_bindings_invalidated".into(), json!(store::invalidate_peer_bindings(&mut *conn, tenant, id).await?));
+            deleted.insert(
+                "peer_bindings_invalidated".into(),
+                json!(store::invalidate_peer_bindings(&mut *conn, tenant, id).await?),
+            );
             let reaped_at = store::tombstone(&mut *conn, tenant, id, &s.slug, &audit.actor).await?;
             if !store::delete_workspace(&mut *conn, tenant, id, owner).await? {
                 return Err(in_progress());

@@ -178,7 +178,13 @@ pub async fn settle(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Resu
     .rows_affected())
 }
 
-pub async fn tombstone(conn: &mut PgConnection, tenant: TenantId, id: Uuid, slug: &str, by: &str) -> Result<chrono::DateTime<chrono::Utc>> {
+pub async fn tombstone(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    id: Uuid,
+    slug: &str,
+    by: &str,
+) -> Result<chrono::DateTime<chrono::Utc>> {
     Ok(sqlx::query_scalar(
         "INSERT INTO workspace_tombstones (tenant_id, workspace_id, slug, reaped_by) VALUES ($1, $2, $3, $4) RETURNING reaped_at",
     )
