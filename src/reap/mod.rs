@@ -188,7 +188,7 @@ pub async fn sweep_once(db: &Db) -> Result<usize> {
         if !taken {
             continue; // another replica took it first
         }
-        match finish(db, tenant, &audit, id, owner).await {
+        match finish(db, tenant, audit, id, owner).await {
             Ok(_) => finished += 1,
             Err(e) => tracing::warn!(error = %e, tenant = %tenant.0, workspace = %id, "reap sweep could not finish a reap"),
         }
