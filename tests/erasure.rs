@@ -275,3 +275,302 @@ async fn concurrent_erasures_from_three_processes_bump_the_epoch_once() {
     assert_eq!(scalar::<i64>(&t, "SELECT count(*) FROM erasure_receipts").await, 3);
     assert_eq!(admin_log_text(&t).await.matches("\"workspace.erase\"").count(), 3);
 }
+
+/// The property test: random interleavings of copy-ledger steps (record, confirm, lease expiry,
+/// the recovery sweep's claim and settlement, wipes, an attempt to reopen), erasures, reaps and
+/// crashed reaps, run against the database (the ledger steps as SQL following migration 13's
+/// contract) and against a model; after every step the two must agree, and the invariants hold:
+/// no confirm after a newer epoch, `done` never left, no copy of a reaped workspace left
+/// unsettled, no erasure while a copy is pending.
+mod model {
+    use super::*;
+    use proptest::{
+        prelude::*,
+        test_runner::{Config, TestRunner},
+    };
+
+    const MOVES: usize = 4;
+    const SUBJECT: &str = "ext-subject-model";
+
+    #[derive(Clone, Copy, Debug)]
+    enum Op {
+        Record(usize),
+        Confirm(usize),
+        Expire(usize),
+        SweepClaim(usize),
+        SweepSettle(usize),
+        Wipe(usize),
+        Reopen(usize),
+        Erase,
+        Reap,
+        ReapCrash,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let m = 0..MOVES;
+        prop_oneof![
+            3 => m.clone().prop_map(Op::Record),
+            3 => m.clone().prop_map(Op::Confirm),
+            2 => m.clone().prop_map(Op::Expire),
+            2 => m.clone().prop_map(Op::SweepClaim),
+            2 => m.clone().prop_map(Op::SweepSettle),
+            1 => m.clone().prop_map(Op::Wipe),
+            1 => m.prop_map(Op::Reopen),
+            2 => Just(Op::Erase),
+            1 => Just(Op::Reap),
+            1 => Just(Op::ReapCrash),
+        ]
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct Row {
+        state: &'static str,
+        claimed: bool,
+        expired: bool,
+    }
+
+    #[derive(Debug)]
+    struct Model {
+        exists: bool,
+        reap_claimed: bool,
+        epoch: i64,
+        /// Per move: the epoch it read, and its [source, destination] rows.
+        moves: [Option<(i64, [Row; 2])>; MOVES],
+    }
+
+    impl Model {
+        fn pending(&self) -> bool {
+            self.moves.iter().flatten().any(|(_, rows)| rows.iter().any(|r| r.state == "pending"))
+        }
+    }
+
+    async fn copies(conn: &mut PgConnection, tenant: Uuid, ids: &[Uuid; MOVES]) -> [Option<[Row; 2]>; MOVES] {
+        let rows: Vec<(Uuid, String, String, bool, bool)> = sqlx::query_as(
+            "SELECT move_id, role, state, lease_owner IS NOT NULL, lease_until <= now() FROM copies WHERE tenant_id = $1",
+        )
+        .bind(tenant)
+        .fetch_all(conn)
+        .await
+        .unwrap();
+        let mut out = [None; MOVES];
+        for (m, role, state, claimed, expired) in rows {
+            let i = ids.iter().position(|id| *id == m).unwrap();
+            let state: &'static str = ["pending", "eligible", "retained", "done"].into_iter().find(|s| *s == state).unwrap();
+            let slot = out[i].get_or_insert([Row { state: "?", claimed: false, expired: false }; 2]);
+            slot[usize::from(role == "destination")] = Row { state, claimed, expired };
+        }
+        out
+    }
+
+    async fn exec(conn: &mut PgConnection, q: &str, tenant: Uuid, m: Uuid) -> Result<u64, sqlx::Error> {
+        sqlx::query(sqlx::AssertSqlSafe(q.to_owned())).bind(tenant).bind(m).execute(conn).await.map(|r| r.rows_affected())
+    }
+
+    async fn case(t: &TestDb, ops: Vec<Op>) {
+        let tenant = Uuid::new_v4();
+        let mut conn = sql(
+            t,
+            &format!(
+                "INSERT INTO tenants (id, slug, name) VALUES ('{tenant}', 'p-{}', 'Prop')",
+                &tenant.simple().to_string()[..12]
+            ),
+        )
+        .await;
+        let audit = Audit::cli();
+        let ws = gatehouse::workspaces::create(&t.db, TenantId(tenant), &audit, "main", None).await.unwrap().id.0;
+        let ids: [Uuid; MOVES] = std::array::from_fn(|_| Uuid::new_v4());
+        let mut model = Model { exists: true, reap_claimed: false, epoch: 0, moves: [None; MOVES] };
+        let mut done_ever: Vec<(usize, usize)> = Vec::new();
+        for (step, op) in ops.iter().enumerate() {
+            match *op {
+                Op::Record(i) => {
+                    // The contract: rows are recorded pending only if the workspace exists and
+                    // no reap is claimed, with the epoch read.
+                    let dst = if i % 2 == 0 { format!("workspace:{}", Uuid::new_v4()) } else { format!("snapshot:s{i}.snap") };
+                    let n = sqlx::query(
+                        "INSERT INTO copies (tenant_id, move_id, copy_ref, role, workspace_id, kind, epoch_read, lease_until)
+                         SELECT w.tenant_id, $2, r.copy_ref, r.role, w.id, 'fork', w.erasure_epoch, now() + interval '5 minutes'
+                           FROM workspaces w
+                           CROSS JOIN LATERAL (VALUES ('workspace:' || w.id, 'source'), ($3, 'destination')) r(copy_ref, role)
+                          WHERE w.tenant_id = $1 AND w.slug = 'main' AND w.reap_claimed_at IS NULL
+                            AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.tenant_id = $1 AND c.move_id = $2)",
+                    )
+                    .bind(tenant)
+                    .bind(ids[i])
+                    .bind(&dst)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap()
+                    .rows_affected();
+                    let expect = model.moves[i].is_none() && model.exists && !model.reap_claimed;
+                    assert_eq!(n == 2, expect, "step {step} {op:?}");
+                    if expect {
+                        let row = Row { state: "pending", claimed: false, expired: false };
+                        model.moves[i] = Some((model.epoch, [row; 2]));
+                    }
+                }
+                Op::Confirm(i) => {
+                    let n = exec(
+                        &mut conn,
+                        "UPDATE copies c SET state = CASE c.role WHEN 'destination' THEN 'done' ELSE 'eligible' END, settled_at = now()
+                          WHERE c.tenant_id = $1 AND c.move_id = $2
+                            AND NOT EXISTS (SELECT 1 FROM copies o WHERE o.tenant_id = $1 AND o.move_id = $2
+                                              AND (o.state <> 'pending' OR o.lease_owner IS NOT NULL OR o.lease_until <= now()))
+                            AND EXISTS (SELECT 1 FROM workspaces w WHERE w.tenant_id = c.tenant_id AND w.id = c.workspace_id
+                                          AND w.erasure_epoch = c.epoch_read AND w.reap_claimed_at IS NULL)",
+                        tenant,
+                        ids[i],
+                    )
+                    .await
+                    .unwrap();
+                    let ok = match &mut model.moves[i] {
+                        Some((read, rows))
+                            if rows.iter().all(|r| r.state == "pending" && !r.claimed && !r.expired)
+                                && *read == model.epoch
+                                && model.exists
+                                && !model.reap_claimed =>
+                        {
+                            rows[0].state = "eligible";
+                            rows[1].state = "done";
+                            true
+                        }
+                        _ => false,
+                    };
+                    assert_eq!(n == 2, ok, "step {step} {op:?}: {model:?}");
+                    if let Some((read, _)) = model.moves[i].filter(|_| ok) {
+                        assert_eq!(read, model.epoch, "no confirm after a newer epoch");
+                    }
+                }
+                Op::Expire(i) => {
+                    exec(&mut conn, "UPDATE copies SET lease_until = now() - interval '1 second' WHERE tenant_id = $1 AND move_id = $2 AND state = 'pending'", tenant, ids[i]).await.unwrap();
+                    if let Some((_, rows)) = &mut model.moves[i] {
+                        rows.iter_mut().filter(|r| r.state == "pending").for_each(|r| r.expired = true);
+                    }
+                }
+                Op::SweepClaim(i) => {
+                    exec(&mut conn, "UPDATE copies SET lease_owner = 'sweep' WHERE tenant_id = $1 AND move_id = $2 AND state = 'pending' AND lease_until <= now() AND lease_owner IS NULL", tenant, ids[i]).await.unwrap();
+                    if let Some((_, rows)) = &mut model.moves[i] {
+                        rows.iter_mut().filter(|r| r.state == "pending" && r.expired).for_each(|r| r.claimed = true);
+                    }
+                }
+                Op::SweepSettle(i) => {
+                    exec(&mut conn, "UPDATE copies SET state = CASE role WHEN 'destination' THEN 'done' ELSE 'retained' END, settled_at = now() WHERE tenant_id = $1 AND move_id = $2 AND state = 'pending' AND lease_owner = 'sweep'", tenant, ids[i]).await.unwrap();
+                    if let Some((_, rows)) = &mut model.moves[i] {
+                        rows[0].state = if rows[0].state == "pending" && rows[0].claimed { "retained" } else { rows[0].state };
+                        rows[1].state = if rows[1].state == "pending" && rows[1].claimed { "done" } else { rows[1].state };
+                    }
+                }
+                Op::Wipe(i) => {
+                    exec(&mut conn, "UPDATE copies SET state = 'done', settled_at = now() WHERE tenant_id = $1 AND move_id = $2 AND state IN ('eligible', 'retained')", tenant, ids[i]).await.unwrap();
+                    if let Some((_, rows)) = &mut model.moves[i] {
+                        rows.iter_mut().filter(|r| r.state == "eligible" || r.state == "retained").for_each(|r| r.state = "done");
+                    }
+                }
+                Op::Reopen(i) => {
+                    let r = exec(
+                        &mut conn,
+                        "UPDATE copies SET state = 'eligible' WHERE tenant_id = $1 AND move_id = $2 AND state = 'done'",
+                        tenant,
+                        ids[i],
+                    )
+                    .await;
+                    let any_done = model.moves[i].is_some_and(|(_, rows)| rows.iter().any(|r| r.state == "done"));
+                    assert_eq!(r.is_err(), any_done, "step {step}: leaving done is refused by the database");
+                }
+                Op::Erase => {
+                    if model.exists {
+                        sql(t, &format!(
+                            "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, actor_kind, actor_id, tool, source, outcome, duration_ms)
+                             VALUES ('{tenant}', now(), gen_random_uuid(), '{ws}', 'oauth', '{SUBJECT}', 't', 'mcp', 'ok', 1)")).await;
+                    }
+                    let r = gatehouse::erasure::erase(&t.db, TenantId(tenant), &audit, "main", SUBJECT).await;
+                    match r {
+                        Ok(out) => {
+                            assert!(model.exists && !model.pending(), "step {step}: erased with a copy pending");
+                            model.epoch += 1;
+                            assert_eq!(out.epoch, model.epoch);
+                        }
+                        Err(e) if e.code() == "erasure_retry_later" => assert!(model.pending(), "step {step}: {e}"),
+                        Err(e) => assert!(!model.exists && e.status() == 404, "step {step}: {e}"),
+                    }
+                }
+                Op::Reap => {
+                    sql(t, &format!("UPDATE workspaces SET status = 'archived' WHERE id = '{ws}' AND reap_claimed_at IS NULL"))
+                        .await;
+                    let r = gatehouse::reap::reap(&t.db, TenantId(tenant), &audit, "main").await;
+                    match r {
+                        Ok(_) => {
+                            assert!(model.exists && (model.reap_claimed || !model.pending()), "step {step}");
+                            assert!(!model.pending(), "step {step}: reaped with a copy pending");
+                            model.exists = false;
+                            model.reap_claimed = false;
+                            for (_, rows) in model.moves.iter_mut().flatten() {
+                                rows.iter_mut().filter(|r| r.state != "pending").for_each(|r| r.state = "done");
+                            }
+                        }
+                        Err(e) if e.code() == "reap_retry_later" => assert!(model.pending(), "step {step}: {e}"),
+                        Err(e) => assert!(!model.exists && e.status() == 404, "step {step}: {e}"),
+                    }
+                }
+                Op::ReapCrash => {
+                    // A reap that claimed and crashed an hour ago (claimed under the same
+                    // conditions as a real claim).
+                    let n = exec(
+                        &mut conn,
+                        "UPDATE workspaces w SET status = 'archived', reap_claimed_at = now() - interval '1 hour', reap_owner = 'replica:crashed'
+                          WHERE w.tenant_id = $1 AND w.id = $2 AND w.reap_claimed_at IS NULL
+                            AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.tenant_id = $1 AND c.workspace_id = $2 AND c.state = 'pending')",
+                        tenant,
+                        ws,
+                    )
+                    .await
+                    .unwrap();
+                    let expect = model.exists && !model.reap_claimed && !model.pending();
+                    assert_eq!(n == 1, expect, "step {step}");
+                    model.reap_claimed |= expect;
+                }
+            }
+            // The database and the model agree on every row; done rows stay done; a reaped
+            // workspace leaves no copy unsettled.
+            let db = copies(&mut conn, tenant, &ids).await;
+            for i in 0..MOVES {
+                let want = model.moves[i].map(|(_, rows)| rows.map(|r| (r.state, r.claimed)));
+                let got = db[i].map(|rows| rows.map(|r| (r.state, r.claimed)));
+                assert_eq!(got, want, "step {step} {op:?}, move {i}");
+                for role in 0..2 {
+                    if want.is_some_and(|rows| rows[role].0 == "done") && !done_ever.contains(&(i, role)) {
+                        done_ever.push((i, role));
+                    }
+                }
+            }
+            for (i, role) in &done_ever {
+                assert_eq!(db[*i].map(|rows| rows[*role].state), Some("done"), "done is never left");
+            }
+            if !model.exists {
+                assert!(
+                    db.iter().flatten().flatten().all(|r| r.state == "done"),
+                    "step {step}: a reaped workspace's copy is unsettled"
+                );
+            }
+            let epoch: Option<i64> = sqlx::query_scalar("SELECT erasure_epoch FROM workspaces WHERE tenant_id = $1")
+                .bind(tenant)
+                .fetch_optional(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(epoch, model.exists.then_some(model.epoch), "step {step}");
+        }
+    }
+
+    #[test]
+    fn random_interleavings_of_moves_erasures_and_reaps_keep_the_invariants() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let t = rt.block_on(TestDb::new());
+        let mut runner = TestRunner::new(Config { cases: 24, failure_persistence: None, ..Config::default() });
+        runner
+            .run(&proptest::collection::vec(op(), 1..30), |ops| {
+                rt.block_on(case(&t, ops));
+                Ok(())
+            })
+            .unwrap();
+    }
+}
