@@ -533,9 +533,9 @@ mod model {
             // The database and the model agree on every row; done rows stay done; a reaped
             // workspace leaves no copy unsettled.
             let db = copies(&mut conn, tenant, &ids).await;
-            for i in 0..MOVES {
-                let want = model.moves[i].map(|(_, rows)| rows.map(|r| (r.state, r.claimed)));
-                let got = db[i].map(|rows| rows.map(|r| (r.state, r.claimed)));
+            for (i, (moved, stored)) in model.moves.iter().zip(&db).enumerate() {
+                let want = moved.map(|(_, rows)| rows.map(|r| (r.state, r.claimed)));
+                let got = stored.map(|rows| rows.map(|r| (r.state, r.claimed)));
                 assert_eq!(got, want, "step {step} {op:?}, move {i}");
                 for role in 0..2 {
                     if want.is_some_and(|rows| rows[role].0 == "done") && !done_ever.contains(&(i, role)) {
