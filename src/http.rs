@@ -47,6 +47,8 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::workspaces::http::router())
         .merge(crate::workspaces::lifecycle::http::router())
         .merge(crate::blueprints::http::router())
+        .merge(crate::erasure::http::router())
+        .merge(crate::reap::http::router())
         .merge(crate::vault::http::router())
         .merge(crate::connect_links::http::router())
         .merge(crate::oauth::http::router())

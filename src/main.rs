@@ -244,6 +244,22 @@ enum WorkspaceCommand {
     },
     #[command(flatten)]
     Lifecycle(workspaces::lifecycle::control::Command),
+    /// Erase a subject (a member's id or email, or an external subject id) across a workspace
+    /// and every copy of it; prints the receipt as JSON.
+    Erase {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
+        #[arg(long)]
+        subject: String,
+    },
+    /// Reap an archived workspace (terminal: its state is deleted, its slug released); prints
+    /// the tombstone as JSON.
+    Reap {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
+    },
 }
 
 #[derive(Args)]
@@ -832,6 +848,16 @@ async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> any
             for ws in workspaces::list(db, tenant).await? {
                 println!("{}\t{}\t{}\t{}", ws.slug, ws.status, ws.bound_version, ws.id.0);
             }
+        }
+        WorkspaceCommand::Erase { t, workspace, subject } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let outcome = gatehouse::erasure::erase(db, tenant, audit, &workspace, &subject).await?;
+            println!("{}", serde_json::to_string(&outcome)?);
+        }
+        WorkspaceCommand::Reap { t, workspace } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let tombstone = gatehouse::reap::reap(db, tenant, audit, &workspace).await?;
+            println!("{}", serde_json::to_string(&tombstone)?);
         }
     }
     Ok(())
