@@ -45,6 +45,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::service_credentials::http::router())
         .merge(crate::kv::http::router())
         .merge(crate::workspaces::http::router())
+        .merge(crate::peers::http::router())
         .merge(crate::vault::http::router())
         .merge(crate::connect_links::http::router())
         .merge(crate::oauth::http::router())

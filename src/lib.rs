@@ -24,6 +24,7 @@ pub mod oauth;
 pub mod oidc;
 pub mod ops;
 pub mod pages;
+pub mod peers;
 pub mod reports;
 pub mod secrets;
 pub mod server;

@@ -242,6 +242,7 @@ fn failure(f: Failure) -> Outcome {
         Failure::Rejected(message) => Outcome::error("downstream_error", message, None),
         Failure::BadArguments(message) => Outcome::error("invalid_args", message, None),
         Failure::Auth(p) => Outcome::error(p.code, p.message, None),
+        Failure::Peer { code, message } => Outcome::error(code, message, None),
         Failure::RateLimited => Outcome::error(
             "rate_limited",
             "this tenant has too many calls in flight; retry shortly".into(),
@@ -298,11 +299,11 @@ fn connector<'d>(ctx: &'d GatewayCtx, id: &str) -> Option<&'d Connector> {
 
 /// The key of the connector's session and catalog: computed once per call (it hashes the
 /// connector's configuration).
-fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
+pub(crate) fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
     downstream::key(ctx.tenant.id.0, ctx.bound.workspace.id.0, id, c)
 }
 
-async fn catalog(
+pub(crate) async fn catalog(
     state: &AppState,
     ctx: &GatewayCtx,
     id: &str,
@@ -315,6 +316,9 @@ async fn catalog(
         connector_id: id,
         config_key: downstream::config_key(key),
     };
+    if let Connector::Peer { blueprint } = c {
+        return super::peer::catalog(state, ctx, id, blueprint).await;
+    }
     // An HTTP API's catalog is its configuration; an MCP server is asked with the credential.
     let credential = if matches!(c, Connector::HttpApi(_)) { None } else { credential(state, ctx, id, c).await? };
     let result = state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c, credential.as_ref()).await;
@@ -475,7 +479,9 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
         out.classification = Some("write");
         return out;
     }
-    let issues = state.downstreams.validate(&key, tool, &tool_args);
+    // A peer's tools are checked by the target, against its own current schema.
+    let issues =
+        if matches!(c, Connector::Peer { .. }) { Vec::new() } else { state.downstreams.validate(&key, tool, &tool_args) };
     if !issues.is_empty() {
         let issues: Vec<Value> = issues.into_iter().map(|(path, message)| json!({ "path": path, "message": message })).collect();
         let mut out = Outcome::error(
@@ -504,11 +510,25 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
         out.classification = Some("write");
         return out;
     }
+    if let Connector::Peer { blueprint } = c {
+        let mut out = super::peer::call(state, ctx, id, blueprint, name, tool_args, class).await;
+        if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
+            let body = serde_json::to_string(&out.result).unwrap_or_default();
+            if ctx.peer_path.is_empty() && body.len() > stash::INLINE_CAP_BYTES {
+                out.result = stashed(state, ctx, address, &body).await;
+                out.stashed = !out.result.is_error.unwrap_or(false);
+            }
+        }
+        let mut out = out.about(id, name);
+        out.classification = Some(class_name(class));
+        return out;
+    }
     let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args, credential.as_ref()).await {
         Ok(result) => {
             let body = serde_json::to_string(&result).unwrap_or_default();
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
-            let large = body.len() > stash::INLINE_CAP_BYTES;
+            // Through a peer, the outermost workspace stashes (its caller pages it there).
+            let large = body.len() > stash::INLINE_CAP_BYTES && ctx.peer_path.is_empty();
             let result = if large { stashed(state, ctx, address, &body).await } else { result };
             Outcome {
                 error_code,
