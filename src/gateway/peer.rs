@@ -8,7 +8,7 @@
 //!   to any connector: `peer` or `peer.<target connector>.<tool>`); the target's own grants then
 //!   apply to the target's tools for the same caller (role, member). A tool is reachable only
 //!   if both allow it. A write needs approval if either workspace classifies it as one: the
-//!   inner call is made with writes allowed only when the outer call already allowed a write.
+//!   inner call may write only when the outer call could have (see [`call`]).
 //! - **Depth.** At most [`crate::peers::MAX_DEPTH`] hops; a target already on the call's path
 //!   (itself included) is a cycle, refused with `peer_cycle`.
 
@@ -125,10 +125,11 @@ pub fn catalog<'a>(
     })
 }
 
-/// Calls `<target connector>.<tool>` (`name`) in the peer's target with `args`. `class` is the
-/// calling workspace's classification: a write there is made (it was approved or gated there);
-/// a read there is made only if the target agrees it is a read. The target records its own
-/// activity row (source `peer`).
+/// Calls `<target connector>.<tool>` (`name`) in the peer's target with `args`. With
+/// `write_allowed` (the calling workspace would have made this call as a write: approved
+/// through `call_destructive_tool`, or counted by a trusted program's gate) the target makes it
+/// whatever it classifies it as; otherwise the target refuses it if it classifies it as a
+/// write. The target records its own activity row (source `peer`).
 pub fn call<'a>(
     state: &'a AppState,
     ctx: &'a GatewayCtx,
@@ -136,7 +137,7 @@ pub fn call<'a>(
     blueprint: &'a str,
     name: &'a str,
     args: JsonObject,
-    class: Class,
+    write_allowed: bool,
 ) -> BoxFuture<'a, Outcome> {
     Box::pin(async move {
         let inner = match enter(state, ctx, id, blueprint).await {
@@ -151,7 +152,7 @@ pub fn call<'a>(
         let mut wrapped = JsonObject::new();
         wrapped.insert("address".into(), Value::String(name.to_owned()));
         wrapped.insert("args".into(), Value::Object(args));
-        let writes = if class == Class::Write { Writes::Allow } else { Writes::Refuse };
+        let writes = if write_allowed { Writes::Allow } else { Writes::Refuse };
         let outcome = surface::call_with(state, &inner, &wrapped, writes).await;
         state.activity.record(activity::Row::of_call(&inner, "call_tool", &outcome, started, "peer"));
         outcome

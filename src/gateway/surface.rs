@@ -465,19 +465,7 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
     let Some(tool) = tools.iter().find(|t| t.name == name) else { return unknown().about(id, name) };
     let class = classify(&ctx.bound.document, id, tool);
     if class == Class::Write && matches!(writes, Writes::Refuse) {
-        let call = json!({ "address": address, "args": tool_args });
-        let mut next = json!({ "tool": "call_destructive_tool" });
-        if call.to_string().len() <= ECHO_CAP {
-            next["arguments"] = call;
-        }
-        let mut out = Outcome::error(
-            "destructive_tool_requires_approval",
-            format!("`{}` may change something; call it with call_destructive_tool after the human approves", echo(address)),
-            Some(json!({ "nextAction": next })),
-        )
-        .about(id, name);
-        out.classification = Some("write");
-        return out;
+        return approval_required(address, &tool_args).about(id, name);
     }
     // A peer's tools are checked by the target, against its own current schema.
     let issues =
@@ -511,7 +499,15 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
         return out;
     }
     if let Connector::Peer { blueprint } = c {
-        let mut out = super::peer::call(state, ctx, id, blueprint, name, tool_args, class).await;
+        // The target may write only if this call could: a write allowed here (approved, or
+        // counted by the gate) is allowed there; anything else is refused there if it writes.
+        let write_allowed = class == Class::Write || matches!(writes, Writes::Allow);
+        let args_echo = tool_args.clone();
+        let mut out = super::peer::call(state, ctx, id, blueprint, name, tool_args, write_allowed).await;
+        if out.error_code.as_deref() == Some("destructive_tool_requires_approval") {
+            // The target's refusal names its own address; the caller needs this one.
+            out = approval_required(address, &args_echo);
+        }
         if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
             let body = serde_json::to_string(&out.result).unwrap_or_default();
             if ctx.peer_path.is_empty() && body.len() > stash::INLINE_CAP_BYTES {
@@ -547,6 +543,22 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
     }
     .about(id, name);
     out.classification = Some(class_name(class));
+    out
+}
+
+/// The refusal of a write made through `call_tool` (or a program), naming the call to make.
+fn approval_required(address: &str, tool_args: &JsonObject) -> Outcome {
+    let call = json!({ "address": address, "args": tool_args });
+    let mut next = json!({ "tool": "call_destructive_tool" });
+    if call.to_string().len() <= ECHO_CAP {
+        next["arguments"] = call;
+    }
+    let mut out = Outcome::error(
+        "destructive_tool_requires_approval",
+        format!("`{}` may change something; call it with call_destructive_tool after the human approves", echo(address)),
+        Some(json!({ "nextAction": next })),
+    );
+    out.classification = Some("write");
     out
 }
 
