@@ -61,10 +61,7 @@ async fn fence_of_bob(t: &TestDb) -> Option<String> {
     let mut owner = t.owner_conn().await;
     let mut tx = owner.begin().await.unwrap();
     tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
-    sqlx::query_scalar("SELECT raised_at::text FROM member_fences")
-        .fetch_optional(&mut *tx)
-        .await
-        .unwrap()
+    sqlx::query_scalar("SELECT raised_at::text FROM member_fences").fetch_optional(&mut *tx).await.unwrap()
 }
 
 #[tokio::test]

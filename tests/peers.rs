@@ -7,11 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{
-    Everything, Machine, Served, TestDb, add_remote_mcp, admin_log_text, cli, dev_sign_in, eventually, gatehouse,
-    mcp_tool, provision,
-};
 use common::downstream::{as_owner, count};
+use common::{
+    Everything, Machine, Served, TestDb, add_remote_mcp, admin_log_text, cli, dev_sign_in, eventually, gatehouse, mcp_tool,
+    provision,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
@@ -21,7 +21,8 @@ async fn workspace(t: &TestDb, tenant: &str, slug: &str) {
 }
 
 async fn add_peer(t: &TestDb, tenant: &str, ws: &str, id: &str, blueprint: &str) {
-    let args = ["connector", "add", "--tenant", tenant, "--workspace", ws, "--id", id, "--kind", "peer", "--blueprint", blueprint];
+    let args =
+        ["connector", "add", "--tenant", tenant, "--workspace", ws, "--id", id, "--kind", "peer", "--blueprint", blueprint];
     cli(&t.url, &args).await;
 }
 
@@ -112,7 +113,8 @@ async fn resolution_explicit_bindings_and_invalidation_without_fallback() {
 
     // A fork of the blueprint is never chosen, active or not.
     blueprint(&t, "acme", "crm", &["crm-fork"]).await;
-    as_owner(&t, "UPDATE workspaces SET fork_of = (SELECT id FROM workspaces WHERE slug = 'crm-a') WHERE slug = 'crm-fork'").await;
+    as_owner(&t, "UPDATE workspaces SET fork_of = (SELECT id FROM workspaces WHERE slug = 'crm-a') WHERE slug = 'crm-fork'")
+        .await;
     assert_eq!(echo(&base, &m, "front", "crm.everything.echo").await, (true, "not_installed".into()));
 
     // Exactly one active primary workspace: the call reaches its real downstream.
@@ -120,11 +122,17 @@ async fn resolution_explicit_bindings_and_invalidation_without_fallback() {
     let (err, text) = echo(&base, &m, "front", "crm.everything.echo").await;
     assert!(!err && text.contains("Echo: through a peer"), "{text}");
     let shown = addresses(&base, &m, "front").await;
-    assert!(shown.contains(&"crm.everything.echo".to_owned()) && shown.iter().all(|a| a.starts_with("crm.everything.")), "{shown:?}");
+    assert!(
+        shown.contains(&"crm.everything.echo".to_owned()) && shown.iter().all(|a| a.starts_with("crm.everything.")),
+        "{shown:?}"
+    );
     // The target records the call in its own activity, as coming through a peer.
     let recorded = eventually(Duration::from_secs(30), || async {
-        count(&t, "SELECT count(*) FROM activity a JOIN workspaces w ON w.id = a.workspace_id
-                    WHERE w.slug = 'crm-a' AND a.source = 'peer' AND a.tool = 'echo' AND a.connector = 'everything'")
+        count(
+            &t,
+            "SELECT count(*) FROM activity a JOIN workspaces w ON w.id = a.workspace_id
+                    WHERE w.slug = 'crm-a' AND a.source = 'peer' AND a.tool = 'echo' AND a.connector = 'everything'",
+        )
         .await
             == 1
     })
@@ -141,8 +149,11 @@ async fn resolution_explicit_bindings_and_invalidation_without_fallback() {
     assert_eq!(list, ["crm\tcrm\tambiguous\t-"]);
 
     // An explicit binding wins over resolution.
-    cli(&t.url, &["workspace", "peer", "bind", "--tenant", "acme", "--workspace", "front", "--connector", "crm", "--target", "crm-b"])
-        .await;
+    cli(
+        &t.url,
+        &["workspace", "peer", "bind", "--tenant", "acme", "--workspace", "front", "--connector", "crm", "--target", "crm-b"],
+    )
+    .await;
     let (err, text) = echo(&base, &m, "front", "crm.other.echo").await;
     assert!(!err && text.contains("Echo: through a peer"), "{text}");
     assert_eq!(echo(&base, &m, "front", "crm.everything.echo").await, (true, "unknown_tool".into()));
@@ -154,8 +165,10 @@ async fn resolution_explicit_bindings_and_invalidation_without_fallback() {
     let mut tx = owner.begin().await.unwrap();
     tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
     tx.execute("UPDATE workspaces SET status = 'archived' WHERE slug = 'crm-b'").await.unwrap();
-    let reason: Option<String> =
-        sqlx::query_scalar("SELECT invalidated_reason FROM peer_bindings WHERE connector_id = 'crm'").fetch_one(&mut *tx).await.unwrap();
+    let reason: Option<String> = sqlx::query_scalar("SELECT invalidated_reason FROM peer_bindings WHERE connector_id = 'crm'")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
     assert_eq!(reason.as_deref(), Some("target_archived"), "invalidated before the archive commits");
     tx.commit().await.unwrap();
     // ... and a call through it answers bound_unavailable with no fallback, though crm-a is
@@ -170,7 +183,19 @@ async fn resolution_explicit_bindings_and_invalidation_without_fallback() {
     // An archived workspace cannot be bound; unbinding returns to resolution.
     set_status(&t, "crm-b", "archived").await;
     let mut bind = gatehouse(Some(&t.url));
-    bind.args(["workspace", "peer", "bind", "--tenant", "acme", "--workspace", "front", "--connector", "crm", "--target", "crm-b"]);
+    bind.args([
+        "workspace",
+        "peer",
+        "bind",
+        "--tenant",
+        "acme",
+        "--workspace",
+        "front",
+        "--connector",
+        "crm",
+        "--target",
+        "crm-b",
+    ]);
     let (code, _, err) = common::run(bind).await;
     assert!(code != 0 && err.contains("target_not_active"), "{err}");
     cli(&t.url, &["workspace", "peer", "unbind", "--tenant", "acme", "--workspace", "front", "--connector", "crm"]).await;
@@ -181,7 +206,19 @@ async fn resolution_explicit_bindings_and_invalidation_without_fallback() {
     let bind_to = |target: &'static str| {
         let url = t.url.clone();
         async move {
-            let args = ["workspace", "peer", "bind", "--tenant", "acme", "--workspace", "front", "--connector", "crm", "--target", target];
+            let args = [
+                "workspace",
+                "peer",
+                "bind",
+                "--tenant",
+                "acme",
+                "--workspace",
+                "front",
+                "--connector",
+                "crm",
+                "--target",
+                target,
+            ];
             cli(&url, &args).await;
         }
     };
@@ -318,7 +355,11 @@ async fn binding_api_is_tenant_scoped_and_audited() {
     assert_eq!(r.status(), 404);
     let r = alice.write(Method::PUT, "/api/v1/tenants/globex/workspaces/theirs/peers/crm", json!({ "target": "crm-a" })).await;
     assert_eq!(r.status(), 404);
-    let r = m.headers(common::http().get(format!("{}/api/v1/tenants/globex/workspaces/theirs/peers", served.base))).send().await.unwrap();
+    let r = m
+        .headers(common::http().get(format!("{}/api/v1/tenants/globex/workspaces/theirs/peers", served.base)))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     // Only peer connectors bind; a machine may read but not bind.
     let r = alice.write(Method::PUT, &format!("{peers}/nope"), json!({ "target": "crm-a" })).await;

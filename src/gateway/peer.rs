@@ -68,7 +68,10 @@ async fn enter(state: &AppState, ctx: &GatewayCtx, id: &str, blueprint: &str) ->
         other => return Err(refuse(other.code(), other.message(blueprint))),
     };
     if target.id == here || ctx.peer_path.contains(&target.id) {
-        return Err(refuse("peer_cycle", format!("peer connector `{id}` leads back to `{}`, already on this call's path", target.slug)));
+        return Err(refuse(
+            "peer_cycle",
+            format!("peer connector `{id}` leads back to `{}`, already on this call's path", target.slug),
+        ));
     }
     let bound = target_bound(state, ctx, &target.slug).await?;
     // Resolution only offers active workspaces; a binding may point at a suspended one.

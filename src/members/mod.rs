@@ -295,15 +295,20 @@ pub async fn accept_invitations(
         if store::fence(&mut *conn, tenant, p).await?.is_some_and(|raised| raised >= started_at) {
             return Err(Error::Conflict {
                 code: "membership_fenced",
-                message: "you were removed from a tenant after this sign-in began; sign in again to accept its invitation"
-                    .into(),
+                message: "you were removed from a tenant after this sign-in began; sign in again to accept its invitation".into(),
             });
         }
         let (member, _) = store::upsert(&mut *conn, tenant, p, Some(email), name, role).await?;
         store::mark_invitation_consumer(&mut *conn, tenant, invitation, member.id).await?;
         let after = Some(json!({ "member": member.id, "role": member.role, "invitation": invitation }));
-        let entry =
-            Entry { tenant: Some(tenant), audit, action: "member.join", target: format!("member:{}", member.id), before: None, after };
+        let entry = Entry {
+            tenant: Some(tenant),
+            audit,
+            action: "member.join",
+            target: format!("member:{}", member.id),
+            before: None,
+            after,
+        };
         admin_log::record(&mut *conn, entry).await?;
     }
     Ok(())

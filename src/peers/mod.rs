@@ -60,7 +60,9 @@ pub enum Resolution {
     /// No binding: the one candidate of the blueprint.
     Resolved(Target),
     /// An invalidated binding: no fallback.
-    BoundUnavailable { reason: String },
+    BoundUnavailable {
+        reason: String,
+    },
     NotInstalled,
     /// Several candidates (the first two, by slug).
     Ambiguous(Vec<String>),
@@ -126,8 +128,7 @@ async fn resolve_in(
 
 /// Where peer connector `connector` (naming `blueprint`) of `workspace` leads now.
 pub async fn resolve(db: &Db, tenant: TenantId, workspace: Uuid, connector: &str, blueprint: &str) -> Result<Resolution> {
-    db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(resolve_in(conn, tenant, workspace, connector, blueprint)))
-        .await
+    db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(resolve_in(conn, tenant, workspace, connector, blueprint))).await
 }
 
 /// The workspace `slug` and the blueprint its peer connector `connector` names.

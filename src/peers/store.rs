@@ -55,9 +55,7 @@ pub async fn candidates(conn: &mut PgConnection, tenant: TenantId, blueprint: &s
     .bind(limit)
     .fetch_all(conn)
     .await?;
-    rows.iter()
-        .map(|r| Ok(Target { id: r.try_get("id")?, slug: r.try_get("slug")?, status: r.try_get("status")? }))
-        .collect()
+    rows.iter().map(|r| Ok(Target { id: r.try_get("id")?, slug: r.try_get("slug")?, status: r.try_get("status")? })).collect()
 }
 
 /// Binds `connector` to `target`, replacing any earlier (or invalidated) binding, only if the
@@ -105,4 +103,3 @@ pub async fn delete(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, 
     .fetch_optional(conn)
     .await?)
 }
-

@@ -515,7 +515,10 @@ impl Document {
                 Connector::HttpApi(api) => api.issues(id, &mut bad),
                 Connector::Peer { blueprint } => {
                     if crate::tenants::validate_slug(blueprint).is_err() {
-                        bad(at("blueprint"), "a blueprint slug is 3 to 63 characters of a-z, 0-9 and '-', not starting or ending with '-'");
+                        bad(
+                            at("blueprint"),
+                            "a blueprint slug is 3 to 63 characters of a-z, 0-9 and '-', not starting or ending with '-'",
+                        );
                     }
                 }
             }
