@@ -388,3 +388,50 @@ async fn binding_api_is_tenant_scoped_and_audited() {
     assert_eq!(log.matches("\"peer.unbind\"").count(), 1, "{log}");
     assert_eq!(served.terminate().await, 0);
 }
+
+/// A bind racing the archive of its target: whichever wins, no valid binding ever points at an
+/// archived workspace (the bind is refused, or its binding is invalidated by the archive). The
+/// archive runs at READ COMMITTED, the weakest isolation a caller could use.
+#[tokio::test]
+async fn a_bind_racing_the_archive_of_its_target_never_leaves_a_valid_binding() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    workspace(&t, "acme", "front").await;
+    workspace(&t, "acme", "crm-a").await;
+    add_peer(&t, "acme", "front", "crm", "crm").await;
+    let tenant = gatehouse::tenants::by_slug(&t.db, "acme").await.unwrap().id;
+    let audit = gatehouse::admin_log::Audit { actor: "test".into(), request_id: None };
+    let (mut refused, mut invalidated) = (0, 0);
+    for _ in 0..20 {
+        as_owner(&t, "DELETE FROM peer_bindings").await;
+        set_status(&t, "crm-a", "active").await;
+        // The archive's connection and transaction are ready before the race starts.
+        let mut owner = t.owner_conn().await;
+        let mut tx = owner.begin().await.unwrap();
+        tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+        let archive = async move {
+            tx.execute("UPDATE workspaces SET status = 'archived' WHERE slug = 'crm-a'").await.unwrap();
+            tx.commit().await.unwrap();
+        };
+        let bind = gatehouse::peers::bind(&t.db, tenant, &audit, "front", "crm", "crm-a");
+        let (bound, ()) = tokio::join!(bind, archive);
+        let valid = count(&t, "SELECT count(*) FROM peer_bindings WHERE invalidated_at IS NULL").await;
+        assert_eq!(valid, 0, "a valid binding to an archived workspace");
+        match bound {
+            Ok(_) => {
+                let reason = "SELECT count(*) FROM peer_bindings WHERE invalidated_reason = 'target_archived'";
+                assert_eq!(count(&t, reason).await, 1);
+                invalidated += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), "target_not_active", "{e}");
+                assert_eq!(count(&t, "SELECT count(*) FROM peer_bindings").await, 0, "a refused bind writes nothing");
+                refused += 1;
+            }
+        }
+    }
+    eprintln!("binds refused: {refused}, binds invalidated by the archive: {invalidated}");
+    assert_eq!(refused + invalidated, 20);
+    let log = admin_log_text(&t).await;
+    assert_eq!(log.matches("\"peer.bind\"").count(), invalidated, "one admin-log row per bind that happened");
+}

@@ -69,7 +69,11 @@ pub async fn upsert(
     created_by: &str,
 ) -> Result<Option<Binding>> {
     let row = sqlx::query(
-        "WITH t AS (SELECT id, slug FROM workspaces WHERE tenant_id = $1 AND id = $4 AND status = 'active'),
+        // FOR SHARE: a concurrent status change of the target waits for this binding to
+        // commit (its trigger then sees and invalidates it), or this waits for that change and
+        // is retried; so no valid binding ever points at an archived target, whatever the
+        // isolation level of the transaction that archives it.
+        "WITH t AS (SELECT id, slug FROM workspaces WHERE tenant_id = $1 AND id = $4 AND status = 'active' FOR SHARE),
               b AS (
              INSERT INTO peer_bindings AS b (tenant_id, workspace_id, connector_id, target_workspace_id, created_by)
              SELECT $1, $2, $3, t.id, $5 FROM t
