@@ -326,7 +326,9 @@ async fn invariant_checks_record_broken_control_plane_state() {
     // Tenant A: one copy 11 minutes past its lease (broken), one 1 minute past (the sweep's
     // business, not broken yet), one claimed long ago (being settled); an archived workspace
     // whose reap was claimed an hour ago. Tenant B: only healthy state.
-    for (tenant, past, owner) in [(a, "11 minutes", None), (a, "1 minute", None), (a, "1 hour", Some("replica-x")), (b, "1 minute", None)] {
+    for (tenant, past, owner) in
+        [(a, "11 minutes", None), (a, "1 minute", None), (a, "1 hour", Some("replica-x")), (b, "1 minute", None)]
+    {
         sqlx::query(
             "INSERT INTO copies (tenant_id, move_id, copy_ref, role, workspace_id, kind, epoch_read, lease_until, lease_owner)
              SELECT $1, gen_random_uuid(), 'workspace:' || id, 'destination', id, 'fork', 0, now() - $2::interval, $3
@@ -361,8 +363,7 @@ async fn invariant_checks_record_broken_control_plane_state() {
     assert_eq!(findings::invariants::check_once(&t.db).await.unwrap(), Some(2));
     assert_eq!(findings::invariants::check_once(&t.db).await.unwrap(), Some(2));
     let found = findings::list(&t.db, a, None, 100).await.unwrap();
-    let mut codes: Vec<(&str, &str, i64)> =
-        found.iter().map(|f| (f.kind.as_str(), f.code.as_str(), f.occurrences)).collect();
+    let mut codes: Vec<(&str, &str, i64)> = found.iter().map(|f| (f.kind.as_str(), f.code.as_str(), f.occurrences)).collect();
     codes.sort();
     assert_eq!(codes, [("invariant", "copy_lease_overdue", 2), ("invariant", "reap_stuck", 2)], "{found:?}");
     assert!(found.iter().all(|f| f.status == "open"));

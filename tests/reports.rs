@@ -124,11 +124,12 @@ async fn forbidden(t: &TestDb, created: &[String]) -> Vec<String> {
         let hexes: Vec<String> = sqlx::query_scalar(AssertSqlSafe(sql)).fetch_all(&mut owner).await.unwrap();
         out.extend(hexes);
     }
-    let envelopes: Vec<String> =
-        sqlx::query_scalar("SELECT envelope FROM credentials UNION ALL SELECT envelope FROM subject_keys WHERE envelope IS NOT NULL")
-            .fetch_all(&mut owner)
-            .await
-            .unwrap();
+    let envelopes: Vec<String> = sqlx::query_scalar(
+        "SELECT envelope FROM credentials UNION ALL SELECT envelope FROM subject_keys WHERE envelope IS NOT NULL",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
     assert_eq!(envelopes.len(), 4);
     for e in envelopes {
         out.push(e.rsplit('.').next().unwrap().to_owned());

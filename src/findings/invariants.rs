@@ -34,7 +34,8 @@ type Broken = (Uuid, Uuid, i64, DateTime<Utc>);
 pub async fn check_once(db: &Db) -> Result<Option<usize>> {
     db.serializable(Scope::Platform { reason: "invariant checks" }, |conn, _| {
         Box::pin(async move {
-            let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)").bind(LOCK).fetch_one(&mut *conn).await?;
+            let locked: bool =
+                sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)").bind(LOCK).fetch_one(&mut *conn).await?;
             if !locked {
                 return Ok(None);
             }
@@ -69,7 +70,9 @@ pub async fn check_once(db: &Db) -> Result<Option<usize>> {
                 .iter()
                 .map(|b| observe("copy_lease_overdue", "copies.sweep", b, "pending copies past their lease, unclaimed".into()))
                 .collect();
-            found.extend(stuck.iter().map(|b| observe("reap_stuck", "workspace.reap", b, "a claimed reap is not finishing".into())));
+            found.extend(
+                stuck.iter().map(|b| observe("reap_stuck", "workspace.reap", b, "a claimed reap is not finishing".into())),
+            );
             super::observe(&mut *conn, &found).await?;
             super::sweep_stale(&mut *conn).await?;
             Ok(Some(found.len()))
