@@ -80,6 +80,9 @@ enum Command {
     McpAuth(gatehouse::mcp_auth::control::Command),
     /// SQL reports (the views of the `report` schema): `--list`, or run one by name.
     Report(ReportArgs),
+    /// Blueprints: named, versioned workspace configurations, admitted before use.
+    #[command(subcommand)]
+    Blueprint(gatehouse::blueprints::control::Command),
 }
 
 #[derive(Args)]
@@ -245,7 +248,28 @@ enum WorkspaceCommand {
         #[arg(long)]
         expected_version: Option<i32>,
     },
-    /// Fork a workspace into a preview workspace that expires; prints slug, id, expiry move.
+    #[command(flatten)]
+    Lifecycle(workspaces::lifecycle::control::Command),
+    /// Erase a subject (a member's id or email, or an external subject id) across a workspace
+    /// and every copy of it; prints the receipt as JSON.
+    Erase {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
+        #[arg(long)]
+        subject: String,
+    },
+    /// Reap an archived workspace (terminal: its state is deleted, its slug released); prints
+    /// the tombstone as JSON.
+    Reap {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
+    },
+    /// A workspace's peer connectors: bind, unbind, list (issue 7 §7).
+    #[command(subcommand)]
+    Peer(gatehouse::peers::cli::Command),
+    /// Fork a workspace into a preview workspace that expires; prints slug, id and move.
     Fork {
         #[command(flatten)]
         t: TenantArg,
@@ -321,9 +345,13 @@ enum ConnectorCommand {
         w: WorkspaceArg,
         #[arg(long)]
         id: String,
-        /// `remote_mcp` (an MCP server over streamable HTTP or legacy HTTP+SSE) or `http_api`.
+        /// `remote_mcp` (an MCP server over streamable HTTP or legacy HTTP+SSE), `http_api`, or
+        /// `peer` (another workspace of the tenant, found by `--blueprint`).
         #[arg(long)]
         kind: String,
+        /// For `peer`: the slug of the blueprint the target workspace runs.
+        #[arg(long, required_if_eq("kind", "peer"))]
+        blueprint: Option<String>,
         #[arg(long, required_if_eq("kind", "remote_mcp"))]
         url: Option<String>,
         /// How to reach a `remote_mcp` server: `streamable_http` (the default) or `sse` (the
@@ -652,6 +680,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         }
         Command::Ops(cmd) => ops_command(db, &audit, cmd).await?,
         Command::Report(args) => report_command(db, args).await?,
+        Command::Blueprint(cmd) => gatehouse::blueprints::control::run(db, &audit, config, cmd).await?,
         Command::Vault(VaultCommand::Rotate { batch }) => {
             let ring = gatehouse::vault::slots::require(config.vault_keys.as_ref())?;
             let done = gatehouse::vault::slots::rotate(db, ring, batch).await?;
@@ -922,19 +951,31 @@ async fn workspace_command(db: &Db, audit: &Audit, config: &Config, cmd: Workspa
             let bound = workspaces::configure(db, tenant, audit, &w.workspace, expected_version, &patch).await?;
             println!("{}", bound.workspace.bound_version);
         }
+        WorkspaceCommand::Lifecycle(cmd) => workspaces::lifecycle::control::run(db, audit, cmd).await?,
         WorkspaceCommand::List { t } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;
             for ws in workspaces::list(db, tenant).await? {
                 println!("{}\t{}\t{}\t{}", ws.slug, ws.status, ws.bound_version, ws.id.0);
             }
         }
+        WorkspaceCommand::Erase { t, workspace, subject } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let outcome = gatehouse::erasure::erase(db, tenant, audit, &workspace, &subject).await?;
+            println!("{}", serde_json::to_string(&outcome)?);
+        }
+        WorkspaceCommand::Reap { t, workspace } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let tombstone = gatehouse::reap::reap(db, tenant, audit, &workspace).await?;
+            println!("{}", serde_json::to_string(&tombstone)?);
+        }
+        WorkspaceCommand::Peer(cmd) => gatehouse::peers::cli::run(db, audit, cmd).await?,
     }
     Ok(())
 }
 
 async fn connector_command(db: &Db, audit: &Audit, settings: &Config, cmd: ConnectorCommand) -> anyhow::Result<()> {
     match cmd {
-        ConnectorCommand::Add { w, id, kind, url, transport, config, expected_version } => {
+        ConnectorCommand::Add { w, id, kind, url, transport, config, expected_version, blueprint } => {
             let tenant = tenants::by_slug(db, &w.tenant).await?.id;
             let mut value = match config {
                 Some(path) => serde_json::from_str(&std::fs::read_to_string(&path)?).map_err(|e| {
@@ -949,6 +990,9 @@ async fn connector_command(db: &Db, audit: &Audit, settings: &Config, cmd: Conne
                 }
                 if let Some(transport) = transport {
                     map.insert("transport".into(), transport.into());
+                }
+                if let Some(blueprint) = blueprint {
+                    map.insert("blueprint".into(), blueprint.into());
                 }
             }
             let connector = workspaces::http::parse_connector(&id, value)?;

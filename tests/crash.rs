@@ -261,3 +261,119 @@ async fn three_processes_settle_every_expired_move_and_fork_exactly_once() {
     let claimants: i64 = owner_rows(&t, "SELECT count(DISTINCT lease_owner) FROM copies").await[0].get(0);
     eprintln!("{claimants} process(es) claimed rows");
 }
+
+#[tokio::test]
+async fn erasure_and_reap_wait_for_a_crashed_copy_and_no_erased_datum_remains_in_any_copy() {
+    let t = TestDb::new().await;
+    let env = Env { key: vault_key("k1"), snapshots: tempdir() };
+    run_ok(env.cmd(&t, &[]), &["tenant", "create", "acme", "--name", "Acme"]).await;
+    run_ok(env.cmd(&t, &[]), &["workspace", "create", "--tenant", "acme", "main"]).await;
+    let file = json_path(&json!({ "base_url": "http://127.0.0.1:9/v1", "timeout_ms": 5000,
+        "auth": { "type": "slot", "slot": "personal", "headers": { "Authorization": "Bearer {token}" } },
+        "tools": [{ "name": "get_item", "description": "One item", "method": "GET", "path": "/items", "read_only": true,
+            "input_schema": { "type": "object" } }] }));
+    run_ok(
+        env.cmd(&t, &[]),
+        &["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "mine", "--kind", "http_api", "--config", &file],
+    )
+    .await;
+    let tenant: Uuid = owner_rows(&t, "SELECT id FROM tenants WHERE slug = 'acme'").await[0].get(0);
+    let main: Uuid = owner_rows(&t, "SELECT id FROM workspaces WHERE slug = 'main'").await[0].get(0);
+    let bob = Uuid::now_v7();
+    owner_rows(
+        &t,
+        &format!("INSERT INTO members (tenant_id, id, issuer, subject, email, role) VALUES ('{tenant}', '{bob}', 'https://idp', 'bob-sub', 'bob@example.test', 'member')"),
+    )
+    .await;
+    owner_rows(
+        &t,
+        &format!(
+            "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, actor_kind, actor_id, tool, source, outcome, duration_ms)
+             VALUES ('{tenant}', now(), '{}', '{main}', 'member', 'member:{bob}', 'mine.get_item', 'mcp', 'ok', 3)",
+            Uuid::now_v7()
+        ),
+    )
+    .await;
+    let secret = format!("bobs-token-{}", Uuid::new_v4().simple());
+    let mut c = env.cmd(&t, &[]);
+    c.env("GATEHOUSE_FIELD_TOKEN", &secret);
+    let bob_text = bob.to_string();
+    ok_personal(c, &bob_text).await;
+    // A snapshot of main, taken before the erasure: bob's part is sealed under his key.
+    let out = run_ok(env.cmd(&t, &[]), &["snapshot", "export", "--tenant", "acme", "main"]).await;
+    let snapshot = out[0].split('\t').next().unwrap().to_owned();
+
+    // A fork crashes after copying (a CLI process aborts): its rows stay pending.
+    let mut crash = env.cmd(&t, &[("GATEHOUSE_FAULT", "fork.after_copy"), ("GATEHOUSE_COPY_LEASE_MS", "3000")]);
+    crash.args(["workspace", "fork", "--tenant", "acme", "main", "--slug", "preview"]);
+    let (code, _, err) = common::run(crash).await;
+    assert!(code != 0 && err.contains("aborting at fork.after_copy"), "{code} {err}");
+    let pending: i64 = owner_rows(&t, "SELECT count(*) FROM copies WHERE state = 'pending'").await[0].get(0);
+    assert_eq!(pending, 2);
+
+    // While it is pending, the erasure refuses and erases nothing.
+    let erase = || {
+        let mut c = env.cmd(&t, &[]);
+        c.args(["workspace", "erase", "--tenant", "acme", "main", "--subject", "bob@example.test"]);
+        common::run(c)
+    };
+    let (code, _, err) = erase().await;
+    assert!(code == 1 && err.contains("erasure_retry_later"), "{err}");
+    assert_eq!(owner_rows(&t, &format!("SELECT 1 FROM credentials WHERE owner = 'member:{bob}'")).await.len(), 1);
+
+    // Another process's sweep settles the crashed move; then the erasure goes through.
+    let sweeper = Served::start(env.cmd(&t, &[("GATEHOUSE_COPY_SWEEP_MS", "100")])).await;
+    let settled = eventually(Duration::from_secs(120), || async {
+        owner_rows(&t, "SELECT 1 FROM copies WHERE state = 'pending'").await.is_empty()
+    })
+    .await;
+    assert!(settled);
+    let (code, out, err) = erase().await;
+    assert_eq!(code, 0, "{err}");
+    let receipt: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(receipt["receipt"].is_string(), "{receipt}");
+
+    // No erased datum remains in any copy: not in main, not in the snapshot (bob's key is
+    // destroyed, so his part cannot be opened, and the file names no subject in the clear),
+    // not in what a restore of that snapshot brings back.
+    assert!(owner_rows(&t, &format!("SELECT 1 FROM credentials WHERE owner = 'member:{bob}'")).await.is_empty());
+    assert!(owner_rows(&t, &format!("SELECT 1 FROM activity WHERE actor_id = 'member:{bob}'")).await.is_empty());
+    let body = std::fs::read_to_string(env.snapshots.join(&snapshot)).unwrap();
+    assert!(!body.contains(&bob_text) && !body.contains(&secret) && !body.contains("bob@example.test"));
+    let out = run_ok(env.cmd(&t, &[]), &["snapshot", "restore", "--tenant", "acme", &snapshot, "--slug", "restored"]).await;
+    let parts: Vec<&str> = out[0].split('\t').collect();
+    assert_eq!((parts[2], parts[3]), ("0", "1"), "bob's part is unreadable: {out:?}");
+    let restored: Uuid = parts[1].parse().unwrap();
+    assert!(owner_rows(&t, &format!("SELECT 1 FROM credentials WHERE workspace_id = '{restored}'")).await.is_empty());
+    assert!(owner_rows(&t, &format!("SELECT 1 FROM activity WHERE workspace_id = '{restored}'")).await.is_empty());
+
+    // Reap: archived main with a crashed move pending answers 412; after settlement it reaps.
+    run_ok(env.cmd(&t, &[]), &["workspace", "archive", "--tenant", "acme", "main"]).await;
+    sweeper.terminate().await;
+    let mut crash = env.cmd(&t, &[("GATEHOUSE_FAULT", "fork.after_record"), ("GATEHOUSE_COPY_LEASE_MS", "3000")]);
+    crash.args(["workspace", "fork", "--tenant", "acme", "main", "--slug", "late"]);
+    let (code, _, err) = common::run(crash).await;
+    assert!(code != 0 && err.contains("aborting at fork.after_record"), "{code} {err}");
+    let reap = || {
+        let mut c = env.cmd(&t, &[]);
+        c.args(["workspace", "reap", "--tenant", "acme", "main"]);
+        common::run(c)
+    };
+    let (code, _, err) = reap().await;
+    assert!(code == 1 && err.contains("reap_retry_later"), "{err}");
+    let sweeper = Served::start(env.cmd(&t, &[("GATEHOUSE_COPY_SWEEP_MS", "100")])).await;
+    let settled = eventually(Duration::from_secs(120), || async {
+        owner_rows(&t, "SELECT 1 FROM copies WHERE state = 'pending'").await.is_empty()
+    })
+    .await;
+    assert!(settled);
+    let (code, _, err) = reap().await;
+    assert_eq!(code, 0, "{err}");
+    assert!(owner_rows(&t, &format!("SELECT 1 FROM workspaces WHERE id = '{main}'")).await.is_empty());
+    sweeper.terminate().await;
+}
+
+async fn ok_personal(c: tokio::process::Command, member: &str) {
+    let args = ["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "mine", "--personal-for", member];
+    run_ok(c, &[&args[..], &["--field", "token"]].concat()).await;
+}

@@ -238,6 +238,18 @@ pub async fn delete_disposable(conn: &mut PgConnection, tenant: TenantId, id: Uu
     if found.is_none() {
         return Ok(false);
     }
+    // The database lets only a claimed reap of an archived workspace delete its row and its
+    // versions (migration 16's guard): deleting a disposable copy is such a reap, claimed and
+    // finished in this one transaction, so nobody ever sees it half-way.
+    sqlx::query(
+        "UPDATE workspaces SET status = 'archived', reap_claimed_at = now(), reap_owner = $3, updated_at = now()
+          WHERE tenant_id = $1 AND id = $2",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(format!("copies:{}", crate::copies::replica_id()))
+    .execute(&mut *conn)
+    .await?;
     delete_state(conn, tenant, id).await?;
     Ok(true)
 }

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod downstream;
 pub mod http_api;
 pub mod mcp_client;
+pub mod peer;
 pub mod sse;
 pub mod stash;
 pub mod surface;
@@ -55,6 +56,9 @@ pub struct GatewayCtx {
     pub pool: Option<(String, workspaces::config::Pool)>,
     /// The MCP client's name and version, once the call's request is parsed.
     pub client: Option<(String, String)>,
+    /// The workspaces this call came through by peer connectors, outermost first (empty for
+    /// a call made at this workspace's own endpoint): bounds the depth and refuses cycles.
+    pub peer_path: Vec<uuid::Uuid>,
 }
 
 impl GatewayCtx {
@@ -128,6 +132,12 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
     };
     let ctx = match authenticated {
         Ok(ctx) => ctx,
+        // A suspended tenant's endpoints answer like a suspended workspace's (issue 7 §2);
+        // the management API keeps `tenant_suspended`.
+        Err(Error::Forbidden { code: "tenant_suspended", .. }) => {
+            let message = "this workspace's tenant is suspended".into();
+            return Err(Error::Forbidden { code: "workspace_suspended", message }.into_response());
+        }
         Err(e) => return Err(crate::mcp_auth::challenge(&state.config, parts.uri.path(), e, oauth.is_some())),
     };
     let (actor_id, caller) = match &ctx.actor {
@@ -182,6 +192,7 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
         caller,
         pool,
         client: None,
+        peer_path: Vec::new(),
     });
     Ok(parts)
 }
