@@ -965,7 +965,7 @@ async fn workspace_command(db: &Db, audit: &Audit, config: &Config, cmd: Workspa
         }
         WorkspaceCommand::Reap { t, workspace } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;
-            let tombstone = gatehouse::reap::reap(db, tenant, audit, &workspace).await?;
+            let tombstone = gatehouse::reap::reap(db, &config.copies.snapshot_dir, tenant, audit, &workspace).await?;
             println!("{}", serde_json::to_string(&tombstone)?);
         }
         WorkspaceCommand::Peer(cmd) => gatehouse::peers::cli::run(db, audit, cmd).await?,
