@@ -278,8 +278,11 @@ async fn concurrent_erasures_from_three_processes_bump_the_epoch_once() {
 
 /// The property test: random interleavings of copy-ledger steps (record, confirm, lease expiry,
 /// the recovery sweep's claim and settlement, wipes, an attempt to reopen), erasures, reaps and
-/// crashed reaps, run against the database (the ledger steps as SQL following migration 13's
-/// contract) and against a model; after every step the two must agree, and the invariants hold:
+/// crashed reaps, run against the database and against a model: record and confirm through the
+/// copy ledger's own functions (`copies::record`, `copies::confirm`), erasure and reap through
+/// theirs; lease expiry and the sweep's claim, settlement and wipes as single SQL steps
+/// following migration 13's contract (the sweep itself, which also wipes the copies, is raced
+/// in `tests/copies.rs` and `tests/crash.rs`); after every step the two must agree, and the invariants hold:
 /// no confirm after a newer epoch, `done` never left, no copy of a reaped workspace left
 /// unsettled, no erasure while a copy is pending.
 mod model {
@@ -384,45 +387,43 @@ mod model {
         for (step, op) in ops.iter().enumerate() {
             match *op {
                 Op::Record(i) => {
-                    // The contract: rows are recorded pending only if the workspace exists and
-                    // no reap is claimed, with the epoch read.
+                    // Through the copy ledger's own `record`: pending rows only if the
+                    // workspace exists and no reap is claimed, with the epoch read.
+                    if model.moves[i].is_some() {
+                        continue; // a move records once
+                    }
                     let dst = if i % 2 == 0 { format!("workspace:{}", Uuid::new_v4()) } else { format!("snapshot:s{i}.snap") };
-                    let n = sqlx::query(
-                        "INSERT INTO copies (tenant_id, move_id, copy_ref, role, workspace_id, kind, epoch_read, lease_until)
-                         SELECT w.tenant_id, $2, r.copy_ref, r.role, w.id, 'fork', w.erasure_epoch, now() + interval '5 minutes'
-                           FROM workspaces w
-                           CROSS JOIN LATERAL (VALUES ('workspace:' || w.id, 'source'), ($3, 'destination')) r(copy_ref, role)
-                          WHERE w.tenant_id = $1 AND w.slug = 'main' AND w.reap_claimed_at IS NULL
-                            AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.tenant_id = $1 AND c.move_id = $2)",
-                    )
-                    .bind(tenant)
-                    .bind(ids[i])
-                    .bind(&dst)
-                    .execute(&mut conn)
-                    .await
-                    .unwrap()
-                    .rows_affected();
-                    let expect = model.moves[i].is_none() && model.exists && !model.reap_claimed;
-                    assert_eq!(n == 2, expect, "step {step} {op:?}");
+                    let mv = gatehouse::copies::Move {
+                        id: ids[i],
+                        kind: gatehouse::copies::Kind::Fork,
+                        workspace: ws,
+                        rows: vec![
+                            (format!("workspace:{ws}"), gatehouse::copies::Role::Source),
+                            (dst, gatehouse::copies::Role::Destination),
+                        ],
+                    };
+                    let recorded = gatehouse::copies::record(&t.db, TenantId(tenant), &audit, 300_000, &mv).await.unwrap();
+                    let expect = model.exists && !model.reap_claimed;
+                    assert_eq!(matches!(recorded, gatehouse::copies::Recorded::Recorded { .. }), expect, "step {step} {op:?}");
                     if expect {
                         let row = Row { state: "pending", claimed: false, expired: false };
                         model.moves[i] = Some((model.epoch, [row; 2]));
                     }
                 }
                 Op::Confirm(i) => {
-                    let n = exec(
-                        &mut conn,
-                        "UPDATE copies c SET state = CASE c.role WHEN 'destination' THEN 'done' ELSE 'eligible' END, settled_at = now()
-                          WHERE c.tenant_id = $1 AND c.move_id = $2
-                            AND NOT EXISTS (SELECT 1 FROM copies o WHERE o.tenant_id = $1 AND o.move_id = $2
-                                              AND (o.state <> 'pending' OR o.lease_owner IS NOT NULL OR o.lease_until <= now()))
-                            AND EXISTS (SELECT 1 FROM workspaces w WHERE w.tenant_id = c.tenant_id AND w.id = c.workspace_id
-                                          AND w.erasure_epoch = c.epoch_read AND w.reap_claimed_at IS NULL)",
-                        tenant,
-                        ids[i],
-                    )
-                    .await
-                    .unwrap();
+                    // Through the ledger's own `confirm`, in a transaction of its own.
+                    let (m, audit) = (ids[i], &audit);
+                    let confirmed =
+                        t.db.serializable(gatehouse::db::Scope::Tenant(TenantId(tenant)), move |conn, _| {
+                            Box::pin(gatehouse::copies::confirm(
+                                conn,
+                                TenantId(tenant),
+                                audit,
+                                m,
+                                gatehouse::copies::SourceOutcome::Eligible,
+                            ))
+                        })
+                        .await;
                     let ok = match &mut model.moves[i] {
                         Some((read, rows))
                             if rows.iter().all(|r| r.state == "pending" && !r.claimed && !r.expired)
@@ -436,9 +437,9 @@ mod model {
                         }
                         _ => false,
                     };
-                    assert_eq!(n == 2, ok, "step {step} {op:?}: {model:?}");
-                    if let Some((read, _)) = model.moves[i].filter(|_| ok) {
-                        assert_eq!(read, model.epoch, "no confirm after a newer epoch");
+                    assert_eq!(confirmed.is_ok(), ok, "step {step} {op:?}: {confirmed:?} {model:?}");
+                    if let Err(e) = &confirmed {
+                        assert_eq!(e.status(), 412, "step {step}: a lost confirm is a precondition failure: {e}");
                     }
                 }
                 Op::Expire(i) => {
