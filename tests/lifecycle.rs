@@ -448,3 +448,28 @@ async fn binds_need_an_admitted_version_and_versions_are_immutable() {
     let digest = count(&f.t, "SELECT count(*) FROM blueprint_versions WHERE version = 1 AND admission = 'admitted'").await;
     assert_eq!(digest, 1);
 }
+
+/// Forks of one workspace under one slug, raced from three servers: exactly one fork exists,
+/// one `workspace.fork` row, and every move's ledger rows end settled (the winner's confirmed:
+/// source retained, destination done; each loser's given up at once), none left pending.
+#[tokio::test]
+async fn forks_under_one_slug_raced_by_three_servers_make_exactly_one() {
+    let f = Fleet::start().await;
+    let (status, body) = f.post(0, "/api/v1/tenants/acme/workspaces", json!({ "slug": "main" })).await;
+    assert_eq!(status, 201, "{body}");
+    for round in 1..=ROUNDS {
+        let slug = format!("preview-{round}");
+        let results = f.race("/api/v1/tenants/acme/workspaces/main/fork", |_| json!({ "slug": slug })).await;
+        let winner = exactly_one(&results, 201, 409, "slug_taken");
+        assert_eq!(results[winner].1["workspace"]["slug"].as_str().or(results[winner].1["slug"].as_str()), Some(slug.as_str()));
+        assert_eq!(count(&f.t, &format!("SELECT count(*) FROM workspaces WHERE slug = '{slug}' AND status = 'active'")).await, 1);
+        assert_eq!(f.admin_rows("workspace.fork", &format!("workspace:{slug}")).await, 1);
+        assert_eq!(count(&f.t, "SELECT count(*) FROM copies WHERE state = 'pending'").await, 0, "no move left pending");
+        let confirmed = format!(
+            "SELECT count(*) FROM copies c JOIN workspaces w ON c.copy_ref = 'workspace:' || w.id
+              WHERE w.slug = '{slug}' AND c.role = 'destination' AND c.state = 'done'"
+        );
+        assert_eq!(count(&f.t, &confirmed).await, 1, "the winner's destination is confirmed");
+    }
+    assert_eq!(count(&f.t, "SELECT count(*) FROM workspaces WHERE fork_of IS NOT NULL").await, ROUNDS as i64);
+}
