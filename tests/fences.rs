@@ -17,31 +17,7 @@ use sqlx::{Connection, Executor};
 /// the redirect to Gatehouse's callback (the request that accepts invitations), returned
 /// unfollowed.
 async fn walk_to_sign_in_callback(b: &Browser, email: &'static str) -> String {
-    let fill = email_fill(email);
-    let mut method = Method::GET;
-    let mut url = url::Url::parse(&format!("{}/login?next=/", b.base)).unwrap();
-    let mut form: Vec<(String, String)> = Vec::new();
-    for _ in 0..25 {
-        let request = b.client.request(method.clone(), url.clone());
-        let request = if method == Method::POST { request.form(&form) } else { request };
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        if status.is_redirection() {
-            let location = response.headers()["location"].to_str().unwrap().to_owned();
-            url = url.join(&location).unwrap();
-            method = Method::GET;
-            if url.as_str().starts_with(&format!("{}/auth/callback", b.base)) {
-                return url.to_string();
-            }
-            continue;
-        }
-        let body = response.text().await.unwrap();
-        let (action, fields) = common::browser::first_form(&body).unwrap_or_else(|| panic!("no form at {url}: {status} {body}"));
-        url = url.join(&action).unwrap();
-        method = Method::POST;
-        form = fields.into_iter().map(|(k, v)| (k.clone(), fill(&k).unwrap_or(v))).collect();
-    }
-    panic!("the sign-in walk did not reach the callback");
+    b.walk_until(&format!("{}/login?next=/", b.base), &format!("{}/auth/callback", b.base), email_fill(email)).await
 }
 
 async fn member_id(alice: &Browser, email: &str) -> Option<String> {

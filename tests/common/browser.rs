@@ -67,6 +67,36 @@ impl Browser {
         panic!("sign-in walk did not finish");
     }
 
+    /// Walks from `start` like [`Browser::walk`], filling forms with `fill(field)`, and stops at
+    /// the first redirect to a URL that starts with `stop`, which it returns unfollowed (e.g.
+    /// Gatehouse's callback, for a test that wants to time that request itself).
+    pub async fn walk_until(&self, start: &str, stop: &str, fill: impl Fn(&str) -> Option<String>) -> String {
+        let mut method = Method::GET;
+        let mut url = Url::parse(start).unwrap();
+        let mut form: Vec<(String, String)> = Vec::new();
+        for _ in 0..25 {
+            let request = self.client.request(method.clone(), url.clone());
+            let request = if method == Method::POST { request.form(&form) } else { request };
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            if status.is_redirection() {
+                let location = response.headers()["location"].to_str().unwrap().to_owned();
+                url = url.join(&location).unwrap();
+                method = Method::GET;
+                if url.as_str().starts_with(stop) {
+                    return url.to_string();
+                }
+                continue;
+            }
+            let body = response.text().await.unwrap();
+            let (action, fields) = first_form(&body).unwrap_or_else(|| panic!("no form at {url}: {status} {body}"));
+            url = url.join(&action).unwrap();
+            method = Method::POST;
+            form = fields.into_iter().map(|(k, v)| (k.clone(), fill(&k).unwrap_or(v))).collect();
+        }
+        panic!("the walk did not reach {stop}");
+    }
+
     /// The CSRF token of the signed-in session (from `/api/v1/me`).
     pub async fn csrf(&self) -> String {
         let me: serde_json::Value =

@@ -5,7 +5,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use reqwest::Method;
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
 
@@ -17,40 +16,12 @@ pub type Seen = Arc<Mutex<Vec<String>>>;
 /// Walks from `start` through the provider's login and consent (as `login`) and stops at the
 /// redirect back to Gatehouse's callback, which it returns without following.
 pub async fn walk_to_callback(b: &Browser, start: &str, login: &str) -> String {
-    let mut method = Method::GET;
-    let mut url = url::Url::parse(start).unwrap();
-    let mut form: Vec<(String, String)> = Vec::new();
-    for _ in 0..25 {
-        let request = b.client.request(method.clone(), url.clone());
-        let request = if method == Method::POST { request.form(&form) } else { request };
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        if status.is_redirection() {
-            let location = response.headers()["location"].to_str().unwrap().to_owned();
-            url = url.join(&location).unwrap();
-            method = Method::GET;
-            if url.as_str().starts_with(&format!("{}/oauth/callback", b.base)) {
-                return url.to_string();
-            }
-            continue;
-        }
-        let body = response.text().await.unwrap();
-        let (action, fields) = super::browser::first_form(&body).unwrap_or_else(|| panic!("no form at {url}: {status} {body}"));
-        url = url.join(&action).unwrap();
-        method = Method::POST;
-        form = fields
-            .into_iter()
-            .map(|(k, v)| {
-                let value = match k.as_str() {
-                    "login" => login.to_owned(),
-                    "password" => "any".to_owned(),
-                    _ => v,
-                };
-                (k, value)
-            })
-            .collect();
-    }
-    panic!("the authorization walk did not reach the callback");
+    let fill = |field: &str| match field {
+        "login" => Some(login.to_owned()),
+        "password" => Some("any".to_owned()),
+        _ => None,
+    };
+    b.walk_until(start, &format!("{}/oauth/callback", b.base), fill).await
 }
 
 /// The provider's counters (`OIDC_TEST_STATS=1`).
