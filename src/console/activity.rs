@@ -54,7 +54,7 @@ struct ActivityQuery {
     cursor: Option<String>,
 }
 
-fn nonempty(s: &str) -> Option<String> {
+pub(super) fn nonempty(s: &str) -> Option<String> {
     let s = s.trim();
     (!s.is_empty()).then(|| s.to_owned())
 }
@@ -135,11 +135,26 @@ struct AdminLogPage {
     layout: Layout,
     slug: String,
     rows: Vec<LogRow>,
+    q: LogQuery,
+    error: Option<FormError>,
+    /// The query string of the next (older) page, filters kept.
     next: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The admin log's filters, all in the query string so a filtered view is a link.
+#[derive(Deserialize, Default)]
 struct LogQuery {
+    #[serde(default)]
+    actor: String,
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    target: String,
+    /// `YYYY-MM-DDTHH:MM` (a `datetime-local` field), read as UTC.
+    #[serde(default)]
+    since: String,
+    #[serde(default)]
+    until: String,
     before: Option<String>,
 }
 
@@ -149,24 +164,78 @@ fn pretty(v: &Option<Value>) -> String {
     v.as_ref().map(|v| serde_json::to_string_pretty(v).unwrap_or_default()).unwrap_or_default()
 }
 
+/// A `datetime-local` value (or a full RFC 3339 instant) as UTC.
+pub(super) fn instant(raw: &str, field: &'static str) -> Result<Option<chrono::DateTime<chrono::Utc>>, Error> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(raw) {
+        return Ok(Some(at.with_timezone(&chrono::Utc)));
+    }
+    ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"]
+        .iter()
+        .find_map(|f| chrono::NaiveDateTime::parse_from_str(raw, f).ok())
+        .map(|n| Some(n.and_utc()))
+        .ok_or_else(|| Error::invalid("invalid_time", Some(field), "a time is YYYY-MM-DDTHH:MM (UTC)"))
+}
+
+/// The filters as the library takes them. An actor given as a member's email is that
+/// member's `member:<id>`.
+fn log_filter(q: &LogQuery, names: &std::collections::HashMap<String, String>) -> Result<crate::admin_log::Filter, Error> {
+    let actor = nonempty(&q.actor)
+        .map(|a| names.iter().find(|(_, name)| name.eq_ignore_ascii_case(&a)).map(|(actor, _)| actor.clone()).unwrap_or(a));
+    for (value, field) in [(&q.actor, "actor"), (&q.action, "action"), (&q.target, "target")] {
+        if value.chars().count() > 200 {
+            return Err(Error::invalid("invalid_filter", Some(field), "a filter is at most 200 characters"));
+        }
+    }
+    let (since, until) = (instant(&q.since, "since")?, instant(&q.until, "until")?);
+    if let (Some(s), Some(u)) = (since, until)
+        && s >= u
+    {
+        return Err(Error::invalid("invalid_time", Some("until"), "`until` is after `since`"));
+    }
+    Ok(crate::admin_log::Filter { actor, action_prefix: nonempty(&q.action), target: nonempty(&q.target), since, until })
+}
+
 async fn admin_log(c: Console, State(state): State<AppState>, Query(q): Query<LogQuery>) -> Result<Response, PageError> {
     c.require_admin()?;
-    let before = match q.before.as_deref().filter(|b| !b.is_empty()) {
-        Some(b) => Some(
-            b.parse::<uuid::Uuid>()
-                .map_err(|_| Error::invalid("invalid_cursor", Some("before"), "not a cursor this page made"))?,
-        ),
-        None => None,
-    };
-    let tenant = c.ctx.tenant.id;
-    let records = state
-        .db
-        .single_decision(crate::db::Scope::Tenant(tenant), move |conn, _| {
-            Box::pin(crate::admin_log::list(conn, Some(tenant), before, LOG_PAGE))
-        })
-        .await?;
     let names = creators(&state, &c).await?;
-    let next = (records.len() as i64 == LOG_PAGE).then(|| records.last().map(|r| r.id.to_string())).flatten();
+    let tenant = c.ctx.tenant.id;
+    let parsed = log_filter(&q, &names).and_then(|f| {
+        let before = match q.before.as_deref().filter(|b| !b.is_empty()) {
+            Some(b) => Some(
+                b.parse::<uuid::Uuid>()
+                    .map_err(|_| Error::invalid("invalid_cursor", Some("before"), "not a cursor this page made"))?,
+            ),
+            None => None,
+        };
+        Ok((f, before))
+    });
+    let (records, error) = match parsed {
+        Ok((filter, before)) => {
+            let records = state
+                .db
+                .single_decision(crate::db::Scope::Tenant(tenant), move |conn, _| {
+                    let filter = filter.clone();
+                    Box::pin(async move { crate::admin_log::list_filtered(conn, Some(tenant), &filter, before, LOG_PAGE).await })
+                })
+                .await?;
+            (records, None)
+        }
+        Err(e) => (Vec::new(), Some(FormError::of(e)?)),
+    };
+    let next = (records.len() as i64 == LOG_PAGE).then(|| records.last().map(|r| r.id.to_string())).flatten().map(|id| {
+        url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("actor", &q.actor)
+            .append_pair("action", &q.action)
+            .append_pair("target", &q.target)
+            .append_pair("since", &q.since)
+            .append_pair("until", &q.until)
+            .append_pair("before", &id)
+            .finish()
+    });
     let rows = records
         .into_iter()
         .map(|r| LogRow {
@@ -178,9 +247,10 @@ async fn admin_log(c: Console, State(state): State<AppState>, Query(q): Query<Lo
             after: pretty(&r.after),
         })
         .collect();
+    let status = if error.is_some() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
     super::render(
-        StatusCode::OK,
-        &AdminLogPage { layout: c.layout("Admin log", "admin-log"), slug: c.slug().to_owned(), rows, next },
+        status,
+        &AdminLogPage { layout: c.layout("Admin log", "admin-log"), slug: c.slug().to_owned(), rows, q, error, next },
     )
 }
 

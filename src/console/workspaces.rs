@@ -6,6 +6,7 @@
 //! disconnect.
 //!
 //! Lifecycle actions are not here: the control-plane issue that defines them is not built.
+//! A connector's last call, classified problem and credential test are in `connector.rs`.
 
 use std::collections::BTreeMap;
 
@@ -86,6 +87,10 @@ pub struct ConnectorView {
     pub tools: Vec<ToolRow>,
     pub slot: Option<SlotView>,
     pub grant: Option<GrantView>,
+    pub last_call: Option<super::connector::LastCall>,
+    pub problem: Option<super::connector::ProblemView>,
+    /// The outcome of the credential test just run on this connector.
+    pub test: Option<super::connector::TestView>,
 }
 
 #[derive(Template)]
@@ -228,7 +233,11 @@ async fn connector_view(
             },
         }),
     };
+    let (last_call, problem) = super::connector::health(c, state, &bound.workspace.slug, id, connector).await?;
     Ok(ConnectorView {
+        last_call,
+        problem,
+        test: None,
         grant,
         id: id.to_owned(),
         kind: connector.kind().into(),
@@ -240,18 +249,23 @@ async fn connector_view(
     })
 }
 
-async fn workspace_page(
+pub(super) async fn workspace_page(
     c: &Console,
     state: &AppState,
     ws: &str,
     status: StatusCode,
     error: Option<FormError>,
     notice: Option<String>,
+    mut tested: Option<(String, super::connector::TestView)>,
 ) -> Result<Response, PageError> {
     let bound = workspaces::bound(&state.db, c.ctx.tenant.id, ws).await?;
     let mut connectors = Vec::new();
     for (id, connector) in &bound.document.connectors {
-        connectors.push(connector_view(c, state, &bound, id, connector).await?);
+        let mut view = connector_view(c, state, &bound, id, connector).await?;
+        if tested.as_ref().is_some_and(|(t, _)| t == id) {
+            view.test = tested.take().map(|(_, v)| v);
+        }
+        connectors.push(view);
     }
     let page = WorkspacePage {
         layout: c.layout(&format!("Workspace {}", bound.workspace.name), "workspaces"),
@@ -278,12 +292,12 @@ async fn show_workspace(
 ) -> Result<Response, PageError> {
     let notice =
         q.saved.filter(|id| workspaces::config::valid_connector_id(id)).map(|id| format!("The credential of {id} is set."));
-    workspace_page(&c, &state, &ws, StatusCode::OK, None, notice).await
+    workspace_page(&c, &state, &ws, StatusCode::OK, None, notice, None).await
 }
 
 /// The managed slot of a connector for this person, checked like the API does: the kind the
 /// connector takes, who may manage it, the vault on.
-async fn managed_slot(
+pub(super) async fn managed_slot(
     c: &Console,
     state: &AppState,
     ws: &str,
@@ -326,7 +340,7 @@ async fn set_slot(
         // Post/redirect/get: a reload must not send the values again.
         Ok(_) => Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}?saved={id}", c.slug())).into_response()),
         Err(e @ Error::Forbidden { .. }) => Err(e.into()),
-        Err(e) => workspace_page(&c, &state, &ws, StatusCode::UNPROCESSABLE_ENTITY, Some(FormError::of(e)?), None).await,
+        Err(e) => workspace_page(&c, &state, &ws, StatusCode::UNPROCESSABLE_ENTITY, Some(FormError::of(e)?), None, None).await,
     }
 }
 

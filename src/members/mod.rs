@@ -282,6 +282,22 @@ pub async fn list_invitations(db: &Db, tenant: TenantId) -> Result<Vec<Invitatio
     db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::list_invitations(conn, tenant))).await
 }
 
+/// Every override of the tenant: (role, permission, allowed), roles from owner to member.
+pub async fn overrides(db: &Db, tenant: TenantId) -> Result<Vec<(Role, Permission, bool)>> {
+    db.single_decision(Scope::Tenant(tenant), |conn, _| {
+        Box::pin(async move {
+            let mut all = Vec::new();
+            for role in [Role::Owner, Role::Admin, Role::Operator, Role::Member] {
+                for (p, allowed) in store::overrides(&mut *conn, tenant, role).await? {
+                    all.push((role, p, allowed));
+                }
+            }
+            Ok(all)
+        })
+    })
+    .await
+}
+
 /// Sets (or with `None` clears) a tenant's override of what `role` grants.
 pub async fn set_override(
     db: &Db,
