@@ -199,6 +199,18 @@ fn log_filter(q: &LogQuery, names: &std::collections::HashMap<String, String>) -
     Ok(crate::admin_log::Filter { actor, action_prefix: nonempty(&q.action), target: nonempty(&q.target), since, until })
 }
 
+/// The query string of the next (older) page: the same filters, before `id`.
+fn older(q: &LogQuery, id: &str) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("actor", &q.actor)
+        .append_pair("action", &q.action)
+        .append_pair("target", &q.target)
+        .append_pair("since", &q.since)
+        .append_pair("until", &q.until)
+        .append_pair("before", id)
+        .finish()
+}
+
 async fn admin_log(c: Console, State(state): State<AppState>, Query(q): Query<LogQuery>) -> Result<Response, PageError> {
     c.require_admin()?;
     let names = creators(&state, &c).await?;
@@ -226,16 +238,8 @@ async fn admin_log(c: Console, State(state): State<AppState>, Query(q): Query<Lo
         }
         Err(e) => (Vec::new(), Some(FormError::of(e)?)),
     };
-    let next = (records.len() as i64 == LOG_PAGE).then(|| records.last().map(|r| r.id.to_string())).flatten().map(|id| {
-        url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("actor", &q.actor)
-            .append_pair("action", &q.action)
-            .append_pair("target", &q.target)
-            .append_pair("since", &q.since)
-            .append_pair("until", &q.until)
-            .append_pair("before", &id)
-            .finish()
-    });
+    let next =
+        (records.len() as i64 == LOG_PAGE).then(|| records.last().map(|r| r.id.to_string())).flatten().map(|id| older(&q, &id));
     let rows = records
         .into_iter()
         .map(|r| LogRow {
@@ -256,4 +260,38 @@ async fn admin_log(c: Console, State(state): State<AppState>, Query(q): Query<Lo
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/console/t/{tenant}/activity", get(activity)).route("/console/t/{tenant}/admin-log", get(admin_log))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_and_bad_ones_are_refused() {
+        let at = instant("2026-11-29T23:40", "since").unwrap().unwrap();
+        assert_eq!(at.to_rfc3339(), "2026-11-29T23:40:00+00:00");
+        assert_eq!(instant(" ", "since").unwrap(), None);
+        assert!(instant("2026-11-29T23:40:00+02:00", "since").unwrap().unwrap().to_rfc3339().starts_with("2026-11-29T21:40"));
+        assert_eq!(instant("yesterday", "since").unwrap_err().code(), "invalid_time");
+    }
+
+    #[test]
+    fn filters_map_emails_to_actors_and_paging_keeps_them() {
+        let names = std::collections::HashMap::from([("member:42".to_owned(), "carol@example.test".to_owned())]);
+        let q = LogQuery {
+            actor: "Carol@Example.test".into(),
+            action: "token.".into(),
+            since: "2026-11-29T00:00".into(),
+            until: "2026-11-28T00:00".into(),
+            ..LogQuery::default()
+        };
+        assert_eq!(log_filter(&q, &names).unwrap_err().code(), "invalid_time", "until before since");
+        let q = LogQuery { until: String::new(), ..q };
+        let f = log_filter(&q, &names).unwrap();
+        assert_eq!((f.actor.as_deref(), f.action_prefix.as_deref(), f.target), (Some("member:42"), Some("token."), None));
+        let next = older(&q, "0190");
+        assert_eq!(next, "actor=Carol%40Example.test&action=token.&target=&since=2026-11-29T00%3A00&until=&before=0190");
+        let raw = LogQuery { actor: "cli".into(), ..LogQuery::default() };
+        assert_eq!(log_filter(&raw, &names).unwrap().actor.as_deref(), Some("cli"));
+    }
 }

@@ -83,10 +83,10 @@ pub async fn health(
         .find(|f| matches!(f.status.as_str(), "open" | "acked") && f.last_message.starts_with(&prefix));
     let problem = match (&last, finding) {
         (Some(l), _) if l.outcome == "error" && !l.error_code.is_empty() => {
-            Some(classify(c, ws, id, connector, &l.error_code, format!("last call, {}", l.at)))
+            Some(classify(c.slug(), ws, id, connector, &l.error_code, format!("last call, {}", l.at)))
         }
         (_, Some(f)) => Some(classify(
-            c,
+            c.slug(),
             ws,
             id,
             connector,
@@ -99,8 +99,8 @@ pub async fn health(
 }
 
 /// The fixed repair prompt for an error code, with the control that repairs it.
-fn classify(c: &Console, ws: &str, id: &str, connector: &Connector, code: &str, seen: String) -> ProblemView {
-    let here = format!("/console/t/{}/workspaces/{ws}", c.slug());
+fn classify(tenant: &str, ws: &str, id: &str, connector: &Connector, code: &str, seen: String) -> ProblemView {
+    let here = format!("/console/t/{tenant}/workspaces/{ws}");
     let oauth = connector.auth().oauth().is_some();
     let credential = (format!("{here}#credential-{id}"), "Set the credential".to_owned());
     let (repair, link) = match code {
@@ -136,7 +136,7 @@ fn classify(c: &Console, ws: &str, id: &str, connector: &Connector, code: &str, 
         _ => ("See this connector's calls on the activity page.", None),
     };
     let link = link.or_else(|| {
-        Some((format!("/console/t/{}/activity?workspace={ws}&connector={id}", c.slug()), "Activity of this connector".to_owned()))
+        Some((format!("/console/t/{tenant}/activity?workspace={ws}&connector={id}"), "Activity of this connector".to_owned()))
     });
     ProblemView { code: code.to_owned(), seen, repair: repair.to_owned(), link }
 }
@@ -202,4 +202,40 @@ async fn test_credential(
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/credential/test", post(test_credential))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connector(auth: serde_json::Value) -> Connector {
+        serde_json::from_value(serde_json::json!({ "kind": "remote_mcp", "url": "https://mcp.example/mcp", "auth": auth }))
+            .unwrap()
+    }
+
+    #[test]
+    fn problems_get_the_repair_that_fits_the_connector() {
+        let slot =
+            connector(serde_json::json!({ "type": "slot", "slot": "shared", "headers": { "Authorization": "Bearer {token}" } }));
+        let p = classify("acme", "main", "crm", &slot, "auth_required", "last call".into());
+        assert_eq!(
+            p.link.unwrap(),
+            ("/console/t/acme/workspaces/main#credential-crm".to_owned(), "Set the credential".to_owned())
+        );
+        let p = classify("acme", "main", "crm", &slot, "unavailable", "finding".into());
+        assert!(p.repair.contains("cannot be reached"));
+        assert!(p.link.unwrap().0.starts_with("/console/t/acme/activity?workspace=main&connector=crm"));
+        let oauth = connector(serde_json::json!({ "type": "oauth", "grant": "shared", "client_id": "c", "scopes": ["x"],
+            "authorization_endpoint": "https://as.example/auth", "token_endpoint": "https://as.example/token" }));
+        let p = classify("acme", "main", "crm", &oauth, "auth_required", "last call".into());
+        assert_eq!(
+            p.link.unwrap(),
+            ("/console/t/acme/workspaces/main/connectors/crm/oauth/connect".to_owned(), "Re-connect OAuth".to_owned())
+        );
+        let p = classify("acme", "main", "crm", &slot, "something new", "x".into());
+        assert_eq!(p.code, "something new");
+        for code in ["unavailable", "timeout", "rate_limited", "downstream_error", "auth_required", "credential_unreadable"] {
+            assert_ne!(explain(code), explain("?"), "{code} has its own explanation");
+        }
+    }
 }

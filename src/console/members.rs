@@ -324,3 +324,23 @@ pub fn router() -> Router<AppState> {
         .route("/console/t/{tenant}/invitations", post(invite))
         .route("/console/t/{tenant}/invitations/{id}/revoke", post(revoke_invitation))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_show_per_role_and_change_what_the_role_grants() {
+        let (rows, effective) = override_rows(&[
+            (Role::Member, Permission::ActivityAccess, true),
+            (Role::Operator, Permission::CredentialAdministration, false),
+        ]);
+        assert_eq!(rows.iter().map(|r| r.role).collect::<Vec<_>>(), ["owner", "admin", "operator", "member"]);
+        let member = &rows[3].cells;
+        let activity = member.iter().find(|c| c.permission == "activity_access").unwrap();
+        assert_eq!((activity.state, activity.by_role, activity.effective), ("allow", false, true));
+        assert!(effective["member"].has(Permission::ActivityAccess) && effective["member"].has(Permission::ConnectorAccess));
+        assert!(!effective["operator"].has(Permission::CredentialAdministration));
+        assert_eq!(effective["owner"], Permissions::of_role(Role::Owner), "no override: the role's own");
+    }
+}
