@@ -58,6 +58,24 @@ async fn overflowing(chrome: &Chrome) -> Vec<Value> {
     }
 }
 
+/// The text of `css` once the page that has it is loaded (a click that submits a form may
+/// return before the next page is there).
+async fn seen(chrome: &Chrome, css: &str) -> String {
+    let found = chrome.client.wait().at_most(Duration::from_secs(30)).for_element(Locator::Css(css)).await;
+    found.unwrap_or_else(|e| panic!("{css}: {e}")).text().await.unwrap()
+}
+
+/// Waits until the browser's URL contains `part`.
+async fn at(chrome: &Chrome, part: &str) {
+    let client = chrome.client.clone();
+    let ok = eventually(Duration::from_secs(30), || {
+        let (client, part) = (client.clone(), part.to_owned());
+        async move { client.current_url().await.unwrap().as_str().contains(&part) }
+    })
+    .await;
+    assert!(ok, "never reached a URL with {part}");
+}
+
 #[tokio::test]
 async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrides_and_credential_test() {
     gatehouse::install_crypto();
@@ -109,14 +127,15 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     for id in ["everything", "dead"] {
         chrome.fill(&format!("#field-{id}-token"), secret).await;
         chrome.click(&format!("#set-{id}")).await;
+        at(&chrome, &format!("saved={id}")).await;
     }
     chrome.click("#test-everything").await;
     chrome.shot("credential-test-ok").await;
-    let ok = chrome.text("#test-result-everything").await;
+    let ok = seen(&chrome, "#test-result-everything").await;
     assert!(ok.starts_with("Test passed: ok.") && ok.contains("listed"), "{ok}");
     chrome.click("#test-dead").await;
     chrome.shot("credential-test-dead").await;
-    let dead = chrome.text("#test-result-dead").await;
+    let dead = seen(&chrome, "#test-result-dead").await;
     assert!(dead.starts_with("Test failed: unavailable."), "{dead}");
     assert!(!chrome.client.source().await.unwrap().contains(secret), "the secret is never shown");
     // The dead connector has an open finding: its problem and the repair prompt.
@@ -151,7 +170,7 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     let row = "//table[@id='findings']//tr[contains(., 'timeout')]";
     chrome.client.find(Locator::XPath(&format!("{row}//button[contains(@class, 'ack')]"))).await.unwrap().click().await.unwrap();
     chrome.shot("finding-acked").await;
-    assert!(chrome.text(".notice").await.contains("acknowledged"));
+    assert!(seen(&chrome, ".notice").await.contains("acknowledged"));
     let status = chrome.client.find(Locator::XPath(&format!("{row}/td[@class='status']"))).await.unwrap().text().await.unwrap();
     assert_eq!(status, "acked");
     assert!(admin_log_text(&t).await.contains("ops.finding.ack"));
@@ -161,31 +180,31 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     chrome.fill("#rule-reason", "matches nothing in particular").await;
     chrome.click("#create-rule").await;
     chrome.shot("suppress-rule-refused").await;
-    assert!(chrome.text("#form-error").await.contains("rule_matches_everything"));
+    assert!(seen(&chrome, "#form-error").await.contains("rule_matches_everything"));
     chrome.fill("#rule-code", "unavailable").await;
     chrome.fill("#rule-reason", "vendor outage").await;
     chrome.click("#create-rule").await;
     chrome.shot("suppress-rule-created").await;
-    assert!(chrome.text(".notice").await.contains("in force"));
+    assert!(seen(&chrome, ".notice").await.contains("in force"));
     assert!(chrome.text("#rules").await.contains("vendor outage"));
     let findings = chrome.goto(&format!("{console}/findings?status=suppressed"), "findings-suppressed").await;
     assert!(findings.contains("unavailable"), "the rule suppressed the matching finding");
     chrome.goto(&format!("{console}/suppress-rules"), "suppress-rules").await;
     chrome.click("a.revoke").await;
     chrome.shot("suppress-rule-revoke-confirm").await;
-    assert!(chrome.text("#question").await.contains("vendor outage"));
+    assert!(seen(&chrome, "#question").await.contains("vendor outage"));
     chrome.click("#confirm").await;
     chrome.shot("suppress-rule-revoked").await;
-    assert!(chrome.text(".notice").await.contains("revoked"));
+    assert!(seen(&chrome, ".notice").await.contains("revoked"));
     assert!(chrome.client.source().await.unwrap().contains("No rules."));
 
     // --- Admin log: filter by action prefix in the form; both rule rows, nothing else. ---
     chrome.goto(&format!("{console}/admin-log"), "admin-log-all").await;
     chrome.fill("#f-action", "ops.suppress_rule.").await;
     chrome.click("#filter-log").await;
+    at(&chrome, "action=ops.suppress_rule.").await;
     chrome.shot("admin-log-filtered").await;
-    assert!(chrome.url().await.contains("action=ops.suppress_rule."));
-    let log = chrome.text("#admin-log").await;
+    let log = seen(&chrome, "#admin-log").await;
     assert!(log.contains("ops.suppress_rule.create") && log.contains("ops.suppress_rule.revoke"), "{log}");
     assert!(!log.contains("ops.finding.ack") && !log.contains("credential.set"), "{log}");
     assert!(log.contains("carol@example.test"), "actors by name: {log}");
@@ -197,13 +216,13 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     let future = chrome.goto(&format!("{console}/admin-log?since=2999-01-01T00:00"), "admin-log-future").await;
     assert!(future.contains("No entries match."));
     chrome.goto(&format!("{console}/admin-log?since=2999-01-01T00:00&until=2998-01-01T00:00"), "admin-log-bad-range").await;
-    assert!(chrome.text("#form-error").await.contains("invalid_time"));
+    assert!(seen(&chrome, "#form-error").await.contains("invalid_time"));
 
     // --- Reports: list, one as a table, and its CSV with the same header row as the API. ---
     chrome.goto(&format!("{console}/reports"), "reports").await;
     chrome.client.find(Locator::LinkText("tenant_usage")).await.unwrap().click().await.unwrap();
     chrome.shot("report-tenant-usage").await;
-    let table = chrome.text("#report").await;
+    let table = seen(&chrome, "#report").await;
     assert!(table.contains("acme"), "{table}");
     let cookie = chrome.session_cookie().await;
     let api: Value = http()
@@ -259,10 +278,10 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
         .await
         .unwrap();
     chrome.shot("mcp-grant-revoke-confirm").await;
-    assert!(chrome.text("#question").await.contains("Agent One"));
+    assert!(seen(&chrome, "#question").await.contains("Agent One"));
     chrome.click("#confirm").await;
     chrome.shot("mcp-grant-revoked").await;
-    assert!(chrome.text(".notice").await.contains("grant is revoked"));
+    assert!(seen(&chrome, ".notice").await.contains("grant is revoked"));
     let revoked = owner_query(&t, "SELECT revoked_reason FROM mcp_grants WHERE id = $1", &[grants[0].1]).await;
     assert_eq!(revoked, ["revoked"]);
     let live = owner_query(&t, "SELECT id::text FROM mcp_grants WHERE revoked_at IS NULL", &[]).await;
@@ -278,7 +297,7 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     chrome.shot("mcp-client-revoke-confirm").await;
     chrome.click("#confirm").await;
     chrome.shot("mcp-client-revoked").await;
-    assert!(chrome.text(".notice").await.contains("client is revoked"));
+    assert!(seen(&chrome, ".notice").await.contains("client is revoked"));
     let log = admin_log_text(&t).await;
     assert!(log.contains(&format!("mcp_grant:{}", grants[0].1)) && log.contains(&format!("mcp_client:{}", grants[1].0)));
 
@@ -288,7 +307,7 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     chrome.client.find(Locator::Css(&format!("#version-{fp}"))).await.unwrap().send_keys("2.0.1").await.unwrap();
     chrome.client.find(Locator::XPath(&format!("//tr[@id='issue-{fp}']//button"))).await.unwrap().click().await.unwrap();
     chrome.shot("ops-issue-resolved").await;
-    assert!(chrome.text(".notice").await.contains("resolve"));
+    assert!(seen(&chrome, ".notice").await.contains("resolve"));
     assert!(chrome.text(&format!("#issue-{fp} .status")).await.contains("resolved in 2.0.1"));
     assert!(admin_log_text(&t).await.contains("ops.issue.set_status"));
 
@@ -296,6 +315,7 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     chrome.goto(&format!("{console}/members"), "members-overrides").await;
     chrome.fill("#invite-email", "bob@example.test").await;
     chrome.click("#invite").await;
+    assert!(seen(&chrome, ".notice").await.contains("Invited bob@example.test"));
     let bob = dev_sign_in(&served, "bob@example.test").await;
     let status = |path: String| {
         let client = bob.client.clone();
@@ -330,15 +350,17 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     select.select_by_value("allow").await.unwrap();
     chrome.click("#save-overrides").await;
     chrome.shot("members-override-saved").await;
-    assert!(chrome.text(".notice").await.contains("saved"));
+    assert!(seen(&chrome, ".notice").await.contains("saved"));
     let members = chrome.text("#members").await;
     assert!(members.lines().any(|l| l.contains("bob@example.test") && l.contains("activity_access")), "{members}");
     assert_eq!(status(format!("{console}/activity")).await, 200, "the override takes effect at once");
     assert_eq!(status(format!("{console}/findings")).await, 200);
     assert!(admin_log_text(&t).await.contains("permission.override"));
+    chrome.goto(&format!("{console}/members"), "members-override-back").await;
     let select = chrome.client.find(Locator::Css("#ov-member-activity_access")).await.unwrap();
     select.select_by_value("default").await.unwrap();
     chrome.click("#save-overrides").await;
+    assert!(seen(&chrome, ".notice").await.contains("saved"));
     assert_eq!(status(format!("{console}/activity")).await, 403, "back to what the role grants");
 
     // --- Narrow screens: every new page at phone width. ---
