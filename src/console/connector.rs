@@ -51,6 +51,16 @@ pub struct TestView {
     pub message: String,
 }
 
+/// The tenant's open and acknowledged findings, read once per workspace page (empty without
+/// `activity_access`).
+pub async fn open_findings(c: &Console, state: &AppState) -> Result<Vec<crate::findings::Finding>, PageError> {
+    if !c.ctx.permissions.has(Permission::ActivityAccess) {
+        return Ok(Vec::new());
+    }
+    let all = crate::findings::list(&state.db, c.ctx.tenant.id, None, 1000).await?;
+    Ok(all.into_iter().filter(|f| matches!(f.status.as_str(), "open" | "acked")).collect())
+}
+
 /// The last call and the problem, for people with `activity_access` (activity and findings
 /// are theirs to read); `(None, None)` for everyone else.
 pub async fn health(
@@ -59,6 +69,7 @@ pub async fn health(
     ws: &str,
     id: &str,
     connector: &Connector,
+    open: &[crate::findings::Finding],
 ) -> Result<(Option<LastCall>, Option<ProblemView>), PageError> {
     if !c.ctx.permissions.has(Permission::ActivityAccess) {
         return Ok((None, None));
@@ -77,10 +88,7 @@ pub async fn health(
     });
     // The gateway names the connector at the start of the failures it records.
     let prefix = format!("connector {id}:");
-    let finding = crate::findings::list(&state.db, c.ctx.tenant.id, None, 1000)
-        .await?
-        .into_iter()
-        .find(|f| matches!(f.status.as_str(), "open" | "acked") && f.last_message.starts_with(&prefix));
+    let finding = open.iter().find(|f| f.last_message.starts_with(&prefix));
     let problem = match (&last, finding) {
         (Some(l), _) if l.outcome == "error" && !l.error_code.is_empty() => {
             Some(classify(c.slug(), ws, id, connector, &l.error_code, format!("last call, {}", l.at)))

@@ -271,8 +271,8 @@ async fn remove(c: Console, State(state): State<AppState>, Path((_, id)): Path<(
 }
 
 /// Owners change what each role grants: the form carries `ROLE.PERMISSION` = `default`,
-/// `allow` or `deny` for every cell; each changed cell is one `members::set_override` (its own
-/// decision with its admin-log row; unchanged ones write nothing).
+/// `allow` or `deny` for every cell; all of them are set in one decision, with an admin-log
+/// row per changed cell (unchanged ones write nothing).
 async fn set_overrides(
     c: Console,
     State(state): State<AppState>,
@@ -298,16 +298,7 @@ async fn set_overrides(
         Ok(())
     })();
     let result = match parsed {
-        Ok(()) => {
-            let mut result = Ok(());
-            for (role, permission, allowed) in changes {
-                result = members::set_override(&state.db, c.ctx.tenant.id, &c.ctx.audit, role, permission, allowed).await;
-                if result.is_err() {
-                    break;
-                }
-            }
-            result
-        }
+        Ok(()) => members::set_overrides(&state.db, c.ctx.tenant.id, &c.ctx.audit, &changes).await,
         Err(e) => Err(e),
     };
     match result {

@@ -139,6 +139,7 @@ async fn connector_view(
     bound: &workspaces::Bound,
     id: &str,
     connector: &Connector,
+    open: &[crate::findings::Finding],
 ) -> Result<ConnectorView, PageError> {
     let auth = connector.auth();
     let auth_text = match (auth.slot(), auth.oauth()) {
@@ -233,7 +234,7 @@ async fn connector_view(
             },
         }),
     };
-    let (last_call, problem) = super::connector::health(c, state, &bound.workspace.slug, id, connector).await?;
+    let (last_call, problem) = super::connector::health(c, state, &bound.workspace.slug, id, connector, open).await?;
     Ok(ConnectorView {
         last_call,
         problem,
@@ -260,8 +261,9 @@ pub(super) async fn workspace_page(
 ) -> Result<Response, PageError> {
     let bound = workspaces::bound(&state.db, c.ctx.tenant.id, ws).await?;
     let mut connectors = Vec::new();
+    let open = super::connector::open_findings(c, state).await?;
     for (id, connector) in &bound.document.connectors {
-        let mut view = connector_view(c, state, &bound, id, connector).await?;
+        let mut view = connector_view(c, state, &bound, id, connector, &open).await?;
         if tested.as_ref().is_some_and(|(t, _)| t == id) {
             view.test = tested.take().map(|(_, v)| v);
         }

@@ -307,26 +307,35 @@ pub async fn set_override(
     permission: Permission,
     allowed: Option<bool>,
 ) -> Result<()> {
+    set_overrides(db, tenant, audit, &[(role, permission, allowed)]).await
+}
+
+/// Sets several overrides in one transaction (all or none), one admin-log row per override
+/// that changes; an override already as asked writes nothing.
+pub async fn set_overrides(db: &Db, tenant: TenantId, audit: &Audit, changes: &[(Role, Permission, Option<bool>)]) -> Result<()> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            let before =
-                store::overrides(&mut *conn, tenant, role).await?.into_iter().find(|(p, _)| *p == permission).map(|(_, a)| a);
-            if before == allowed {
-                return Ok(());
+            for &(role, permission, allowed) in changes {
+                let before =
+                    store::overrides(&mut *conn, tenant, role).await?.into_iter().find(|(p, _)| *p == permission).map(|(_, a)| a);
+                if before == allowed {
+                    continue;
+                }
+                store::set_override(&mut *conn, tenant, role, permission, allowed).await?;
+                admin_log::record(
+                    &mut *conn,
+                    Entry {
+                        tenant: Some(tenant),
+                        audit,
+                        action: "permission.override",
+                        target: format!("role:{}", role.as_str()),
+                        before: Some(json!({ permission.as_str(): before })),
+                        after: Some(json!({ permission.as_str(): allowed })),
+                    },
+                )
+                .await?;
             }
-            store::set_override(&mut *conn, tenant, role, permission, allowed).await?;
-            admin_log::record(
-                conn,
-                Entry {
-                    tenant: Some(tenant),
-                    audit,
-                    action: "permission.override",
-                    target: format!("role:{}", role.as_str()),
-                    before: Some(json!({ permission.as_str(): before })),
-                    after: Some(json!({ permission.as_str(): allowed })),
-                },
-            )
-            .await
+            Ok(())
         })
     })
     .await

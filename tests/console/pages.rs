@@ -336,6 +336,15 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     ] {
         assert_eq!(status(format!("{console}{path}")).await, 403, "{path}");
     }
+    let nav_of_bob = || async {
+        let page = bob.client.get(format!("{console}/members")).send().await.unwrap().text().await.unwrap();
+        let nav = &page[page.find("<nav").unwrap()..page.find("</nav>").unwrap()];
+        ["/findings", "/suppress-rules", "/reports", "/mcp-clients", "/ops-issues"]
+            .into_iter()
+            .filter(|p| nav.contains(&format!("/console/t/acme{p}\"")))
+            .collect::<Vec<_>>()
+    };
+    assert!(nav_of_bob().await.is_empty(), "a member's navigation has none of the new pages");
     let csrf = bob.csrf().await;
     let post =
         |path: &str, form: &[(&str, &str)]| bob.client.post(format!("{console}{path}")).header("origin", &base).form(form).send();
@@ -355,6 +364,8 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     assert!(members.lines().any(|l| l.contains("bob@example.test") && l.contains("activity_access")), "{members}");
     assert_eq!(status(format!("{console}/activity")).await, 200, "the override takes effect at once");
     assert_eq!(status(format!("{console}/findings")).await, 200);
+    assert_eq!(nav_of_bob().await, ["/findings", "/suppress-rules"], "the navigation follows the same permission");
+    assert_eq!(status(format!("{console}/reports")).await, 403, "reports stay with owners and admins");
     assert!(admin_log_text(&t).await.contains("permission.override"));
     chrome.goto(&format!("{console}/members"), "members-override-back").await;
     let select = chrome.client.find(Locator::Css("#ov-member-activity_access")).await.unwrap();
