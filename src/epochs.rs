@@ -19,18 +19,161 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{db::Db, error::Result, tenants::TenantId};
+use chrono::{DateTime, Utc};
+
+use crate::{
+    db::Db,
+    error::{Error, Result},
+    tenants::TenantId,
+};
 
 /// An entry is derived again after this long, whatever the epoch says.
 pub const MAX_AGE: Duration = Duration::from_secs(60);
 /// Entries per cache; past it the cache starts over (a miss costs one lookup).
 const CAPACITY: usize = 16_384;
 
-/// The tenant's current epoch: one primary-key read, outside any transaction.
+/// The tenant's current epoch: one primary-key read, outside any transaction (shared with
+/// concurrent requests, see [`read_at`]).
 pub async fn read(db: &Db, tenant: TenantId) -> Result<Option<i64>> {
+    Ok(read_at(db, tenant).await?.map(|(epoch, _)| epoch))
+}
+
+/// The tenant's current epoch and the database clock (for cached answers that also carry an
+/// expiry, which is the database clock's to judge).
+///
+/// Concurrent requests share reads: each request joins the next read that *starts after it
+/// arrived*, never one already under way, so its answer is exactly as fresh as a read of its
+/// own (a change committed before the request arrived is always seen). A read serves every
+/// tenant waiting for it with one `WHERE id = ANY(…)` statement; at most [`ROUNDS`] run at
+/// once, one per hot-path lane of the pool. Under load this turns one statement per request
+/// into one per batch; a lone request pays one spawned task more than a read of its own.
+pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<Utc>)>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let batch = db.epoch_batch();
+    let lead = {
+        let mut state = batch.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.waiting.push((tenant, tx));
+        batch.requests.fetch_add(1, Ordering::Relaxed);
+        let lead = state.rounds < ROUNDS;
+        if lead {
+            state.rounds += 1;
+        }
+        lead
+    };
+    if lead {
+        tokio::spawn(rounds(db.clone()));
+    }
+    match rx.await {
+        Ok(answer) => answer,
+        Err(_) => Err(Error::Internal(anyhow::anyhow!("the epoch read was dropped"))),
+    }
+}
+
+/// Reads running at once at most (the pool has this many hot-path lanes).
+const ROUNDS: usize = 4;
+
+type Answer = Result<Option<(i64, DateTime<Utc>)>>;
+
+/// Requests waiting for the next epoch read, and how many reads are running.
+#[derive(Default)]
+pub struct Batch {
+    state: Mutex<BatchState>,
+    /// Reads asked for, and statements that answered them (for `/metrics`).
+    pub requests: AtomicU64,
+    pub statements: AtomicU64,
+}
+
+#[derive(Default)]
+struct BatchState {
+    waiting: Vec<(TenantId, tokio::sync::oneshot::Sender<Answer>)>,
+    rounds: usize,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("epochs::Batch")
+    }
+}
+
+/// Should a round ever panic, frees its place and fails its waiters instead of leaving them
+/// (and, after [`ROUNDS`] panics, every later request) waiting forever.
+struct RoundGuard(Db);
+
+impl Drop for RoundGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut state = self.0.epoch_batch().state.lock().unwrap_or_else(|p| p.into_inner());
+            state.rounds -= 1;
+            state.waiting.clear();
+        }
+    }
+}
+
+/// Runs reads while requests wait: each read takes everyone who was waiting *before* it
+/// starts, and answers them all.
+async fn rounds(db: Db) {
+    let _guard = RoundGuard(db.clone());
+    loop {
+        let waiting = {
+            let mut state = db.epoch_batch().state.lock().unwrap_or_else(|p| p.into_inner());
+            if state.waiting.is_empty() {
+                state.rounds -= 1;
+                return;
+            }
+            std::mem::take(&mut state.waiting)
+        };
+        db.epoch_batch().statements.fetch_add(1, Ordering::Relaxed);
+        let mut ids: Vec<TenantId> = waiting.iter().map(|(t, _)| *t).collect();
+        ids.sort_by_key(|t| t.0);
+        ids.dedup();
+        let read = db
+            .on_lane(move |conn| {
+                Box::pin(async move {
+                    let rows: Vec<(TenantId, i64, DateTime<Utc>)> =
+                        sqlx::query_as("SELECT id, epoch, now() FROM tenants WHERE id = ANY($1)")
+                            .bind(&ids)
+                            .fetch_all(conn)
+                            .await?;
+                    Ok(rows)
+                })
+            })
+            .await;
+        match read {
+            Ok(rows) => {
+                let found: HashMap<TenantId, (i64, DateTime<Utc>)> = rows.into_iter().map(|(t, e, at)| (t, (e, at))).collect();
+                for (tenant, tx) in waiting {
+                    let _ = tx.send(Ok(found.get(&tenant).copied()));
+                }
+            }
+            Err(e) => {
+                // Every waiter gets the same kind of answer the read got: 503 when the database
+                // is unreachable, a bare 500 otherwise (logged once, here).
+                let lost = e.code() == "database_unavailable";
+                tracing::warn!(error = %e, "epoch read failed");
+                for (_, tx) in waiting {
+                    let shared = if lost {
+                        Error::Unavailable {
+                            code: "database_unavailable",
+                            message: "the database is unavailable".into(),
+                            retry_after_ms: None,
+                        }
+                    } else {
+                        Error::Internal(anyhow::anyhow!("epoch read failed"))
+                    };
+                    let _ = tx.send(Err(shared));
+                }
+            }
+        }
+    }
+}
+
+/// The tenant with this slug and its current epoch, for derivations that start from a slug:
+/// the label must be read before anything it labels, the tenant's own row included.
+pub async fn read_by_slug(db: &Db, slug: &str) -> Result<Option<(TenantId, i64)>> {
+    let slug = slug.to_owned();
     db.on_lane(move |conn| {
         Box::pin(async move {
-            Ok(sqlx::query_scalar("SELECT epoch FROM tenants WHERE id = $1").bind(tenant).fetch_optional(conn).await?)
+            Ok(sqlx::query_as("SELECT id, epoch FROM tenants WHERE slug = $1").bind(slug).fetch_optional(conn).await?)
         })
     })
     .await

@@ -4,6 +4,7 @@
 
 pub mod admin_log;
 pub mod auth;
+pub mod blueprints;
 pub mod code;
 pub mod config;
 pub mod connect_links;
@@ -12,6 +13,7 @@ pub mod db;
 pub mod dev_idp;
 pub mod doctor;
 pub mod epochs;
+pub mod erasure;
 pub mod error;
 pub mod findings;
 pub mod gateway;
@@ -24,6 +26,7 @@ pub mod oauth;
 pub mod oidc;
 pub mod ops;
 pub mod pages;
+pub mod reap;
 pub mod reports;
 pub mod secrets;
 pub mod server;
@@ -54,6 +57,9 @@ pub struct AppState {
     pub ops: ops::Recorder,
     /// Machine authentications this replica derived, labelled with their tenant's epoch.
     pub machines: Arc<epochs::Cache<[u8; 32], auth::MachineRow>>,
+    /// MCP clients' OAuth access tokens this replica checked (by tenant slug and token
+    /// digest), labelled the same way; expiry is checked on every hit.
+    pub mcp_tokens: Arc<epochs::Cache<(String, Vec<u8>), mcp_auth::Checked>>,
     /// Workspaces' bound configurations, labelled the same way.
     pub bound: Arc<epochs::Cache<(tenants::TenantId, String), Arc<workspaces::Bound>>>,
     /// Sealed credential slots (never their plaintext), labelled the same way.

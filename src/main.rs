@@ -74,6 +74,9 @@ enum Command {
     McpAuth(gatehouse::mcp_auth::control::Command),
     /// SQL reports (the views of the `report` schema): `--list`, or run one by name.
     Report(ReportArgs),
+    /// Blueprints: named, versioned workspace configurations, admitted before use.
+    #[command(subcommand)]
+    Blueprint(gatehouse::blueprints::control::Command),
 }
 
 #[derive(Args)]
@@ -238,6 +241,24 @@ enum WorkspaceCommand {
         file: std::path::PathBuf,
         #[arg(long)]
         expected_version: Option<i32>,
+    },
+    #[command(flatten)]
+    Lifecycle(workspaces::lifecycle::control::Command),
+    /// Erase a subject (a member's id or email, or an external subject id) across a workspace
+    /// and every copy of it; prints the receipt as JSON.
+    Erase {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
+        #[arg(long)]
+        subject: String,
+    },
+    /// Reap an archived workspace (terminal: its state is deleted, its slug released); prints
+    /// the tombstone as JSON.
+    Reap {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
     },
 }
 
@@ -566,6 +587,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         }
         Command::Ops(cmd) => ops_command(db, &audit, cmd).await?,
         Command::Report(args) => report_command(db, args).await?,
+        Command::Blueprint(cmd) => gatehouse::blueprints::control::run(db, &audit, config, cmd).await?,
         Command::Vault(VaultCommand::Rotate { batch }) => {
             let ring = gatehouse::vault::slots::require(config.vault_keys.as_ref())?;
             let done = gatehouse::vault::slots::rotate(db, ring, batch).await?;
@@ -820,11 +842,22 @@ async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> any
             let bound = workspaces::configure(db, tenant, audit, &w.workspace, expected_version, &patch).await?;
             println!("{}", bound.workspace.bound_version);
         }
+        WorkspaceCommand::Lifecycle(cmd) => workspaces::lifecycle::control::run(db, audit, cmd).await?,
         WorkspaceCommand::List { t } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;
             for ws in workspaces::list(db, tenant).await? {
                 println!("{}\t{}\t{}\t{}", ws.slug, ws.status, ws.bound_version, ws.id.0);
             }
+        }
+        WorkspaceCommand::Erase { t, workspace, subject } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let outcome = gatehouse::erasure::erase(db, tenant, audit, &workspace, &subject).await?;
+            println!("{}", serde_json::to_string(&outcome)?);
+        }
+        WorkspaceCommand::Reap { t, workspace } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let tombstone = gatehouse::reap::reap(db, tenant, audit, &workspace).await?;
+            println!("{}", serde_json::to_string(&tombstone)?);
         }
     }
     Ok(())

@@ -64,9 +64,19 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         &[
             ("{cache=\"machines\",result=\"hit\"}", load(&state.machines.hits)),
             ("{cache=\"machines\",result=\"miss\"}", load(&state.machines.misses)),
+            ("{cache=\"mcp_tokens\",result=\"hit\"}", load(&state.mcp_tokens.hits)),
+            ("{cache=\"mcp_tokens\",result=\"miss\"}", load(&state.mcp_tokens.misses)),
             ("{cache=\"bound\",result=\"hit\"}", load(&state.bound.hits)),
             ("{cache=\"bound\",result=\"miss\"}", load(&state.bound.misses)),
         ],
+    );
+    let epochs = state.db.epoch_batch();
+    metric(
+        &mut out,
+        "gatehouse_epoch_reads_total",
+        "counter",
+        "Tenant epoch reads asked for by requests, and the statements that answered them (concurrent requests share a read that started after they arrived).",
+        &[("{kind=\"request\"}", load(&epochs.requests)), ("{kind=\"statement\"}", load(&epochs.statements))],
     );
     metric(
         &mut out,

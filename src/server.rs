@@ -101,6 +101,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         activity,
         ops,
         machines: Arc::default(),
+        mcp_tokens: Arc::default(),
         bound: Arc::default(),
         credentials: Arc::default(),
         code,
@@ -109,6 +110,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     };
     // Revocation intents a crash left unsettled: every replica sweeps (claims keep it once).
     let sweeper = state.config.vault_keys.is_some().then(|| tokio::spawn(crate::oauth::sweep::run(state.clone())));
+    // Reaps a crash left claimed but unfinished: every replica sweeps (a takeover is once).
+    let reap_sweeper = tokio::spawn(crate::reap::run(state.db.clone()));
     let app = crate::http::router(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
@@ -139,6 +142,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }
+    reap_sweeper.abort();
     match tokio::time::timeout(grace, server).await {
         Ok(joined) => joined.context("server task failed")?.context("server failed")?,
         Err(_) => tracing::warn!("drain deadline passed; closing remaining connections"),

@@ -258,6 +258,16 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     let served = Served::start(gatehouse(Some(&s.t.url))).await;
     let base = served.base.clone();
     let endpoint = format!("{base}/t/acme/w/main/mcp");
+    // A second replica behind the same public URL: each keeps its own checked tokens, and a
+    // revocation committed through the first is refused by both on their next request.
+    let mut second = gatehouse(Some(&s.t.url));
+    second.env("GATEHOUSE_PUBLIC_URL", &base);
+    let replica = Served::start(second).await;
+    let endpoint2 = format!("{}/t/acme/w/main/mcp", replica.base);
+    let both = |token: &str| {
+        let (a, b, token) = (endpoint.clone(), endpoint2.clone(), token.to_owned());
+        async move { [status_at(&a, &token).await.as_u16(), status_at(&b, &token).await.as_u16()] }
+    };
     let redirect = "http://localhost:7000/cb";
     let (_, client) = register(&base, "acme", redirect).await;
     let client_id = client["client_id"].as_str().unwrap().to_owned();
@@ -293,10 +303,14 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     let all: Value =
         alice.client.get(format!("{base}/api/v1/tenants/acme/mcp-grants?scope=all")).send().await.unwrap().json().await.unwrap();
     assert_eq!(all["grants"].as_array().unwrap().len(), 3);
+    // Checked twice on each replica: the second answer comes from its cache.
+    for _ in 0..2 {
+        assert_eq!(both(&alice_access).await, [200, 200]);
+    }
     let r = alice.write(Method::DELETE, &format!("/api/v1/tenants/acme/mcp-grants/{alice_grant}"), json!({})).await;
     assert_eq!(r.status(), 200);
-    assert_eq!(status_at(&endpoint, &alice_access).await, 401);
-    assert_eq!(status_at(&endpoint, &bob_access).await, 200);
+    assert_eq!(both(&alice_access).await, [401, 401]);
+    assert_eq!(both(&bob_access).await, [200, 200]);
 
     // Each token carries its member's own grants: granted to role member, bob sees the tool
     // and alice (owner) does not.
@@ -324,9 +338,10 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
             .as_str()
             .unwrap()
             .to_owned();
+    assert_eq!(both(&bob_access).await, [200, 200]);
     let r = alice.write(Method::DELETE, &format!("/api/v1/tenants/acme/members/{bob_id}"), json!({})).await;
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-    assert_eq!(status_at(&endpoint, &bob_access).await, 401);
+    assert_eq!(both(&bob_access).await, [401, 401]);
 
     // A client revokes its own token (RFC 7009): the grant ends; another client cannot.
     let (held, held_refresh) = authorize(&alice, "acme", &client_id, redirect, &endpoint).await;
@@ -357,13 +372,13 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
 
     // An admin revokes the client: its tokens die, and it cannot be authorized again.
     let (fresh, fresh_refresh) = authorize(&alice, "acme", &client_id, redirect, &endpoint).await;
-    assert_eq!(status_at(&endpoint, &fresh).await, 200);
+    assert_eq!(both(&fresh).await, [200, 200]);
     let clients: Value =
         alice.client.get(format!("{base}/api/v1/tenants/acme/mcp-clients")).send().await.unwrap().json().await.unwrap();
     let id = clients["clients"][0]["id"].as_str().unwrap().to_owned();
     let r = alice.write(Method::DELETE, &format!("/api/v1/tenants/acme/mcp-clients/{id}"), json!({})).await;
     assert_eq!(r.status(), 200);
-    assert_eq!(status_at(&endpoint, &fresh).await, 401);
+    assert_eq!(both(&fresh).await, [401, 401]);
     let (status, body) = token_request(
         &base,
         "acme",
@@ -387,6 +402,16 @@ async fn revoked_clients_grants_and_removed_members_are_refused_on_the_next_requ
     let r = alice.client.get(url).send().await.unwrap();
     assert_eq!(r.status(), 403);
     assert!(r.text().await.unwrap().contains("client_revoked"));
+
+    // The second replica answered repeated checks from its cache (the refusals above show the
+    // cache never outlived a revocation).
+    let metrics = http().get(format!("{}/metrics", replica.base)).send().await.unwrap().text().await.unwrap();
+    let hits = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gatehouse_epoch_cache_requests_total{cache=\"mcp_tokens\",result=\"hit\"} "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no mcp_tokens hit series:\n{metrics}"));
+    assert!(hits >= 1, "{metrics}");
 
     let log = common::admin_log_text(&s.t).await;
     for action in ["mcp_grant.create", "mcp_grant.revoke", "mcp_client.revoke"] {

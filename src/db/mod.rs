@@ -50,6 +50,8 @@ enum Isolation {
 pub struct Db {
     pool: PgPool,
     lanes: std::sync::Arc<Lanes>,
+    /// Requests waiting for a shared read of their tenant's epoch (see [`crate::epochs`]).
+    epoch_batch: std::sync::Arc<crate::epochs::Batch>,
 }
 
 /// Dedicated connections for the one-statement reads every request makes (the tenant epoch):
@@ -94,7 +96,7 @@ impl Db {
             .connect_with(options)
             .await?;
         let lanes = Lanes { conns: (0..LANES).map(|_| tokio::sync::Mutex::new(None)).collect(), next: Default::default() };
-        Ok(Db { pool, lanes: std::sync::Arc::new(lanes) })
+        Ok(Db { pool, lanes: std::sync::Arc::new(lanes), epoch_batch: Default::default() })
     }
 
     /// Runs one autocommit read on a dedicated lane connection (opened on first use, as
@@ -119,6 +121,11 @@ impl Db {
             *slot = None;
         }
         result
+    }
+
+    /// Requests waiting for shared epoch reads, and the counters of those reads.
+    pub fn epoch_batch(&self) -> &crate::epochs::Batch {
+        &self.epoch_batch
     }
 
     /// The raw pool, for health checks and tests.

@@ -128,6 +128,12 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
     };
     let ctx = match authenticated {
         Ok(ctx) => ctx,
+        // A suspended tenant's endpoints answer like a suspended workspace's (issue 7 §2);
+        // the management API keeps `tenant_suspended`.
+        Err(Error::Forbidden { code: "tenant_suspended", .. }) => {
+            let message = "this workspace's tenant is suspended".into();
+            return Err(Error::Forbidden { code: "workspace_suspended", message }.into_response());
+        }
         Err(e) => return Err(crate::mcp_auth::challenge(&state.config, parts.uri.path(), e, oauth.is_some())),
     };
     let (actor_id, caller) = match &ctx.actor {

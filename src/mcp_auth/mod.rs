@@ -148,10 +148,23 @@ pub fn challenge(config: &Config, path: &str, error: Error, token_presented: boo
     response
 }
 
-/// Authenticates an OAuth access token at the MCP endpoint the request addresses: the token
-/// must be live, bound to exactly this endpoint's URL, its grant and client unrevoked, and
-/// its member still a member. Read from the database on every request, so a revocation or a
-/// removed member is refused on the next request on every replica.
+/// What a replica keeps of an access token it checked, keyed by the tenant slug and the
+/// token's digest (never the token), labelled with the tenant's epoch read before the check.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    tenant: TenantRef,
+    status: tenants::Status,
+    hit: store::AccessHit,
+    connector_access: bool,
+}
+
+/// Authenticates an MCP request carrying an OAuth access token (`gha_…`): the token must be
+/// live (unexpired by the database clock, its grant and client unrevoked, its member present)
+/// and bound to this exact endpoint (RFC 8707). The answer is the member's own context.
+///
+/// A replica reuses its last check of the same token while the tenant's epoch is unchanged
+/// and the token unexpired: one primary-key read instead of the lookups, with no staleness,
+/// because every change that could end the token bumps the epoch in its own transaction.
 pub async fn authenticate(state: &AppState, parts: &mut Parts, token: &str) -> Result<TenantCtx> {
     let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| Error::NotFound { what: "tenant" })?;
     let get = |name: &str| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_owned());
@@ -159,15 +172,69 @@ pub async fn authenticate(state: &AppState, parts: &mut Parts, token: &str) -> R
     if !secrets::well_formed(token, ACCESS_PREFIX, SECRET_CHARS) {
         return Err(Error::Unauthorized);
     }
-    let tenant = match tenants::by_slug(&state.db, &slug).await {
-        Ok(t) => t,
-        Err(Error::NotFound { .. }) => return Err(Error::Unauthorized),
+    let key = (slug, secrets::digest(token));
+    let (checked, epoch) = match cached(state, &key).await? {
+        Some(hit) => hit,
+        None => check(state, key).await?,
+    };
+    if checked.hit.resource != resource_url(&state.config, &checked.tenant.slug, &workspace, pool.as_deref()) {
+        return Err(Error::Unauthorized);
+    }
+    match checked.status {
+        tenants::Status::Active => {}
+        tenants::Status::Suspended => {
+            return Err(Error::Forbidden { code: "tenant_suspended", message: "this tenant is suspended".into() });
+        }
+        _ => return Err(Error::Unauthorized),
+    }
+    let request_id = crate::http::request_id(&parts.headers);
+    let hit = checked.hit;
+    Ok(TenantCtx {
+        audit: Audit { actor: format!("mcp_grant:{}", hit.grant_id), request_id },
+        tenant: checked.tenant,
+        actor: Actor::Machine {
+            token_id: hit.grant_id,
+            credential_id: hit.client_ref,
+            principal: Some(Principal { issuer: hit.issuer, subject: hit.subject }),
+            member_id: Some(hit.member_id),
+            role: Some(hit.role),
+        },
+        // Like a person's token: the member's connector access and nothing else.
+        permissions: Permissions::none().with(Permission::ConnectorAccess, checked.connector_access),
+        epoch: Some(epoch),
+    })
+}
+
+/// This replica's earlier check of the token, if the tenant's epoch still matches its label
+/// and the token has not expired since (both read from the database in one statement).
+async fn cached(state: &AppState, key: &(String, Vec<u8>)) -> Result<Option<(Checked, i64)>> {
+    let Some((checked, label)) = state.mcp_tokens.get(key) else {
+        state.mcp_tokens.count(false);
+        return Ok(None);
+    };
+    match crate::epochs::read_at(&state.db, checked.tenant.id).await? {
+        Some((epoch, now)) if epoch == label && checked.hit.expires_at > now => {
+            state.mcp_tokens.count(true);
+            Ok(Some((checked, epoch)))
+        }
+        _ => {
+            state.mcp_tokens.remove(key);
+            state.mcp_tokens.count(false);
+            Ok(None)
+        }
+    }
+}
+
+/// Checks the token against the database and keeps the answer, labelled with the epoch read
+/// before the lookups (a change committed in between can only make the label older).
+async fn check(state: &AppState, key: (String, Vec<u8>)) -> Result<(Checked, i64)> {
+    let (id, epoch) = crate::epochs::read_by_slug(&state.db, &key.0).await?.ok_or(Error::Unauthorized)?;
+    let tenant = match tenants::by_slug(&state.db, &key.0).await {
+        Ok(t) if t.id == id => t,
+        Ok(_) | Err(Error::NotFound { .. }) => return Err(Error::Unauthorized),
         Err(e) => return Err(e),
     };
-    let resource = resource_url(&state.config, &slug, &workspace, pool.as_deref());
-    // The epoch labels what this request derives from workspace rows (see crate::epochs).
-    let epoch = crate::epochs::read(&state.db, tenant.id).await?.ok_or(Error::Unauthorized)?;
-    let digest = secrets::digest(token);
+    let digest = key.1.clone();
     let found = state
         .db
         .single_decision(Scope::Tenant(tenant.id), move |conn, _| {
@@ -180,31 +247,14 @@ pub async fn authenticate(state: &AppState, parts: &mut Parts, token: &str) -> R
         })
         .await?;
     let Some((hit, permissions)) = found else { return Err(Error::Unauthorized) };
-    if hit.resource != resource {
-        return Err(Error::Unauthorized);
-    }
-    match tenant.status {
-        tenants::Status::Active => {}
-        tenants::Status::Suspended => {
-            return Err(Error::Forbidden { code: "tenant_suspended", message: "this tenant is suspended".into() });
-        }
-        _ => return Err(Error::Unauthorized),
-    }
-    let request_id = crate::http::request_id(&parts.headers);
-    Ok(TenantCtx {
-        audit: Audit { actor: format!("mcp_grant:{}", hit.grant_id), request_id },
+    let checked = Checked {
         tenant: TenantRef { id: tenant.id, slug: tenant.slug },
-        actor: Actor::Machine {
-            token_id: hit.grant_id,
-            credential_id: hit.client_ref,
-            principal: Some(Principal { issuer: hit.issuer, subject: hit.subject }),
-            member_id: Some(hit.member_id),
-            role: Some(hit.role),
-        },
-        // Like a person's token: the member's connector access and nothing else.
-        permissions: Permissions::none().with(Permission::ConnectorAccess, permissions.has(Permission::ConnectorAccess)),
-        epoch: Some(epoch),
-    })
+        status: tenant.status,
+        hit,
+        connector_access: permissions.has(Permission::ConnectorAccess),
+    };
+    state.mcp_tokens.put(key, checked.clone(), epoch);
+    Ok((checked, epoch))
 }
 
 /// A grant as members and admins see it.

@@ -7,6 +7,7 @@ use super::{ClientView, GrantView};
 use crate::{error::Result, members::Role, tenants::TenantId};
 
 /// A live access token's grant, as the resource server checks it.
+#[derive(Clone, Debug)]
 pub struct AccessHit {
     pub grant_id: Uuid,
     pub client_ref: Uuid,
@@ -15,13 +16,15 @@ pub struct AccessHit {
     pub role: Role,
     pub issuer: String,
     pub subject: String,
+    /// When the token ends (database clock); a replica's cached answer is checked against it.
+    pub expires_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// The live access token with this digest: unexpired (database clock), grant and client
 /// unrevoked, member still present.
 pub async fn access(conn: &mut PgConnection, tenant: TenantId, digest: &[u8]) -> Result<Option<AccessHit>> {
     let row = sqlx::query(
-        "SELECT g.id, g.client_ref, g.resource, m.id AS member_id, m.role, m.issuer, m.subject
+        "SELECT g.id, g.client_ref, g.resource, m.id AS member_id, m.role, m.issuer, m.subject, t.expires_at
            FROM mcp_tokens t
            JOIN mcp_grants g ON g.tenant_id = t.tenant_id AND g.id = t.grant_id
            JOIN mcp_clients c ON c.tenant_id = g.tenant_id AND c.id = g.client_ref
@@ -43,6 +46,7 @@ pub async fn access(conn: &mut PgConnection, tenant: TenantId, digest: &[u8]) ->
         role: Role::parse(&role)?,
         issuer: row.try_get("issuer")?,
         subject: row.try_get("subject")?,
+        expires_at: row.try_get("expires_at")?,
     }))
 }
 

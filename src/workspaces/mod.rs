@@ -6,6 +6,7 @@
 pub mod config;
 pub mod http;
 pub mod http_api;
+pub mod lifecycle;
 pub mod store;
 
 use chrono::{DateTime, Utc};

@@ -14,7 +14,7 @@ macro_rules! columns {
     };
 }
 
-fn workspace(row: &PgRow) -> Result<Workspace> {
+pub(crate) fn workspace(row: &PgRow) -> Result<Workspace> {
     Ok(Workspace {
         id: WorkspaceId(row.try_get("id")?),
         slug: row.try_get("slug")?,

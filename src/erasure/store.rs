@@ -1,0 +1,256 @@
+//! Erasure SQL. Every function takes the tenant first and runs inside the caller's one
+//! serializable transaction.
+
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::{error::Result, tenants::TenantId};
+
+/// What the redaction pass read of the workspace: the claim compares all of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    pub id: Uuid,
+    pub bound_version: i32,
+    pub revision: i64,
+    pub epoch: i64,
+    /// Every ledger row of the workspace, whatever its state.
+    pub copies: i64,
+    /// Ledger rows of the workspace still pending (a move in flight).
+    pub pending: i64,
+}
+
+pub async fn read(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<Read>> {
+    let row = sqlx::query(
+        "SELECT w.id, w.bound_version, w.revision, w.erasure_epoch,
+                (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id) AS copies,
+                (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id
+                    AND c.state = 'pending') AS pending
+           FROM workspaces w WHERE w.tenant_id = $1 AND w.slug = $2",
+    )
+    .bind(tenant)
+    .bind(slug)
+    .fetch_optional(conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(Some(Read {
+        id: row.try_get("id")?,
+        bound_version: row.try_get("bound_version")?,
+        revision: row.try_get("revision")?,
+        epoch: row.try_get("erasure_epoch")?,
+        copies: row.try_get("copies")?,
+        pending: row.try_get("pending")?,
+    }))
+}
+
+/// A member of the tenant, by id (when `raw` is a UUID) or by email (case-insensitive):
+/// (id, issuer, subject, email).
+pub async fn member(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    raw: &str,
+) -> Result<Option<(Uuid, String, String, Option<String>)>> {
+    let id = Uuid::parse_str(raw).ok();
+    let row = sqlx::query(
+        "SELECT id, issuer, subject, email FROM members
+          WHERE tenant_id = $1 AND (id = $2 OR ($2 IS NULL AND lower(email) = lower($3)))",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(raw)
+    .fetch_optional(conn)
+    .await?;
+    row.map(|r| Ok((r.try_get("id")?, r.try_get("issuer")?, r.try_get("subject")?, r.try_get("email")?))).transpose()
+}
+
+/// The actor ids a member's calls carry in activity rows: its access tokens (`principal` is
+/// the member's) and its MCP authorization grants.
+pub async fn member_actor_ids(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    member: Uuid,
+    issuer: &str,
+    subject: &str,
+) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT id::text FROM access_tokens WHERE tenant_id = $1 AND principal_issuer = $3 AND principal_subject = $4
+         UNION SELECT id::text FROM mcp_grants WHERE tenant_id = $1 AND member_id = $2",
+    )
+    .bind(tenant)
+    .bind(member)
+    .bind(issuer)
+    .bind(subject)
+    .fetch_all(conn)
+    .await?)
+}
+
+/// Every copy of the workspace's state that lives in workspace rows: itself, and every
+/// workspace a ledger destination row names (a fork), transitively, plus forks that name it
+/// in `fork_of` (in case a fork's ledger rows were settled and pruned).
+pub async fn reach(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid) -> Result<Vec<Uuid>> {
+    Ok(sqlx::query_scalar(
+        "WITH RECURSIVE edge(src, dst) AS (
+             SELECT c.workspace_id, substring(c.copy_ref FROM 11)::uuid
+               FROM copies c
+              WHERE c.tenant_id = $1 AND c.role = 'destination'
+                AND c.copy_ref ~ '^workspace:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
+             UNION
+             SELECT w.fork_of, w.id FROM workspaces w WHERE w.tenant_id = $1 AND w.fork_of IS NOT NULL
+         ), reach(id) AS (
+             SELECT $2::uuid
+             UNION
+             SELECT e.dst FROM reach r JOIN edge e ON e.src = r.id
+         )
+         SELECT r.id FROM reach r JOIN workspaces w ON w.tenant_id = $1 AND w.id = r.id",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .fetch_all(conn)
+    .await?)
+}
+
+/// Snapshot copies the ledger names for these workspaces (sealed per subject: the key
+/// destruction makes the subject's part of them unreadable).
+pub async fn snapshots(conn: &mut PgConnection, tenant: TenantId, workspaces: &[Uuid]) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(DISTINCT copy_ref) FROM copies
+          WHERE tenant_id = $1 AND workspace_id = ANY($2) AND copy_ref LIKE 'snapshot:%' AND state <> 'done'",
+    )
+    .bind(tenant)
+    .bind(workspaces)
+    .fetch_one(conn)
+    .await?)
+}
+
+pub async fn redact_activity(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspaces: &[Uuid],
+    actors: &[String],
+    marker: &str,
+) -> Result<u64> {
+    Ok(sqlx::query("UPDATE activity SET actor_id = $4 WHERE tenant_id = $1 AND workspace_id = ANY($2) AND actor_id = ANY($3)")
+        .bind(tenant)
+        .bind(workspaces)
+        .bind(actors)
+        .bind(marker)
+        .execute(conn)
+        .await?
+        .rows_affected())
+}
+
+/// The member's personal credential slots (OAuth grant tokens included: they are sealed in
+/// `credentials` under the same owner).
+pub async fn delete_credentials(conn: &mut PgConnection, tenant: TenantId, workspaces: &[Uuid], member: Uuid) -> Result<u64> {
+    Ok(sqlx::query("DELETE FROM credentials WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3")
+        .bind(tenant)
+        .bind(workspaces)
+        .bind(member)
+        .execute(conn)
+        .await?
+        .rows_affected())
+}
+
+pub async fn delete_oauth_grants(conn: &mut PgConnection, tenant: TenantId, workspaces: &[Uuid], member: Uuid) -> Result<u64> {
+    Ok(sqlx::query("DELETE FROM oauth_grants WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3")
+        .bind(tenant)
+        .bind(workspaces)
+        .bind(member)
+        .execute(conn)
+        .await?
+        .rows_affected())
+}
+
+/// The member's MCP authorization grants on these workspaces, with their codes and tokens.
+pub async fn delete_mcp_grants(conn: &mut PgConnection, tenant: TenantId, workspaces: &[Uuid], member: Uuid) -> Result<u64> {
+    let grants = "SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3";
+    for table in ["mcp_tokens", "mcp_codes"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE tenant_id = $1 AND grant_id IN ({grants})")))
+            .bind(tenant)
+            .bind(workspaces)
+            .bind(member)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM mcp_grants WHERE tenant_id = $1 AND id IN ({grants})")))
+        .bind(tenant)
+        .bind(workspaces)
+        .bind(member)
+        .execute(conn)
+        .await?
+        .rows_affected())
+}
+
+/// Rewrites every needle out of the tenant's failure text (message and reference).
+pub async fn redact_ops_failures(conn: &mut PgConnection, tenant: TenantId, needles: &[String], marker: &str) -> Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE ops_failures SET message = gatehouse_redact(message, $2, $3), reference = gatehouse_redact(reference, $2, $3)
+          WHERE tenant_id = $1
+            AND EXISTS (SELECT 1 FROM unnest($2::text[]) n WHERE strpos(message, n) > 0 OR strpos(coalesce(reference, ''), n) > 0)",
+    )
+    .bind(tenant)
+    .bind(needles)
+    .bind(marker)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// Destroys the live keys of the subject (any of its names).
+pub async fn destroy_keys(conn: &mut PgConnection, tenant: TenantId, names: &[String]) -> Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE subject_keys SET envelope = NULL, key_id = NULL, destroyed_at = now()
+          WHERE tenant_id = $1 AND subject = ANY($2) AND destroyed_at IS NULL",
+    )
+    .bind(tenant)
+    .bind(names)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// The claim: epoch + 1 only if nothing the redaction pass read has moved and no copy of the
+/// workspace is pending. Returns the new epoch, or `None` when the claim is lost.
+pub async fn claim(conn: &mut PgConnection, tenant: TenantId, read: &Read) -> Result<Option<i64>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE workspaces w SET erasure_epoch = erasure_epoch + 1, updated_at = now()
+          WHERE w.tenant_id = $1 AND w.id = $2 AND w.bound_version = $3 AND w.revision = $4 AND w.erasure_epoch = $5
+            AND (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id) = $6
+            AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id
+                              AND c.state = 'pending')
+          RETURNING erasure_epoch",
+    )
+    .bind(tenant)
+    .bind(read.id)
+    .bind(read.bound_version)
+    .bind(read.revision)
+    .bind(read.epoch)
+    .bind(read.copies)
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// One stored receipt (the subject only as its digest).
+pub struct Receipt<'a> {
+    pub id: Uuid,
+    pub workspace: Uuid,
+    pub subject_digest: &'a str,
+    pub epoch: i64,
+    pub counts: &'a serde_json::Value,
+    pub erased_by: &'a str,
+}
+
+pub async fn insert_receipt(conn: &mut PgConnection, tenant: TenantId, r: &Receipt<'_>) -> Result<chrono::DateTime<chrono::Utc>> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO erasure_receipts (tenant_id, id, workspace_id, subject_digest, epoch, counts, erased_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING erased_at",
+    )
+    .bind(tenant)
+    .bind(r.id)
+    .bind(r.workspace)
+    .bind(r.subject_digest)
+    .bind(r.epoch)
+    .bind(r.counts)
+    .bind(r.erased_by)
+    .fetch_one(conn)
+    .await?)
+}

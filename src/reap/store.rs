@@ -1,0 +1,221 @@
+//! Reap SQL: the claim, and the deletions of the final transaction.
+
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::{error::Result, tenants::TenantId};
+
+/// What the claim decides on.
+#[derive(Debug, Clone)]
+pub struct State {
+    pub id: Uuid,
+    pub slug: String,
+    pub status: String,
+    pub claimed_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub owner: Option<String>,
+    /// The claim is older than the grace period (its owner is presumed gone).
+    pub stale: bool,
+    pub pending: i64,
+    /// Revocations owed to a provider for this workspace's grants, not yet settled.
+    pub open_revocations: i64,
+}
+
+const STATE: &str = "SELECT w.id, w.slug, w.status, w.reap_claimed_at, w.reap_owner,
+        coalesce(w.reap_claimed_at < now() - make_interval(secs => $3), false) AS stale,
+        (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id AND c.state = 'pending') AS pending,
+        (SELECT count(*) FROM oauth_revocations r WHERE r.tenant_id = w.tenant_id AND r.workspace_id = w.id
+            AND r.outcome IS NULL) AS open_revocations
+   FROM workspaces w WHERE w.tenant_id = $1";
+
+fn state(row: &sqlx::postgres::PgRow) -> Result<State> {
+    Ok(State {
+        id: row.try_get("id")?,
+        slug: row.try_get("slug")?,
+        status: row.try_get("status")?,
+        claimed_at: row.try_get("reap_claimed_at")?,
+        owner: row.try_get("reap_owner")?,
+        stale: row.try_get("stale")?,
+        pending: row.try_get("pending")?,
+        open_revocations: row.try_get("open_revocations")?,
+    })
+}
+
+pub async fn by_slug(conn: &mut PgConnection, tenant: TenantId, slug: &str, grace_secs: f64) -> Result<Option<State>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!("{STATE} AND w.slug = $2")))
+        .bind(tenant)
+        .bind(slug)
+        .bind(grace_secs)
+        .fetch_optional(conn)
+        .await?
+        .as_ref()
+        .map(state)
+        .transpose()
+}
+
+pub async fn by_id(conn: &mut PgConnection, tenant: TenantId, id: Uuid, grace_secs: f64) -> Result<Option<State>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!("{STATE} AND w.id = $2")))
+        .bind(tenant)
+        .bind(id)
+        .bind(grace_secs)
+        .fetch_optional(conn)
+        .await?
+        .as_ref()
+        .map(state)
+        .transpose()
+}
+
+/// The claim: once, only from archived, only with no copy pending and no revocation owed.
+pub async fn claim(conn: &mut PgConnection, tenant: TenantId, id: Uuid, owner: &str) -> Result<bool> {
+    Ok(sqlx::query(
+        "UPDATE workspaces w SET reap_claimed_at = now(), reap_owner = $3, revision = revision + 1, updated_at = now()
+          WHERE w.tenant_id = $1 AND w.id = $2 AND w.status = 'archived' AND w.reap_claimed_at IS NULL
+            AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id AND c.state = 'pending')
+            AND NOT EXISTS (SELECT 1 FROM oauth_revocations r WHERE r.tenant_id = w.tenant_id AND r.workspace_id = w.id
+                              AND r.outcome IS NULL)",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(owner)
+    .execute(conn)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// Takes over a claim whose owner is presumed gone (older than the grace period), once.
+pub async fn take_over(conn: &mut PgConnection, tenant: TenantId, id: Uuid, owner: &str, grace_secs: f64) -> Result<bool> {
+    Ok(sqlx::query(
+        "UPDATE workspaces SET reap_claimed_at = now(), reap_owner = $3
+          WHERE tenant_id = $1 AND id = $2 AND reap_claimed_at < now() - make_interval(secs => $4)",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(owner)
+    .bind(grace_secs)
+    .execute(conn)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
+/// Non-done ledger rows of the workspace: (copy_ref, state).
+pub async fn unsettled(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<Vec<(String, String)>> {
+    Ok(sqlx::query_as("SELECT copy_ref, state FROM copies WHERE tenant_id = $1 AND workspace_id = $2 AND state <> 'done'")
+        .bind(tenant)
+        .bind(id)
+        .fetch_all(conn)
+        .await?)
+}
+
+/// Every table that holds a workspace's state, children before parents. Each deletes the rows
+/// of `workspace_id = ANY($2)`; `mcp_*` go through the grants of those workspaces.
+const STATE_TABLES: &[(&str, &str)] = &[
+    ("mcp_tokens", "grant_id IN (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = ANY($2))"),
+    ("mcp_codes", "grant_id IN (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = ANY($2))"),
+    ("mcp_grants", "workspace_id = ANY($2)"),
+    ("oauth_flows", "workspace_id = ANY($2)"),
+    ("oauth_revocations", "workspace_id = ANY($2)"),
+    ("oauth_grants", "workspace_id = ANY($2)"),
+    ("credentials", "workspace_id = ANY($2)"),
+    ("connector_catalogs", "workspace_id = ANY($2)"),
+    ("result_stash", "workspace_id = ANY($2)"),
+    ("activity", "workspace_id = ANY($2)"),
+    ("ops_failures", "workspace_id = ANY($2)"),
+    ("peer_bindings", "workspace_id = ANY($2)"),
+];
+
+/// Tables only the reaped workspace itself loses (its identity, not copied state).
+const OWN_TABLES: &[&str] = &["connect_links", "oauth_clients", "workspace_versions"];
+
+/// Deletes the state of `workspaces`; `own` also deletes the reaped workspace's own rows.
+/// Returns the rows deleted per table.
+pub async fn wipe(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspaces: &[Uuid],
+    own: bool,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let mut counts = serde_json::Map::new();
+    let own_tables = OWN_TABLES.iter().map(|t| (*t, "workspace_id = ANY($2)"));
+    let tables: Vec<(&str, &str)> =
+        if own { STATE_TABLES.iter().copied().chain(own_tables).collect() } else { STATE_TABLES.to_vec() };
+    for (table, condition) in tables {
+        let n = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE tenant_id = $1 AND {condition}")))
+            .bind(tenant)
+            .bind(workspaces)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        let slot = counts.entry(table.to_owned()).or_insert(serde_json::Value::from(0u64));
+        *slot = serde_json::Value::from(slot.as_u64().unwrap_or(0) + n);
+    }
+    Ok(counts)
+}
+
+/// Peer bindings that call the reaped workspace stop working, visibly (`bound_unavailable`).
+pub async fn invalidate_peer_bindings(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE peer_bindings SET invalidated_at = now(), invalidated_reason = 'reaped'
+          WHERE tenant_id = $1 AND target_workspace_id = $2 AND invalidated_at IS NULL",
+    )
+    .bind(tenant)
+    .bind(id)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// Settles the workspace's eligible and retained ledger rows: their copies are gone.
+pub async fn settle(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE copies SET state = 'done', settled_at = now()
+          WHERE tenant_id = $1 AND workspace_id = $2 AND state IN ('eligible', 'retained')",
+    )
+    .bind(tenant)
+    .bind(id)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+pub async fn tombstone(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    id: Uuid,
+    slug: &str,
+    by: &str,
+) -> Result<chrono::DateTime<chrono::Utc>> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO workspace_tombstones (tenant_id, workspace_id, slug, reaped_by) VALUES ($1, $2, $3, $4) RETURNING reaped_at",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(slug)
+    .bind(by)
+    .fetch_one(conn)
+    .await?)
+}
+
+/// The last step: the workspace row goes (its slug is free again), only under our claim.
+pub async fn delete_workspace(conn: &mut PgConnection, tenant: TenantId, id: Uuid, owner: &str) -> Result<bool> {
+    Ok(sqlx::query("DELETE FROM workspaces WHERE tenant_id = $1 AND id = $2 AND reap_claimed_at IS NOT NULL AND reap_owner = $3")
+        .bind(tenant)
+        .bind(id)
+        .bind(owner)
+        .execute(conn)
+        .await?
+        .rows_affected()
+        == 1)
+}
+
+/// Claims older than the grace period, across tenants (platform context): (tenant, workspace).
+pub async fn stale_claims(conn: &mut PgConnection, grace_secs: f64, limit: i64) -> Result<Vec<(Uuid, Uuid)>> {
+    Ok(sqlx::query_as(
+        "SELECT tenant_id, id FROM workspaces WHERE reap_claimed_at < now() - make_interval(secs => $1)
+          ORDER BY reap_claimed_at LIMIT $2",
+    )
+    .bind(grace_secs)
+    .bind(limit)
+    .fetch_all(conn)
+    .await?)
+}

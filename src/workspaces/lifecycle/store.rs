@@ -1,0 +1,106 @@
+//! Lifecycle SQL: the conditional updates that decide transitions and binds.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::{
+    error::Result,
+    tenants::TenantId,
+    workspaces::{Workspace, WorkspaceId, store::workspace},
+};
+
+/// What a bind decides on, as its transaction read it.
+#[derive(Clone, Debug)]
+pub struct Current {
+    pub id: WorkspaceId,
+    pub status: String,
+    pub bound_version: i32,
+    pub revision: i64,
+    pub erasure_epoch: i64,
+    pub reap_claimed_at: Option<DateTime<Utc>>,
+    pub blueprint_id: Option<Uuid>,
+    pub blueprint_version: Option<i32>,
+}
+
+pub async fn current(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<Current>> {
+    let row = sqlx::query(
+        "SELECT id, status, bound_version, revision, erasure_epoch, reap_claimed_at, blueprint_id, blueprint_version
+           FROM workspaces WHERE tenant_id = $1 AND slug = $2",
+    )
+    .bind(tenant)
+    .bind(slug)
+    .fetch_optional(conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(Some(Current {
+        id: WorkspaceId(row.try_get("id")?),
+        status: row.try_get("status")?,
+        bound_version: row.try_get("bound_version")?,
+        revision: row.try_get("revision")?,
+        erasure_epoch: row.try_get("erasure_epoch")?,
+        reap_claimed_at: row.try_get("reap_claimed_at")?,
+        blueprint_id: row.try_get("blueprint_id")?,
+        blueprint_version: row.try_get("blueprint_version")?,
+    }))
+}
+
+/// The transition's compare-and-set: `to` only from one of `from`, never while a reap is
+/// claimed, with the revision bumped in the same statement.
+pub async fn transition(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    slug: &str,
+    from: &[&str],
+    to: &str,
+) -> Result<Option<Workspace>> {
+    // `w.*`: the columns the workspace reader takes, whatever other columns the table grows.
+    sqlx::query(
+        "UPDATE workspaces AS w SET status = $4, revision = revision + 1, updated_at = now()
+          WHERE tenant_id = $1 AND slug = $2 AND status = ANY($3) AND reap_claimed_at IS NULL
+         RETURNING w.*",
+    )
+    .bind(tenant)
+    .bind(slug)
+    .bind(from)
+    .bind(to)
+    .fetch_optional(conn)
+    .await?
+    .as_ref()
+    .map(workspace)
+    .transpose()
+}
+
+/// What a bind expects to still hold, and what it sets.
+pub struct BindCas {
+    pub id: WorkspaceId,
+    pub from_version: i32,
+    pub erasure_epoch: i64,
+    pub to_version: i32,
+    pub blueprint_id: Uuid,
+    pub blueprint_version: i32,
+}
+
+/// The bind's compare-and-set: only if the workspace still runs the version read, its erasure
+/// epoch is the one read, no reap is claimed and it is active or suspended.
+pub async fn bind(conn: &mut PgConnection, tenant: TenantId, cas: &BindCas) -> Result<Option<Workspace>> {
+    sqlx::query(
+        "UPDATE workspaces AS w
+            SET bound_version = $5, blueprint_id = $6, blueprint_version = $7, revision = revision + 1, updated_at = now()
+          WHERE tenant_id = $1 AND id = $2 AND bound_version = $3 AND erasure_epoch = $4
+            AND reap_claimed_at IS NULL AND status IN ('active', 'suspended')
+         RETURNING w.*",
+    )
+    .bind(tenant)
+    .bind(cas.id)
+    .bind(cas.from_version)
+    .bind(cas.erasure_epoch)
+    .bind(cas.to_version)
+    .bind(cas.blueprint_id)
+    .bind(cas.blueprint_version)
+    .fetch_optional(conn)
+    .await?
+    .as_ref()
+    .map(workspace)
+    .transpose()
+}
