@@ -15,6 +15,7 @@ mod connector;
 mod credentials;
 mod findings;
 mod home;
+mod lifecycle;
 mod mcp_clients;
 mod members;
 mod ops;
@@ -59,6 +60,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(reports::router())
         .merge(mcp_clients::router())
         .merge(connector::router())
+        .merge(lifecycle::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
 }
 

@@ -5,8 +5,7 @@
 //! OAuth connectors: the grant's state, connect (through the signed connect URL) and
 //! disconnect.
 //!
-//! Lifecycle actions are not here: the control-plane issue that defines them is not built.
-//! A connector's last call, classified problem and credential test are in `connector.rs`.
+//! Lifecycle actions (with their confirmation pages) are in `lifecycle.rs`. A connector's last call, classified problem and credential test are in `connector.rs`.
 
 use std::collections::BTreeMap;
 
@@ -50,6 +49,13 @@ struct ListPage {
     layout: Layout,
     slug: String,
     rows: Vec<WorkspaceRow>,
+    /// The slug of the workspace just reaped.
+    reaped: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct Listed {
+    reaped: Option<String>,
 }
 
 pub struct ToolRow {
@@ -99,6 +105,7 @@ struct WorkspacePage {
     layout: Layout,
     slug: String,
     workspace: WorkspaceRow,
+    actions: Vec<super::lifecycle::Action>,
     connectors: Vec<ConnectorView>,
     error: Option<FormError>,
     notice: Option<String>,
@@ -119,9 +126,10 @@ fn row(state: &AppState, tenant: &str, w: &workspaces::Workspace) -> WorkspaceRo
     }
 }
 
-async fn list_workspaces(c: Console, State(state): State<AppState>) -> Result<Response, PageError> {
+async fn list_workspaces(c: Console, State(state): State<AppState>, Query(q): Query<Listed>) -> Result<Response, PageError> {
     let rows = workspaces::list(&state.db, c.ctx.tenant.id).await?.iter().map(|w| row(&state, c.slug(), w)).collect();
-    render(StatusCode::OK, &ListPage { layout: c.layout("Workspaces", "workspaces"), slug: c.slug().to_owned(), rows })
+    let reaped = q.reaped.filter(|s| crate::tenants::validate_slug(s).is_ok());
+    render(StatusCode::OK, &ListPage { layout: c.layout("Workspaces", "workspaces"), slug: c.slug().to_owned(), rows, reaped })
 }
 
 /// The slot this person would manage for `connector`: the shared one with
@@ -272,6 +280,7 @@ pub(super) async fn workspace_page(
     let page = WorkspacePage {
         layout: c.layout(&format!("Workspace {}", bound.workspace.name), "workspaces"),
         slug: c.slug().to_owned(),
+        actions: super::lifecycle::actions(c, &bound.workspace.status),
         workspace: row(state, c.slug(), &bound.workspace),
         connectors,
         error,
@@ -284,6 +293,8 @@ pub(super) async fn workspace_page(
 struct Shown {
     /// The connector whose credential was just set (after the redirect that follows the form).
     saved: Option<String>,
+    /// The lifecycle action just taken.
+    done: Option<String>,
 }
 
 async fn show_workspace(
@@ -294,6 +305,8 @@ async fn show_workspace(
 ) -> Result<Response, PageError> {
     let notice =
         q.saved.filter(|id| workspaces::config::valid_connector_id(id)).map(|id| format!("The credential of {id} is set."));
+    let done = q.done.filter(|d| ["activate", "suspend", "resume", "archive", "unarchive"].contains(&d.as_str()));
+    let notice = notice.or(done.map(|d| format!("Done: {d}.")));
     workspace_page(&c, &state, &ws, StatusCode::OK, None, notice, None).await
 }
 

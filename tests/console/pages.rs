@@ -83,6 +83,7 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     let keys = common::vault_key("k1");
     cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "carol@example.test"]).await;
     cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "spare"]).await;
     let acme: Uuid = cli(&t.url, &["tenant", "list"])
         .await
         .iter()
@@ -311,6 +312,37 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     assert!(chrome.text(&format!("#issue-{fp} .status")).await.contains("resolved in 2.0.1"));
     assert!(admin_log_text(&t).await.contains("ops.issue.set_status"));
 
+    // --- Lifecycle: suspend, archive (type the slug; a wrong one is refused), reap. ---
+    chrome.goto(&format!("{console}/workspaces/spare"), "workspace-spare").await;
+    chrome.click("#lifecycle-suspend").await;
+    assert!(seen(&chrome, "#question").await.contains("Suspend the workspace spare"));
+    chrome.shot("lifecycle-suspend-confirm").await;
+    chrome.click("#confirm").await;
+    assert_eq!(seen(&chrome, ".notice").await, "Done: suspend.");
+    chrome.shot("lifecycle-suspended").await;
+    assert!(chrome.text("dl").await.contains("suspended"));
+    chrome.click("#lifecycle-archive").await;
+    chrome.fill("#confirm-slug", "main").await;
+    chrome.click("#confirm").await;
+    assert!(seen(&chrome, "#form-error").await.contains("slug_mismatch"));
+    chrome.shot("lifecycle-archive-wrong-slug").await;
+    let spare = "SELECT status FROM workspaces WHERE slug = 'spare'";
+    assert_eq!(owner_query(&t, spare, &[]).await, ["suspended"], "a wrong slug writes nothing");
+    chrome.fill("#confirm-slug", "spare").await;
+    chrome.click("#confirm").await;
+    assert_eq!(seen(&chrome, ".notice").await, "Done: archive.");
+    chrome.click("#lifecycle-reap").await;
+    chrome.fill("#confirm-slug", "spare").await;
+    chrome.shot("lifecycle-reap-confirm").await;
+    chrome.click("#confirm").await;
+    at(&chrome, "reaped=spare").await;
+    assert!(seen(&chrome, ".notice").await.contains("spare is reaped"));
+    chrome.shot("lifecycle-reaped").await;
+    assert!(!chrome.text("#workspaces").await.contains("spare"));
+    assert!(owner_query(&t, spare, &[]).await.is_empty());
+    let log = admin_log_text(&t).await;
+    assert!(log.contains("workspace.suspend") && log.contains("workspace.archive"), "lifecycle actions are admin-logged");
+
     // --- A plain member: 403 on every new page, until an owner's override allows one. ---
     chrome.goto(&format!("{console}/members"), "members-overrides").await;
     chrome.fill("#invite-email", "bob@example.test").await;
@@ -333,6 +365,7 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
         "/ops-issues",
         "/admin-log?action=ops.",
         "/activity",
+        "/workspaces/main/lifecycle/suspend",
     ] {
         assert_eq!(status(format!("{console}{path}")).await, 403, "{path}");
     }
@@ -352,6 +385,9 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     assert_eq!(r.status(), 403, "only owners change what roles grant");
     let rule = [("csrf_token", csrf.as_str()), ("code", "x"), ("reason", "r"), ("expires", "2999-01-01T00:00")];
     assert_eq!(post("/suppress-rules", &rule).await.unwrap().status(), 403);
+    assert_eq!(post("/workspaces/main/lifecycle/suspend", &[("csrf_token", &csrf)]).await.unwrap().status(), 403);
+    let bob_page = bob.client.get(format!("{console}/workspaces/main")).send().await.unwrap().text().await.unwrap();
+    assert!(!bob_page.contains("/lifecycle/"), "no lifecycle actions offered to a member");
 
     // The owner allows activity_access to members: bob's next request passes; default again: 403.
     chrome.goto(&format!("{console}/members"), "members-before-override").await;
