@@ -422,6 +422,7 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
         ("/admin-log?action=ops.", "narrow-admin-log"),
         ("/members", "narrow-members-overrides"),
         ("/workspaces/main", "narrow-workspace"),
+        ("/workspaces/main/lifecycle/archive", "narrow-lifecycle-confirm"),
     ] {
         chrome.goto(&format!("{console}{path}"), name).await;
         let out = overflowing(&chrome).await;
