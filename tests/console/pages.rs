@@ -219,6 +219,30 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     chrome.goto(&format!("{console}/admin-log?since=2999-01-01T00:00&until=2998-01-01T00:00"), "admin-log-bad-range").await;
     assert!(seen(&chrome, "#form-error").await.contains("invalid_time"));
 
+    // Paging keeps the filters: 60 matching rows among others are 50 on the first page and
+    // 10 behind "Older entries".
+    owner_query(
+        &t,
+        "INSERT INTO admin_log (id, tenant_id, actor, action, target)
+         SELECT gen_random_uuid(), $1, 'cli', 'test.bulk.' || n, 'bulk:' || n FROM generate_series(1, 60) n RETURNING id::text",
+        &[acme],
+    )
+    .await;
+    let rows = |chrome: &Chrome| {
+        let client = chrome.client.clone();
+        async move { client.find_all(Locator::Css("#admin-log tbody tr")).await.unwrap().len() }
+    };
+    let first = chrome.goto(&format!("{console}/admin-log?actor=cli&action=test.bulk."), "admin-log-paged-1").await;
+    assert_eq!(rows(&chrome).await, 50);
+    assert!(!first.contains("ops.suppress_rule"));
+    chrome.click("#older").await;
+    at(&chrome, "before=").await;
+    seen(&chrome, "#admin-log").await;
+    chrome.shot("admin-log-paged-2").await;
+    assert!(chrome.url().await.contains("actor=cli&action=test.bulk."), "the older page keeps the filters");
+    assert_eq!(rows(&chrome).await, 10);
+    assert!(chrome.client.find(Locator::Css("#older")).await.is_err(), "no page after the last");
+
     // --- Reports: list, one as a table, and its CSV with the same header row as the API. ---
     chrome.goto(&format!("{console}/reports"), "reports").await;
     chrome.client.find(Locator::LinkText("tenant_usage")).await.unwrap().click().await.unwrap();
