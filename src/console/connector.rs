@@ -90,7 +90,9 @@ pub async fn health(
     let prefix = format!("connector {id}:");
     let finding = open.iter().find(|f| f.last_message.starts_with(&prefix));
     let problem = match (&last, finding) {
-        (Some(l), _) if l.outcome == "error" && !l.error_code.is_empty() => {
+        // Only codes that say something about the connector; a caller's own mistake (bad
+        // arguments, an unknown tool) is no problem of the connector's.
+        (Some(l), _) if l.outcome == "error" && CONNECTOR_CODES.contains(&l.error_code.as_str()) => {
             Some(classify(c.slug(), ws, id, connector, &l.error_code, format!("last call, {}", l.at)))
         }
         (_, Some(f)) => Some(classify(
@@ -105,6 +107,10 @@ pub async fn health(
     };
     Ok((last, problem))
 }
+
+/// Error codes that describe the connector (its server, its credential), not the call.
+const CONNECTOR_CODES: [&str; 7] =
+    ["auth_required", "credential_unreadable", "vault_disabled", "unavailable", "timeout", "rate_limited", "downstream_error"];
 
 /// The fixed repair prompt for an error code, with the control that repairs it.
 fn classify(tenant: &str, ws: &str, id: &str, connector: &Connector, code: &str, seen: String) -> ProblemView {
