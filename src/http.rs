@@ -49,6 +49,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::blueprints::http::router())
         .merge(crate::erasure::http::router())
         .merge(crate::reap::http::router())
+        .merge(crate::peers::http::router())
         .merge(crate::vault::http::router())
         .merge(crate::connect_links::http::router())
         .merge(crate::oauth::http::router())

@@ -26,6 +26,7 @@ pub mod oauth;
 pub mod oidc;
 pub mod ops;
 pub mod pages;
+pub mod peers;
 pub mod reap;
 pub mod reports;
 pub mod secrets;

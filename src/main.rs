@@ -260,6 +260,9 @@ enum WorkspaceCommand {
         t: TenantArg,
         workspace: String,
     },
+    /// A workspace's peer connectors: bind, unbind, list (issue 7 §7).
+    #[command(subcommand)]
+    Peer(gatehouse::peers::cli::Command),
 }
 
 #[derive(Args)]
@@ -278,9 +281,13 @@ enum ConnectorCommand {
         w: WorkspaceArg,
         #[arg(long)]
         id: String,
-        /// `remote_mcp` (an MCP server over streamable HTTP or legacy HTTP+SSE) or `http_api`.
+        /// `remote_mcp` (an MCP server over streamable HTTP or legacy HTTP+SSE), `http_api`, or
+        /// `peer` (another workspace of the tenant, found by `--blueprint`).
         #[arg(long)]
         kind: String,
+        /// For `peer`: the slug of the blueprint the target workspace runs.
+        #[arg(long, required_if_eq("kind", "peer"))]
+        blueprint: Option<String>,
         #[arg(long, required_if_eq("kind", "remote_mcp"))]
         url: Option<String>,
         /// How to reach a `remote_mcp` server: `streamable_http` (the default) or `sse` (the
@@ -859,13 +866,14 @@ async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> any
             let tombstone = gatehouse::reap::reap(db, tenant, audit, &workspace).await?;
             println!("{}", serde_json::to_string(&tombstone)?);
         }
+        WorkspaceCommand::Peer(cmd) => gatehouse::peers::cli::run(db, audit, cmd).await?,
     }
     Ok(())
 }
 
 async fn connector_command(db: &Db, audit: &Audit, settings: &Config, cmd: ConnectorCommand) -> anyhow::Result<()> {
     match cmd {
-        ConnectorCommand::Add { w, id, kind, url, transport, config, expected_version } => {
+        ConnectorCommand::Add { w, id, kind, url, transport, config, expected_version, blueprint } => {
             let tenant = tenants::by_slug(db, &w.tenant).await?.id;
             let mut value = match config {
                 Some(path) => serde_json::from_str(&std::fs::read_to_string(&path)?).map_err(|e| {
@@ -880,6 +888,9 @@ async fn connector_command(db: &Db, audit: &Audit, settings: &Config, cmd: Conne
                 }
                 if let Some(transport) = transport {
                     map.insert("transport".into(), transport.into());
+                }
+                if let Some(blueprint) = blueprint {
+                    map.insert("blueprint".into(), blueprint.into());
                 }
             }
             let connector = workspaces::http::parse_connector(&id, value)?;

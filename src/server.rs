@@ -112,6 +112,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let sweeper = state.config.vault_keys.is_some().then(|| tokio::spawn(crate::oauth::sweep::run(state.clone())));
     // Reaps a crash left claimed but unfinished: every replica sweeps (a takeover is once).
     let reap_sweeper = tokio::spawn(crate::reap::run(state.db.clone()));
+    // Scheduled invariant checks (one replica per round) and the stale-findings sweep.
+    let invariants = tokio::spawn(crate::findings::invariants::run(state.db.clone()));
     let app = crate::http::router(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
@@ -143,6 +145,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         sweeper.abort();
     }
     reap_sweeper.abort();
+    invariants.abort();
     match tokio::time::timeout(grace, server).await {
         Ok(joined) => joined.context("server task failed")?.context("server failed")?,
         Err(_) => tracing::warn!("drain deadline passed; closing remaining connections"),

@@ -308,3 +308,67 @@ async fn a_catalog_that_changes_under_the_same_configuration_is_drift() {
     store("k2", vec![tool("a"), tool("c")]).await;
     assert_eq!(only(&t, a).await.occurrences, 1);
 }
+
+/// The scheduled invariant checks record what should never last as `invariant` findings of the
+/// tenant concerned (an unclaimed copy long past its lease, a reap claimed long ago and not
+/// finished), count each failing pass, leave healthy state alone, and resolve stale findings
+/// even when no failure is ever recorded.
+#[tokio::test]
+async fn invariant_checks_record_broken_control_plane_state() {
+    let t = TestDb::new().await;
+    let a = tenants::create(&t.db, &Audit::cli(), "tenant-a", "A").await.unwrap().id;
+    let b = tenants::create(&t.db, &Audit::cli(), "tenant-b", "B").await.unwrap().id;
+    for (tenant, slug) in [(a, "tenant-a"), (b, "tenant-b")] {
+        gatehouse::workspaces::create(&t.db, tenant, &Audit::cli(), "main", None).await.unwrap();
+        let _ = slug;
+    }
+    let mut conn = platform_conn(&t).await;
+    // Tenant A: one copy 11 minutes past its lease (broken), one 1 minute past (the sweep's
+    // business, not broken yet), one claimed long ago (being settled); an archived workspace
+    // whose reap was claimed an hour ago. Tenant B: only healthy state.
+    for (tenant, past, owner) in
+        [(a, "11 minutes", None), (a, "1 minute", None), (a, "1 hour", Some("replica-x")), (b, "1 minute", None)]
+    {
+        sqlx::query(
+            "INSERT INTO copies (tenant_id, move_id, copy_ref, role, workspace_id, kind, epoch_read, lease_until, lease_owner)
+             SELECT $1, gen_random_uuid(), 'workspace:' || id, 'destination', id, 'fork', 0, now() - $2::interval, $3
+             FROM workspaces WHERE tenant_id = $1",
+        )
+        .bind(tenant)
+        .bind(past)
+        .bind(owner)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "UPDATE workspaces SET status = 'archived', reap_claimed_at = now() - interval '1 hour', reap_owner = 'gone'
+         WHERE tenant_id = $1",
+    )
+    .bind(a)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    // A finding quiet for 200 days, in tenant B.
+    sqlx::query(
+        "INSERT INTO ops_findings (tenant_id, id, kind, subject, operation, code, occurrences, first_seen, last_seen, last_message)
+         VALUES ($1, gen_random_uuid(), 'recurring', repeat('1', 64), 'downstream.call', 'timeout', 1,
+                 now() - interval '200 days', now() - interval '200 days', 'old')",
+    )
+    .bind(b)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    assert_eq!(findings::invariants::check_once(&t.db).await.unwrap(), Some(2));
+    assert_eq!(findings::invariants::check_once(&t.db).await.unwrap(), Some(2));
+    let found = findings::list(&t.db, a, None, 100).await.unwrap();
+    let mut codes: Vec<(&str, &str, i64)> = found.iter().map(|f| (f.kind.as_str(), f.code.as_str(), f.occurrences)).collect();
+    codes.sort();
+    assert_eq!(codes, [("invariant", "copy_lease_overdue", 2), ("invariant", "reap_stuck", 2)], "{found:?}");
+    assert!(found.iter().all(|f| f.status == "open"));
+    let in_b = findings::list(&t.db, b, None, 100).await.unwrap();
+    assert_eq!(in_b.len(), 1, "tenant B has no broken state: {in_b:?}");
+    assert_eq!((in_b[0].status.as_str(), in_b[0].kind.as_str()), ("resolved", "recurring"), "the quiet finding is stale");
+    assert_eq!(admin_rows(&mut conn, "ops.finding.stale").await, 1);
+}

@@ -14,9 +14,11 @@ use gatehouse::{
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, postgres::PgConnectOptions};
 use uuid::Uuid;
 
-const REPORTS: [&str; 7] = [
+const REPORTS: [&str; 9] = [
     "audit_by_actor",
     "connector_activity_daily",
+    "copy_ledger_health",
+    "erasure_receipts",
     "failing_connectors",
     "open_findings",
     "open_issues",
@@ -68,6 +70,18 @@ async fn populate(t: &TestDb) -> (Uuid, Uuid, Vec<String>) {
         .execute(&mut owner)
         .await
         .unwrap();
+        // The control plane's rows: a pending copy, an erasure receipt, a sealed subject key.
+        for sql in [
+            "INSERT INTO copies (tenant_id, move_id, copy_ref, role, workspace_id, kind, epoch_read, lease_until)
+             SELECT $1, gen_random_uuid(), 'workspace:' || id, 'source', id, 'fork', 0, now() + interval '5 minutes'
+             FROM workspaces WHERE tenant_id = $1 AND length($2) > 0",
+            "INSERT INTO erasure_receipts (tenant_id, id, workspace_id, subject_digest, epoch, counts, erased_by)
+             SELECT $1, gen_random_uuid(), id, repeat('ab', 32), 1, '{\"activity\": 3}', 'test'
+             FROM workspaces WHERE tenant_id = $1 AND length($2) > 0",
+            "INSERT INTO subject_keys (tenant_id, subject, key_id, envelope) VALUES ($1, 'member:x', 'k1', 'v1.k1.bm9uY2U.' || $2 || 'key')",
+        ] {
+            sqlx::query(sql).bind(tenant).bind(PLANTED).execute(&mut owner).await.unwrap();
+        }
     }
     let (recorder, _writer) = Recorder::start(t.db.clone());
     for tenant in &ids {
@@ -110,8 +124,13 @@ async fn forbidden(t: &TestDb, created: &[String]) -> Vec<String> {
         let hexes: Vec<String> = sqlx::query_scalar(AssertSqlSafe(sql)).fetch_all(&mut owner).await.unwrap();
         out.extend(hexes);
     }
-    let envelopes: Vec<String> = sqlx::query_scalar("SELECT envelope FROM credentials").fetch_all(&mut owner).await.unwrap();
-    assert_eq!(envelopes.len(), 2);
+    let envelopes: Vec<String> = sqlx::query_scalar(
+        "SELECT envelope FROM credentials UNION ALL SELECT envelope FROM subject_keys WHERE envelope IS NOT NULL",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!(envelopes.len(), 4);
     for e in envelopes {
         out.push(e.rsplit('.').next().unwrap().to_owned());
         out.push(e);

@@ -157,6 +157,9 @@ async fn connector_view(
     };
     let (tools, catalog) = match connector {
         Connector::HttpApi(api) => (crate::gateway::http_api::catalog(api), "from the configuration".to_owned()),
+        Connector::Peer { blueprint } => {
+            (Vec::new(), format!("another workspace's tools (blueprint {blueprint}), resolved at each call"))
+        }
         Connector::RemoteMcp { .. } => {
             let key = downstream::key(c.ctx.tenant.id.0, bound.workspace.id.0, id, connector);
             let target = catalogs::Target {

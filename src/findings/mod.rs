@@ -2,11 +2,12 @@
 //! subject). `recurring` findings are materialized by the ops writer in the transaction that
 //! records the tenant's failures (subject = the failure fingerprint); `drift` when a
 //! connector's catalog changes under an unchanged configuration (`gateway::catalogs`);
-//! `invariant` is reserved for scheduled checks. Members acknowledge and resolve findings and
+//! `invariant` when a scheduled check fails ([`invariants`]). Members acknowledge and resolve findings and
 //! write suppress rules; findings quiet for 180 days are resolved as `stale` by the ops writer,
 //! with an admin-log row each, never deleted.
 
 pub mod http;
+pub mod invariants;
 pub mod store;
 
 use chrono::{DateTime, Utc};

@@ -116,6 +116,9 @@ pub enum Failure {
     /// The arguments cannot be turned into a request (they passed the schema, but e.g. a path
     /// argument is `..`).
     BadArguments(String),
+    /// A peer connector has no target to call (`not_installed`, `ambiguous`,
+    /// `bound_unavailable`, `peer_cycle`, `peer_depth_exceeded`, `workspace_suspended`).
+    Peer { code: &'static str, message: String },
 }
 
 impl Failure {
@@ -131,6 +134,7 @@ impl Failure {
             }
             Failure::Rejected(message) | Failure::BadArguments(message) => ("downstream_error", message, None),
             Failure::Auth(problem) => return problem.into_error(),
+            Failure::Peer { code, message } => return crate::error::Error::Conflict { code, message },
         };
         crate::error::Error::Unavailable { code, message, retry_after_ms }
     }

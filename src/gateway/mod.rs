@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod downstream;
 pub mod http_api;
 pub mod mcp_client;
+pub mod peer;
 pub mod sse;
 pub mod stash;
 pub mod surface;
@@ -55,6 +56,9 @@ pub struct GatewayCtx {
     pub pool: Option<(String, workspaces::config::Pool)>,
     /// The MCP client's name and version, once the call's request is parsed.
     pub client: Option<(String, String)>,
+    /// The workspaces this call came through by peer connectors, outermost first (empty for
+    /// a call made at this workspace's own endpoint): bounds the depth and refuses cycles.
+    pub peer_path: Vec<uuid::Uuid>,
 }
 
 impl GatewayCtx {
@@ -188,6 +192,7 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
         caller,
         pool,
         client: None,
+        peer_path: Vec::new(),
     });
     Ok(parts)
 }

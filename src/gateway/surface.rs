@@ -242,6 +242,7 @@ fn failure(f: Failure) -> Outcome {
         Failure::Rejected(message) => Outcome::error("downstream_error", message, None),
         Failure::BadArguments(message) => Outcome::error("invalid_args", message, None),
         Failure::Auth(p) => Outcome::error(p.code, p.message, None),
+        Failure::Peer { code, message } => Outcome::error(code, message, None),
         Failure::RateLimited => Outcome::error(
             "rate_limited",
             "this tenant has too many calls in flight; retry shortly".into(),
@@ -298,11 +299,11 @@ fn connector<'d>(ctx: &'d GatewayCtx, id: &str) -> Option<&'d Connector> {
 
 /// The key of the connector's session and catalog: computed once per call (it hashes the
 /// connector's configuration).
-fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
+pub(crate) fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
     downstream::key(ctx.tenant.id.0, ctx.bound.workspace.id.0, id, c)
 }
 
-async fn catalog(
+pub(crate) async fn catalog(
     state: &AppState,
     ctx: &GatewayCtx,
     id: &str,
@@ -315,6 +316,9 @@ async fn catalog(
         connector_id: id,
         config_key: downstream::config_key(key),
     };
+    if let Connector::Peer { blueprint } = c {
+        return super::peer::catalog(state, ctx, id, blueprint).await;
+    }
     // An HTTP API's catalog is its configuration; an MCP server is asked with the credential.
     let credential = if matches!(c, Connector::HttpApi(_)) { None } else { credential(state, ctx, id, c).await? };
     let result = state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c, credential.as_ref()).await;
@@ -461,21 +465,11 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
     let Some(tool) = tools.iter().find(|t| t.name == name) else { return unknown().about(id, name) };
     let class = classify(&ctx.bound.document, id, tool);
     if class == Class::Write && matches!(writes, Writes::Refuse) {
-        let call = json!({ "address": address, "args": tool_args });
-        let mut next = json!({ "tool": "call_destructive_tool" });
-        if call.to_string().len() <= ECHO_CAP {
-            next["arguments"] = call;
-        }
-        let mut out = Outcome::error(
-            "destructive_tool_requires_approval",
-            format!("`{}` may change something; call it with call_destructive_tool after the human approves", echo(address)),
-            Some(json!({ "nextAction": next })),
-        )
-        .about(id, name);
-        out.classification = Some("write");
-        return out;
+        return approval_required(address, &tool_args).about(id, name);
     }
-    let issues = state.downstreams.validate(&key, tool, &tool_args);
+    // A peer's tools are checked by the target, against its own current schema.
+    let issues =
+        if matches!(c, Connector::Peer { .. }) { Vec::new() } else { state.downstreams.validate(&key, tool, &tool_args) };
     if !issues.is_empty() {
         let issues: Vec<Value> = issues.into_iter().map(|(path, message)| json!({ "path": path, "message": message })).collect();
         let mut out = Outcome::error(
@@ -504,11 +498,33 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
         out.classification = Some("write");
         return out;
     }
+    if let Connector::Peer { blueprint } = c {
+        // The target may write only if this call could: a write allowed here (approved, or
+        // counted by the gate) is allowed there; anything else is refused there if it writes.
+        let write_allowed = class == Class::Write || matches!(writes, Writes::Allow);
+        let args_echo = tool_args.clone();
+        let mut out = super::peer::call(state, ctx, id, blueprint, name, tool_args, write_allowed).await;
+        if out.error_code.as_deref() == Some("destructive_tool_requires_approval") {
+            // The target's refusal names its own address; the caller needs this one.
+            out = approval_required(address, &args_echo);
+        }
+        if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
+            let body = serde_json::to_string(&out.result).unwrap_or_default();
+            if ctx.peer_path.is_empty() && body.len() > stash::INLINE_CAP_BYTES {
+                out.result = stashed(state, ctx, address, &body).await;
+                out.stashed = !out.result.is_error.unwrap_or(false);
+            }
+        }
+        let mut out = out.about(id, name);
+        out.classification = Some(class_name(class));
+        return out;
+    }
     let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args, credential.as_ref()).await {
         Ok(result) => {
             let body = serde_json::to_string(&result).unwrap_or_default();
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
-            let large = body.len() > stash::INLINE_CAP_BYTES;
+            // Through a peer, the outermost workspace stashes (its caller pages it there).
+            let large = body.len() > stash::INLINE_CAP_BYTES && ctx.peer_path.is_empty();
             let result = if large { stashed(state, ctx, address, &body).await } else { result };
             Outcome {
                 error_code,
@@ -527,6 +543,22 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
     }
     .about(id, name);
     out.classification = Some(class_name(class));
+    out
+}
+
+/// The refusal of a write made through `call_tool` (or a program), naming the call to make.
+fn approval_required(address: &str, tool_args: &JsonObject) -> Outcome {
+    let call = json!({ "address": address, "args": tool_args });
+    let mut next = json!({ "tool": "call_destructive_tool" });
+    if call.to_string().len() <= ECHO_CAP {
+        next["arguments"] = call;
+    }
+    let mut out = Outcome::error(
+        "destructive_tool_requires_approval",
+        format!("`{}` may change something; call it with call_destructive_tool after the human approves", echo(address)),
+        Some(json!({ "nextAction": next })),
+    );
+    out.classification = Some("write");
     out
 }
 

@@ -247,6 +247,14 @@ pub async fn remove(db: &Db, tenant: TenantId, audit: &Audit, member: Uuid) -> R
             }
             store::delete(&mut *conn, tenant, member).await?;
             crate::sessions::end_for_principal(&mut *conn, &m.principal()).await?;
+            // Reading the principal's membership again puts it in this transaction's read set,
+            // so an accept of the same principal that overlaps this removal (it writes that
+            // row) and read the fence before this commits is a serialization conflict: it is
+            // retried, then sees the fence. See `accept_invitations`.
+            if store::by_principal(&mut *conn, tenant, &m.principal()).await?.is_some() {
+                return Err(anyhow::anyhow!("member {member} still present after its removal").into());
+            }
+            let fence = store::raise_fence(&mut *conn, tenant, &m.principal()).await?;
             admin_log::record(
                 conn,
                 Entry {
@@ -255,7 +263,7 @@ pub async fn remove(db: &Db, tenant: TenantId, audit: &Audit, member: Uuid) -> R
                     action: "member.remove",
                     target: format!("member:{member}"),
                     before: Some(json!({ "issuer": m.issuer, "subject": m.subject, "email": m.email, "role": m.role })),
-                    after: None,
+                    after: Some(json!({ "fence_raised_at": fence })),
                 },
             )
             .await?;
@@ -263,6 +271,47 @@ pub async fn remove(db: &Db, tenant: TenantId, audit: &Audit, member: Uuid) -> R
         })
     })
     .await
+}
+
+/// Accepts every outstanding invitation for `email` as `p`, inside the caller's sign-in
+/// transaction (platform context), with one admin-log row per tenant joined.
+///
+/// The membership fence (issue 7 §8): `started_at` is when the accepting request started, by
+/// the database clock, read in an earlier transaction of that request (the sign-in callback's
+/// claim of its flow), so a retry of this transaction cannot move it later. If any tenant
+/// removed `p` at or after that instant, the whole accept is refused with 409
+/// `membership_fenced` and nothing is written: a removal always wins over an accept that was
+/// already in flight when it committed. A new sign-in (a request started after the removal)
+/// is admitted.
+pub async fn accept_invitations(
+    conn: &mut sqlx::PgConnection,
+    audit: &Audit,
+    p: &Principal,
+    email: &str,
+    name: Option<&str>,
+    started_at: DateTime<Utc>,
+) -> Result<()> {
+    for (tenant, invitation, role) in store::claim_invitations(&mut *conn, email).await? {
+        if store::fence(&mut *conn, tenant, p).await?.is_some_and(|raised| raised >= started_at) {
+            return Err(Error::Conflict {
+                code: "membership_fenced",
+                message: "you were removed from a tenant after this sign-in began; sign in again to accept its invitation".into(),
+            });
+        }
+        let (member, _) = store::upsert(&mut *conn, tenant, p, Some(email), name, role).await?;
+        store::mark_invitation_consumer(&mut *conn, tenant, invitation, member.id).await?;
+        let after = Some(json!({ "member": member.id, "role": member.role, "invitation": invitation }));
+        let entry = Entry {
+            tenant: Some(tenant),
+            audit,
+            action: "member.join",
+            target: format!("member:{}", member.id),
+            before: None,
+            after,
+        };
+        admin_log::record(&mut *conn, entry).await?;
+    }
+    Ok(())
 }
 
 pub async fn list(db: &Db, tenant: TenantId) -> Result<Vec<Member>> {

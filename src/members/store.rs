@@ -272,3 +272,30 @@ pub async fn mark_invitation_consumer(conn: &mut PgConnection, tenant: TenantId,
         .await?;
     Ok(())
 }
+
+/// Raises the membership fence of `p` to the database clock at this statement (never lowers
+/// it: `greatest`, and the table's trigger refuses a lower value). `clock_timestamp()`, not
+/// `now()`: the fence must not predate the removal's own last steps, or an accept that began
+/// while this transaction ran would pass it.
+pub async fn raise_fence(conn: &mut PgConnection, tenant: TenantId, p: &Principal) -> Result<chrono::DateTime<chrono::Utc>> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO member_fences AS f (tenant_id, issuer, subject, raised_at) VALUES ($1, $2, $3, clock_timestamp())
+         ON CONFLICT (tenant_id, issuer, subject) DO UPDATE SET raised_at = greatest(f.raised_at, EXCLUDED.raised_at)
+         RETURNING raised_at",
+    )
+    .bind(tenant)
+    .bind(&p.issuer)
+    .bind(&p.subject)
+    .fetch_one(conn)
+    .await?)
+}
+
+/// The latest removal of `p` from the tenant, if any.
+pub async fn fence(conn: &mut PgConnection, tenant: TenantId, p: &Principal) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+    Ok(sqlx::query_scalar("SELECT raised_at FROM member_fences WHERE tenant_id = $1 AND issuer = $2 AND subject = $3")
+        .bind(tenant)
+        .bind(&p.issuer)
+        .bind(&p.subject)
+        .fetch_optional(conn)
+        .await?)
+}

@@ -197,6 +197,8 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
         },
         (Some(issuer), Connector::HttpApi(_)) => (issuer.clone(), o.resource.clone()),
         (None, Connector::HttpApi(_)) => return Err(unavailable("the connector names no authorization server")),
+        // A peer takes no credentials (it calls another workspace as the same caller).
+        (_, Connector::Peer { .. }) => return Err(unavailable("a peer connector has no authorization server")),
     };
     let m = server_metadata(http, &issuer).await?;
     let authorization =

@@ -119,7 +119,7 @@ async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -
         "unknown, expired or already used sign-in state",
     ))?;
     let identity = state.rp.finish(&code, &flow.pkce_verifier, &flow.nonce).await?;
-    let raw = sign_in(state, &identity, crate::http::request_id(headers)).await?;
+    let raw = sign_in(state, &identity, flow.started_at, crate::http::request_id(headers)).await?;
     let mut response = Redirect::to(&flow.next_path).into_response();
     let secure = state.config.cookie_secure();
     let h = response.headers_mut();
@@ -130,8 +130,14 @@ async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -
 
 /// Records the sign-in: consumes invitations for a provider-verified email, makes the first
 /// person on a fresh embedded deployment owner of a default tenant, opens the session, and
-/// writes the admin-log rows, all in one transaction.
-async fn sign_in(state: &AppState, identity: &Identity, request_id: Option<String>) -> Result<String> {
+/// writes the admin-log rows, all in one transaction. `started_at`: when this request claimed
+/// its flow (the database clock), for the membership fence.
+async fn sign_in(
+    state: &AppState,
+    identity: &Identity,
+    started_at: chrono::DateTime<chrono::Utc>,
+    request_id: Option<String>,
+) -> Result<String> {
     let audit = Audit { actor: format!("person:{}", identity.principal.subject), request_id };
     let bootstrap = state.config.database_url.is_none();
     state
@@ -144,20 +150,7 @@ async fn sign_in(state: &AppState, identity: &Identity, request_id: Option<Strin
                 if identity.email_verified
                     && let Some(email) = email.and_then(|e| members::normalize_email(e).ok())
                 {
-                    for (tenant, invitation, role) in members::store::claim_invitations(&mut *conn, &email).await? {
-                        let (member, _) = members::store::upsert(&mut *conn, tenant, p, Some(&email), name, role).await?;
-                        members::store::mark_invitation_consumer(&mut *conn, tenant, invitation, member.id).await?;
-                        let after = Some(json!({ "member": member.id, "role": member.role, "invitation": invitation }));
-                        let entry = Entry {
-                            tenant: Some(tenant),
-                            audit: &audit,
-                            action: "member.join",
-                            target: format!("member:{}", member.id),
-                            before: None,
-                            after,
-                        };
-                        admin_log::record(&mut *conn, entry).await?;
-                    }
+                    members::accept_invitations(&mut *conn, &audit, p, &email, name, started_at).await?;
                 }
                 if bootstrap && tenants::store::count(&mut *conn).await? == 0 {
                     let tenant = tenants::create_in(&mut *conn, &audit, DEFAULT_TENANT, "Default").await?;

@@ -13,6 +13,9 @@ pub struct Flow {
     pub pkce_verifier: String,
     pub nonce: String,
     pub next_path: String,
+    /// When the callback claimed the flow (database clock): the accepting request's start, for
+    /// the membership fence.
+    pub started_at: chrono::DateTime<chrono::Utc>,
 }
 
 pub async fn insert(
@@ -50,14 +53,19 @@ pub async fn claim(conn: &mut PgConnection, state_hash: &[u8], browser_hash: &[u
     let row = sqlx::query(
         "UPDATE oidc_flows SET claimed_at = now()
          WHERE state_hash = $1 AND browser_hash = $2 AND claimed_at IS NULL AND expires_at > now()
-         RETURNING pkce_verifier, nonce, next_path",
+         RETURNING pkce_verifier, nonce, next_path, claimed_at",
     )
     .bind(state_hash)
     .bind(browser_hash)
     .fetch_optional(conn)
     .await?;
     row.map(|r| {
-        Ok(Flow { pkce_verifier: r.try_get("pkce_verifier")?, nonce: r.try_get("nonce")?, next_path: r.try_get("next_path")? })
+        Ok(Flow {
+            pkce_verifier: r.try_get("pkce_verifier")?,
+            nonce: r.try_get("nonce")?,
+            next_path: r.try_get("next_path")?,
+            started_at: r.try_get("claimed_at")?,
+        })
     })
     .transpose()
 }

@@ -289,13 +289,24 @@ pub enum Connector {
     },
     /// An HTTP API whose tools are described as data.
     HttpApi(super::http_api::HttpApi),
+    /// Another workspace of the same tenant, found at call time: the one explicitly bound to
+    /// this connector, else the one active primary workspace bound to `blueprint` (see
+    /// `crate::peers`). Its tools are the target's, addressed `<this id>.<target connector>.<tool>`.
+    Peer {
+        /// The slug of the blueprint the target workspace runs.
+        blueprint: String,
+    },
 }
+
+/// The credentials of a connector that takes none (a peer calls in-process, as the same caller).
+static NO_AUTH: Auth = Auth::None;
 
 impl Connector {
     pub fn timeout_ms(&self) -> u64 {
         match self {
             Connector::RemoteMcp { timeout_ms, .. } => timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
             Connector::HttpApi(api) => api.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+            Connector::Peer { .. } => DEFAULT_TIMEOUT_MS,
         }
     }
 
@@ -303,14 +314,16 @@ impl Connector {
         match self {
             Connector::RemoteMcp { .. } => "remote_mcp",
             Connector::HttpApi(_) => "http_api",
+            Connector::Peer { .. } => "peer",
         }
     }
 
-    /// Where it points: the MCP server's URL or the API's base URL.
+    /// Where it points: the MCP server's URL, the API's base URL, or a peer's blueprint slug.
     pub fn url(&self) -> &str {
         match self {
             Connector::RemoteMcp { url, .. } => url,
             Connector::HttpApi(api) => &api.base_url,
+            Connector::Peer { blueprint } => blueprint,
         }
     }
 
@@ -318,6 +331,7 @@ impl Connector {
         match self {
             Connector::RemoteMcp { auth, .. } => auth,
             Connector::HttpApi(api) => &api.auth,
+            Connector::Peer { .. } => &NO_AUTH,
         }
     }
 }
@@ -499,6 +513,14 @@ impl Document {
                     check_timeout(*timeout_ms, &at("timeout_ms"), &mut bad);
                 }
                 Connector::HttpApi(api) => api.issues(id, &mut bad),
+                Connector::Peer { blueprint } => {
+                    if crate::tenants::validate_slug(blueprint).is_err() {
+                        bad(
+                            at("blueprint"),
+                            "a blueprint slug is 3 to 63 characters of a-z, 0-9 and '-', not starting or ending with '-'",
+                        );
+                    }
+                }
             }
         }
         for (i, grant) in self.grants.iter().flatten().enumerate() {
@@ -628,6 +650,20 @@ mod tests {
         assert!(
             serde_json::from_str::<Connector>(r#"{"kind":"remote_mcp","url":"https://x.example","transport":"ws"}"#).is_err()
         );
+    }
+
+    #[test]
+    fn peer_connectors_name_a_blueprint() {
+        let peer: Connector = serde_json::from_str(r#"{"kind":"peer","blueprint":"billing"}"#).unwrap();
+        assert_eq!(peer, Connector::Peer { blueprint: "billing".into() });
+        assert_eq!((peer.kind(), peer.url(), peer.auth()), ("peer", "billing", &Auth::None));
+        assert!(serde_json::from_str::<Connector>(r#"{"kind":"peer"}"#).is_err(), "the blueprint is required");
+        assert!(serde_json::from_str::<Connector>(r#"{"kind":"peer","blueprint":"b1c","url":"x"}"#).is_err());
+        let mut d = Document::default();
+        d.connectors.insert("crm".into(), peer);
+        d.connectors.insert("bad".into(), Connector::Peer { blueprint: "-No".into() });
+        let fields: Vec<_> = d.issues().into_iter().map(|i| i.field).collect();
+        assert_eq!(fields, ["connectors.bad.blueprint"]);
     }
 
     #[test]
