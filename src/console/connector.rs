@@ -165,6 +165,7 @@ fn explain(code: &str) -> &'static str {
         "auth_required" => "the credential is missing",
         "credential_unreadable" => "the stored credential cannot be opened; set it again",
         "vault_disabled" => "the vault is off (GATEHOUSE_VAULT_KEYS)",
+        "no_credentials" => "this connector takes no credential",
         _ => "the test failed",
     }
 }
@@ -195,6 +196,8 @@ async fn run_test(c: &Console, state: &AppState, ws: &str, id: &str) -> Result<T
             Ok(tools) => TestView { ok: true, code: "ok".into(), message: format!("the server answered initialize and listed {tools} tools") },
             Err(f) => failed(f.into_error().code()),
         },
+        // A peer takes no credential (the slot check above already refuses it).
+        Connector::Peer { .. } => failed("no_credentials"),
     })
 }
 
