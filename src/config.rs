@@ -73,6 +73,24 @@ pub struct Config {
     pub mcp_redirect_uris: Vec<String>,
     /// Lifetime of an MCP OAuth access token (`GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS`, default 1 h).
     pub mcp_access_token_ttl_secs: u64,
+    /// The copy ledger, its recovery sweep, forks and snapshot files (`GATEHOUSE_COPY_*`).
+    pub copies: CopiesConfig,
+}
+
+/// Settings of the copy ledger (issue 7 §3–4).
+#[derive(Clone, Debug)]
+pub struct CopiesConfig {
+    /// How long a move's pending rows are its own before the sweep may claim them
+    /// (`GATEHOUSE_COPY_LEASE_MS`, default 5 min). Longer than any move's copy step can take.
+    pub lease_ms: u64,
+    /// How often each replica runs the recovery sweep (`GATEHOUSE_COPY_SWEEP_MS`, default 30 s).
+    pub sweep_every_ms: u64,
+    /// Where snapshot files go (`GATEHOUSE_SNAPSHOT_DIR`, default `<data dir>/snapshots`). Every
+    /// replica must see the same directory (a shared volume), so any replica's sweep can wipe.
+    pub snapshot_dir: PathBuf,
+    /// A test-only crash point (`GATEHOUSE_FAULT`, e.g. `fork.after_record`): the process aborts
+    /// there. Refused in production.
+    pub fault: Option<String>,
 }
 
 /// Limits of `execute_code`: each is enforced with its own error code.
@@ -273,6 +291,8 @@ impl Config {
         };
 
         let mcp_access_token_ttl_secs = number("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", 3600, 1, 86_400);
+        let copy_lease_ms = number("GATEHOUSE_COPY_LEASE_MS", 300_000, 100, 86_400_000);
+        let copy_sweep_ms = number("GATEHOUSE_COPY_SWEEP_MS", 30_000, 50, 3_600_000);
         let mut mcp_redirect_uris = Vec::new();
         for uri in get("GATEHOUSE_MCP_REDIRECT_URIS").unwrap_or_default().split(',').map(str::trim).filter(|u| !u.is_empty()) {
             match url::Url::parse(uri) {
@@ -311,11 +331,22 @@ impl Config {
             bad("GATEHOUSE_PLATFORM_ADMINS", "must be comma-separated email addresses".into());
         }
 
+        let data_dir = get("GATEHOUSE_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".gatehouse"));
+        let fault = get("GATEHOUSE_FAULT");
+        if fault.is_some() && env == Environment::Production {
+            bad("GATEHOUSE_FAULT", "is a test-only crash point and is refused when GATEHOUSE_ENV=production".into());
+        }
+        let copies = CopiesConfig {
+            lease_ms: copy_lease_ms,
+            sweep_every_ms: copy_sweep_ms,
+            snapshot_dir: get("GATEHOUSE_SNAPSHOT_DIR").map(PathBuf::from).unwrap_or_else(|| data_dir.join("snapshots")),
+            fault,
+        };
         let config = Config {
             database_url,
             listen,
             public_url,
-            data_dir: get("GATEHOUSE_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".gatehouse")),
+            data_dir,
             env,
             oidc_issuer,
             oidc_client_id: get("GATEHOUSE_OIDC_CLIENT_ID"),
@@ -334,6 +365,7 @@ impl Config {
             code,
             mcp_redirect_uris,
             mcp_access_token_ttl_secs,
+            copies,
         };
         if problems.is_empty() { Ok(config) } else { Err(ConfigError(problems)) }
     }

@@ -49,6 +49,12 @@ enum Command {
     /// Manage a tenant's workspaces.
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
+    /// The copy ledger: every copy of a workspace's state a move made (forks, snapshots).
+    #[command(subcommand)]
+    Copies(CopiesCommand),
+    /// Snapshot files of workspaces (sealed per subject): export and restore.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
     /// Manage a workspace's connectors (each change is a new configuration version).
     #[command(subcommand)]
     Connector(ConnectorCommand),
@@ -263,6 +269,64 @@ enum WorkspaceCommand {
     /// A workspace's peer connectors: bind, unbind, list (issue 7 §7).
     #[command(subcommand)]
     Peer(gatehouse::peers::cli::Command),
+    /// Fork a workspace into a preview workspace that expires; prints slug, id and move.
+    Fork {
+        #[command(flatten)]
+        t: TenantArg,
+        /// The workspace to fork.
+        workspace: String,
+        #[arg(long)]
+        slug: String,
+        /// Hours until the fork expires (default 72, at most 720).
+        #[arg(long)]
+        ttl_hours: Option<i64>,
+    },
+    /// Extend a fork's life by some hours; prints its expiry and pin.
+    ForkExtend {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
+        #[arg(long)]
+        hours: i64,
+    },
+    /// Pin a fork (it never expires while pinned), or unpin it with --unpin.
+    ForkPin {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
+        #[arg(long)]
+        unpin: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum CopiesCommand {
+    /// One ledger row per line: move, kind, role, copy, state, lease until, claimant, created at.
+    List {
+        #[command(flatten)]
+        t: TenantArg,
+        /// Only the rows of this workspace (as the copied workspace or as a copy).
+        #[arg(long)]
+        workspace: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapshotCommand {
+    /// Export a workspace to a new file in GATEHOUSE_SNAPSHOT_DIR; prints the file and the move.
+    Export {
+        #[command(flatten)]
+        t: TenantArg,
+        workspace: String,
+    },
+    /// Restore a snapshot file into a new workspace; prints slug, id, and subjects restored and unreadable.
+    Restore {
+        #[command(flatten)]
+        t: TenantArg,
+        file: String,
+        #[arg(long)]
+        slug: String,
+    },
 }
 
 #[derive(Args)]
@@ -575,7 +639,29 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         Command::Token(cmd) => token_command(db, &audit, token_cap, cmd).await?,
         Command::McpAuth(cmd) => gatehouse::mcp_auth::control::run(db, &audit, cmd).await?,
         Command::ServiceCredential(cmd) => credential_command(db, &audit, cmd).await?,
-        Command::Workspace(cmd) => workspace_command(db, &audit, cmd).await?,
+        Command::Workspace(cmd) => workspace_command(db, &audit, config, cmd).await?,
+        Command::Snapshot(SnapshotCommand::Export { t, workspace }) => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let e = gatehouse::snapshots::export(db, config, tenant, &audit, &workspace).await?;
+            println!("{}\t{}", e.file, e.move_id);
+        }
+        Command::Snapshot(SnapshotCommand::Restore { t, file, slug }) => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let r = gatehouse::snapshots::restore(db, config, tenant, &audit, &file, &slug).await?;
+            println!("{}\t{}\t{}\t{}", r.workspace, r.workspace_id, r.subjects_restored, r.subjects_unreadable);
+        }
+        Command::Copies(CopiesCommand::List { t, workspace }) => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let workspace = match workspace {
+                Some(slug) => Some(workspaces::bound(db, tenant, &slug).await?.workspace.id.0),
+                None => None,
+            };
+            for c in gatehouse::copies::list(db, tenant, workspace).await? {
+                let owner = c.lease_owner.unwrap_or_else(|| "-".into());
+                let (lease, created) = (c.lease_until.to_rfc3339(), c.created_at.to_rfc3339());
+                println!("{}\t{}\t{}\t{}\t{}\t{lease}\t{owner}\t{created}", c.move_id, c.kind, c.role, c.copy_ref, c.state);
+            }
+        }
         Command::Connector(cmd) => connector_command(db, &audit, config, cmd).await?,
         Command::Credential(cmd) => return slot_command(db, &audit, config, cmd).await,
         Command::ConnectLink(cmd) => link_command(db, &audit, config, cmd).await?,
@@ -835,8 +921,24 @@ async fn credential_command(db: &Db, audit: &Audit, cmd: CredentialCommand) -> a
     Ok(())
 }
 
-async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> anyhow::Result<()> {
+async fn workspace_command(db: &Db, audit: &Audit, config: &Config, cmd: WorkspaceCommand) -> anyhow::Result<()> {
+    use gatehouse::forks;
     match cmd {
+        WorkspaceCommand::Fork { t, workspace, slug, ttl_hours } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let f = forks::fork(db, config, tenant, audit, &workspace, &slug, ttl_hours).await?;
+            println!("{}\t{}\t{}", f.workspace.slug, f.workspace.id.0, f.move_id);
+        }
+        WorkspaceCommand::ForkExtend { t, workspace, hours } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let e = forks::extend(db, tenant, audit, &workspace, hours).await?;
+            println!("{}\t{}\t{}", e.workspace, e.expires_at.to_rfc3339(), if e.pinned { "pinned" } else { "unpinned" });
+        }
+        WorkspaceCommand::ForkPin { t, workspace, unpin } => {
+            let tenant = tenants::by_slug(db, &t.tenant).await?.id;
+            let e = forks::pin(db, tenant, audit, &workspace, !unpin).await?;
+            println!("{}\t{}\t{}", e.workspace, e.expires_at.to_rfc3339(), if e.pinned { "pinned" } else { "unpinned" });
+        }
         WorkspaceCommand::Create { t, slug, name } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;
             let ws = workspaces::create(db, tenant, audit, &slug, name.as_deref()).await?;
@@ -863,7 +965,7 @@ async fn workspace_command(db: &Db, audit: &Audit, cmd: WorkspaceCommand) -> any
         }
         WorkspaceCommand::Reap { t, workspace } => {
             let tenant = tenants::by_slug(db, &t.tenant).await?.id;
-            let tombstone = gatehouse::reap::reap(db, tenant, audit, &workspace).await?;
+            let tombstone = gatehouse::reap::reap(db, &config.copies.snapshot_dir, tenant, audit, &workspace).await?;
             println!("{}", serde_json::to_string(&tombstone)?);
         }
         WorkspaceCommand::Peer(cmd) => gatehouse::peers::cli::run(db, audit, cmd).await?,

@@ -110,8 +110,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     };
     // Revocation intents a crash left unsettled: every replica sweeps (claims keep it once).
     let sweeper = state.config.vault_keys.is_some().then(|| tokio::spawn(crate::oauth::sweep::run(state.clone())));
+    // Copy moves a crash left pending, eligible wipes and expired forks: every replica sweeps.
+    let copy_sweeper = tokio::spawn(crate::copies::sweep::run(state.clone()));
     // Reaps a crash left claimed but unfinished: every replica sweeps (a takeover is once).
-    let reap_sweeper = tokio::spawn(crate::reap::run(state.db.clone()));
+    let reap_sweeper = tokio::spawn(crate::reap::run(state.db.clone(), state.config.copies.snapshot_dir.clone()));
     // Scheduled invariant checks (one replica per round) and the stale-findings sweep.
     let invariants = tokio::spawn(crate::findings::invariants::run(state.db.clone()));
     let app = crate::http::router(state);
@@ -144,6 +146,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }
+    copy_sweeper.abort();
     reap_sweeper.abort();
     invariants.abort();
     match tokio::time::timeout(grace, server).await {

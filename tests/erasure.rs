@@ -497,7 +497,14 @@ mod model {
                 Op::Reap => {
                     sql(t, &format!("UPDATE workspaces SET status = 'archived' WHERE id = '{ws}' AND reap_claimed_at IS NULL"))
                         .await;
-                    let r = gatehouse::reap::reap(&t.db, TenantId(tenant), &audit, "main").await;
+                    let r = gatehouse::reap::reap(
+                        &t.db,
+                        &std::env::temp_dir().join("gatehouse-no-snapshots"),
+                        TenantId(tenant),
+                        &audit,
+                        "main",
+                    )
+                    .await;
                     match r {
                         Ok(_) => {
                             assert!(model.exists && (model.reap_claimed || !model.pending()), "step {step}");

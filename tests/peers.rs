@@ -224,10 +224,15 @@ async fn resolution_explicit_bindings_and_invalidation_without_fallback() {
     };
     bind_to("crm-fork").await;
     assert!(!echo(&base, &m, "front", "crm.everything.echo").await.0);
-    as_owner(&t, "DELETE FROM connector_catalogs WHERE workspace_id = (SELECT id FROM workspaces WHERE slug = 'crm-fork')").await;
-    as_owner(&t, "DELETE FROM workspace_versions WHERE workspace_id = (SELECT id FROM workspaces WHERE slug = 'crm-fork')").await;
-    as_owner(&t, "DELETE FROM workspaces WHERE slug = 'crm-fork'").await;
-    assert_eq!(count(&t, "SELECT count(*) FROM peer_bindings WHERE invalidated_reason = 'target_deleted'").await, 1);
+    // The real path to deletion: archive (invalidates), then reap (deletes the target's row;
+    // the binding stays, invalidated, and never falls back).
+    cli(&t.url, &["workspace", "archive", "--tenant", "acme", "crm-fork"]).await;
+    cli(&t.url, &["workspace", "reap", "--tenant", "acme", "crm-fork"]).await;
+    assert_eq!(count(&t, "SELECT count(*) FROM workspaces WHERE slug = 'crm-fork'").await, 0);
+    assert_eq!(
+        count(&t, "SELECT count(*) FROM peer_bindings WHERE connector_id = 'crm' AND invalidated_at IS NOT NULL").await,
+        1
+    );
     assert_eq!(echo(&base, &m, "front", "crm.everything.echo").await, (true, "bound_unavailable".into()));
     bind_to("crm-a").await;
     set_status(&t, "crm-a", "reaped").await;

@@ -84,7 +84,15 @@ async fn reaps_are_refused_until_archived_and_settled_and_win_once_across_three_
     // Another tenant's workspace: 404, and it stays.
     let r = browsers[0].write(Method::POST, "/api/v1/tenants/other/workspaces/elsewhere/reap", json!({})).await;
     assert_eq!(r.status(), 404);
-    let e = gatehouse::reap::reap(&t.db, TenantId(tenant), &Audit::cli(), "elsewhere").await.unwrap_err();
+    let e = gatehouse::reap::reap(
+        &t.db,
+        &std::env::temp_dir().join("gatehouse-no-snapshots"),
+        TenantId(tenant),
+        &Audit::cli(),
+        "elsewhere",
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.status(), 404);
     assert_eq!(count(&t, &format!("SELECT count(*) FROM workspaces WHERE id = '{foreign}'")).await, 1);
 
@@ -190,9 +198,13 @@ async fn an_interrupted_reap_is_finished_by_the_next_call_or_by_the_sweep() {
         ),
     )
     .await;
-    let e = gatehouse::reap::reap(&t.db, tenant, &audit, "live").await.unwrap_err();
+    let e = gatehouse::reap::reap(&t.db, &std::env::temp_dir().join("gatehouse-no-snapshots"), tenant, &audit, "live")
+        .await
+        .unwrap_err();
     assert_eq!((e.status().as_u16(), e.code()), (409, "reap_in_progress"), "a live claim is left to its owner");
-    let done = gatehouse::reap::reap(&t.db, tenant, &audit, "resumed").await.unwrap();
+    let done = gatehouse::reap::reap(&t.db, &std::env::temp_dir().join("gatehouse-no-snapshots"), tenant, &audit, "resumed")
+        .await
+        .unwrap();
     assert_eq!(done.workspace_id, resumed);
     assert_eq!(leftovers(&t, resumed).await, 0);
 
@@ -211,4 +223,34 @@ async fn an_interrupted_reap_is_finished_by_the_next_call_or_by_the_sweep() {
     // Freed slugs are taken again.
     workspace(&t, "acme", "resumed").await;
     workspace(&t, "acme", "swept").await;
+}
+
+/// A snapshot copy of the workspace not yet settled (a claimed orphan, or one retained) is a
+/// file in the snapshot directory: the reap removes the file and settles its row; a finished
+/// export (`done`) is a backup in its own right and stays (erasure reaches it through keys).
+#[tokio::test]
+async fn a_reap_removes_the_files_of_unsettled_snapshot_copies() {
+    let t = TestDb::new().await;
+    let tenant = setup(&t).await;
+    let id = workspace(&t, "acme", "snapped").await;
+    archive(&t, id).await;
+    let dir = std::env::temp_dir().join(format!("gatehouse-snapshots-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (file, state) in [("orphan.snap", "retained"), ("kept.snap", "done")] {
+        std::fs::write(dir.as_path().join(file), b"sealed").unwrap();
+        sql(
+            &t,
+            &format!(
+                "INSERT INTO copies (tenant_id, move_id, copy_ref, role, workspace_id, kind, state, epoch_read, lease_until)
+                 VALUES ('{tenant}', gen_random_uuid(), 'snapshot:{file}', 'destination', '{id}', 'snapshot_export', '{state}', 0, now())"
+            ),
+        )
+        .await;
+    }
+    let done = gatehouse::reap::reap(&t.db, dir.as_path(), TenantId(tenant), &Audit::cli(), "snapped").await.unwrap();
+    assert_eq!(done.deleted["snapshot_files"], 1, "{:?}", done.deleted);
+    assert!(!dir.as_path().join("orphan.snap").exists(), "the unsettled snapshot's file is gone");
+    assert!(dir.as_path().join("kept.snap").exists(), "a finished export stays");
+    assert_eq!(count(&t, &format!("SELECT count(*) FROM copies WHERE workspace_id = '{id}' AND state <> 'done'")).await, 0);
+    assert_eq!(leftovers(&t, id).await, 0);
 }

@@ -156,7 +156,9 @@ async fn apply(
     }
     let result = match transition(verb) {
         Some(t) => workspaces::lifecycle::transition(&state.db, c.ctx.tenant.id, &c.ctx.audit, &ws, t).await.map(|_| ()),
-        None => crate::reap::reap(&state.db, c.ctx.tenant.id, &c.ctx.audit, &ws).await.map(|_| ()),
+        None => {
+            crate::reap::reap(&state.db, &state.config.copies.snapshot_dir, c.ctx.tenant.id, &c.ctx.audit, &ws).await.map(|_| ())
+        }
     };
     match result {
         Ok(()) if verb == "reap" => Ok(Redirect::to(&format!("/console/t/{}/workspaces?reaped={ws}", c.slug())).into_response()),

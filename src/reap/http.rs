@@ -16,7 +16,7 @@ async fn reap_workspace(
     Path((_, slug)): Path<(String, String)>,
 ) -> Result<Json<Tombstone>> {
     ctx.require_admin()?;
-    Ok(Json(super::reap(&state.db, ctx.tenant.id, &ctx.audit, &slug).await?))
+    Ok(Json(super::reap(&state.db, &state.config.copies.snapshot_dir, ctx.tenant.id, &ctx.audit, &slug).await?))
 }
 
 pub fn router() -> Router<AppState> {

@@ -9,9 +9,10 @@
 pub mod http;
 pub mod store;
 
-use std::{sync::LazyLock, time::Duration};
+use std::{path::Path, sync::LazyLock, time::Duration};
 
 use serde::Serialize;
+
 use serde_json::json;
 use uuid::Uuid;
 
@@ -52,8 +53,9 @@ fn in_progress() -> Error {
     Error::Conflict { code: "reap_in_progress", message: "another reap of this workspace is in progress".into() }
 }
 
-/// Reaps the archived workspace `slug`, or finishes its abandoned reap.
-pub async fn reap(db: &Db, tenant: TenantId, audit: &Audit, slug: &str) -> Result<Tombstone> {
+/// Reaps the archived workspace `slug`, or finishes its abandoned reap. `snapshots` is the
+/// snapshot directory: the files of the workspace's unsettled snapshot copies are removed.
+pub async fn reap(db: &Db, snapshots: &Path, tenant: TenantId, audit: &Audit, slug: &str) -> Result<Tombstone> {
     let owner = REPLICA.as_str();
     let id = db
         .serializable(Scope::Tenant(tenant), move |conn, _| {
@@ -95,13 +97,11 @@ pub async fn reap(db: &Db, tenant: TenantId, audit: &Audit, slug: &str) -> Resul
             })
         })
         .await?;
-    // Copies outside the database (snapshot files) would be wiped here, between the claim and
-    // the final transaction; see `finish`.
-    finish(db, tenant, audit, id, owner).await
+    finish(db, snapshots, tenant, audit, id, owner).await
 }
 
 /// The final transaction of a reap whose claim `owner` holds.
-async fn finish(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid, owner: &str) -> Result<Tombstone> {
+async fn finish(db: &Db, snapshots: &Path, tenant: TenantId, audit: &Audit, id: Uuid, owner: &str) -> Result<Tombstone> {
     db.serializable(Scope::Tenant(tenant), move |conn, _| {
         Box::pin(async move {
             let s = store::by_id(&mut *conn, tenant, id, GRACE_SECS).await?.ok_or(Error::NotFound { what: "workspace" })?;
@@ -125,9 +125,14 @@ async fn finish(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid, owner: &str)
                 let more = store::wipe(&mut *conn, tenant, &others, false).await?;
                 deleted.insert("other_copies".into(), serde_json::Value::Object(more));
             }
-            // TODO(snapshots): `snapshot:<file>` copies are sealed per subject in the snapshot
-            // directory, which has no configuration yet; once it does, their files are removed
-            // between the claim and this transaction.
+            // Snapshot files of this workspace not yet settled go before their rows are settled.
+            // Removing is idempotent, so a retried or failed transaction only finds less to
+            // remove; a file removed by a transaction that then fails is a wipe done early.
+            let mut files = 0;
+            for file in unsettled.iter().filter_map(|(r, _)| r.strip_prefix("snapshot:")) {
+                files += u64::from(crate::copies::sweep::remove_snapshot(snapshots, file)?);
+            }
+            deleted.insert("snapshot_files".into(), json!(files));
             let settled = store::settle(&mut *conn, tenant, id).await?;
             deleted.insert("copies_settled".into(), json!(settled));
             deleted.insert(
@@ -174,7 +179,7 @@ async fn take_over(conn: &mut sqlx::PgConnection, tenant: TenantId, audit: &Audi
 }
 
 /// Finishes abandoned reaps (claims older than the grace period), a bounded batch.
-pub async fn sweep_once(db: &Db) -> Result<usize> {
+pub async fn sweep_once(db: &Db, snapshots: &Path) -> Result<usize> {
     let scope = Scope::Platform { reason: "reap sweep" };
     let stale = db.single_decision(scope, |conn, _| Box::pin(store::stale_claims(conn, GRACE_SECS, BATCH))).await?;
     let audit = Audit { actor: "system:reap_sweep".into(), request_id: None };
@@ -188,7 +193,7 @@ pub async fn sweep_once(db: &Db) -> Result<usize> {
         if !taken {
             continue; // another replica took it first
         }
-        match finish(db, tenant, audit, id, owner).await {
+        match finish(db, snapshots, tenant, audit, id, owner).await {
             Ok(_) => finished += 1,
             Err(e) => tracing::warn!(error = %e, tenant = %tenant.0, workspace = %id, "reap sweep could not finish a reap"),
         }
@@ -197,12 +202,12 @@ pub async fn sweep_once(db: &Db) -> Result<usize> {
 }
 
 /// Sweeps now and then every [`EVERY`], until the task is dropped.
-pub async fn run(db: Db) {
+pub async fn run(db: Db, snapshots: std::path::PathBuf) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match sweep_once(&db).await {
+        match sweep_once(&db, &snapshots).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(finished = n, "reap sweep"),
             Err(e) => tracing::warn!(error = %e, "reap sweep failed"),
