@@ -50,4 +50,4 @@ pub struct Record {
     pub at: DateTime<Utc>,
 }
 
-pub use store::{list, record};
+pub use store::{Filter, list, list_filtered, record};

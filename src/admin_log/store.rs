@@ -39,3 +39,45 @@ pub async fn list(conn: &mut PgConnection, tenant: Option<TenantId>, before: Opt
     .fetch_all(conn)
     .await?)
 }
+
+/// What the console's admin-log page narrows by; every field is optional.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    /// Exactly this actor (`member:<id>`, `cli`, …).
+    pub actor: Option<String>,
+    /// Actions starting with this (`token.` matches `token.create` and `token.revoke`).
+    pub action_prefix: Option<String>,
+    /// Exactly this target.
+    pub target: Option<String>,
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// [`list`] narrowed by `filter`, with the same keyset paging (newest first, `before` an id).
+/// The prefix is matched with `starts_with`, so `%` and `_` in it are plain characters.
+pub async fn list_filtered(
+    conn: &mut PgConnection,
+    tenant: Option<TenantId>,
+    filter: &Filter,
+    before: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Record>> {
+    Ok(sqlx::query_as::<_, Record>(
+        "SELECT id, tenant_id, actor, action, target, before, after, request_id, at FROM admin_log
+         WHERE tenant_id IS NOT DISTINCT FROM $1 AND ($2::uuid IS NULL OR id < $2)
+           AND ($4::text IS NULL OR actor = $4) AND ($5::text IS NULL OR starts_with(action, $5))
+           AND ($6::text IS NULL OR target = $6)
+           AND ($7::timestamptz IS NULL OR at >= $7) AND ($8::timestamptz IS NULL OR at < $8)
+         ORDER BY id DESC LIMIT $3",
+    )
+    .bind(tenant.map(|t| t.0))
+    .bind(before)
+    .bind(limit)
+    .bind(&filter.actor)
+    .bind(&filter.action_prefix)
+    .bind(&filter.target)
+    .bind(filter.since)
+    .bind(filter.until)
+    .fetch_all(conn)
+    .await?)
+}

@@ -11,9 +11,15 @@
 //!   and every handler checks its permission on the server before doing anything.
 
 mod activity;
+mod connector;
 mod credentials;
+mod findings;
 mod home;
+mod lifecycle;
+mod mcp_clients;
 mod members;
+mod ops;
+mod reports;
 mod tokens;
 mod workspaces;
 
@@ -49,6 +55,12 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(members::router())
         .merge(workspaces::router())
         .merge(activity::router())
+        .merge(findings::router())
+        .merge(ops::router())
+        .merge(reports::router())
+        .merge(mcp_clients::router())
+        .merge(connector::router())
+        .merge(lifecycle::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
 }
 
@@ -156,6 +168,10 @@ pub struct Console {
     pub ctx: TenantCtx,
     pub member: Member,
     pub layout: Layout,
+    /// Listed in `GATEHOUSE_PLATFORM_ADMINS` (ops issues are platform-wide).
+    pub platform_admin: bool,
+    /// The admin-log actor of a platform action by this person (as the platform API writes it).
+    pub platform_actor: String,
 }
 
 impl Console {
@@ -166,6 +182,25 @@ impl Console {
     /// Owners and admins (service credentials, members' management, the admin log).
     pub fn require_admin(&self) -> Result<(), PageError> {
         Ok(self.ctx.require_admin().map(|_| ())?)
+    }
+
+    /// Owners and admins with `activity_access` (suppress rules, reports), as their API.
+    pub fn require_admin_with_activity(&self, what: &str) -> Result<(), PageError> {
+        self.require(Permission::ActivityAccess)?;
+        if is_admin(self.member.role) {
+            Ok(())
+        } else {
+            Err(Error::Forbidden { code: "permission_denied", message: format!("only owners and admins {what}") }.into())
+        }
+    }
+
+    /// Platform admins only (ops issues), as the platform API.
+    pub fn require_platform_admin(&self) -> Result<(), PageError> {
+        if self.platform_admin {
+            Ok(())
+        } else {
+            Err(Error::Forbidden { code: "platform_admin_required", message: "this needs a platform admin".into() }.into())
+        }
     }
 
     pub fn slug(&self) -> &str {
@@ -198,8 +233,21 @@ fn is_admin(role: Role) -> bool {
     matches!(role, Role::Owner | Role::Admin)
 }
 
+/// Owners and admins with `activity_access`: who writes suppress rules and runs reports
+/// (the same rule as their API routes).
+fn is_admin_with_activity(role: Role, ctx: &TenantCtx) -> bool {
+    is_admin(role) && ctx.permissions.has(Permission::ActivityAccess)
+}
+
+/// A signed-in person the deployment names in `GATEHOUSE_PLATFORM_ADMINS` (by the email the
+/// sign-in provider asserts, as the platform API does).
+fn is_platform_admin(state: &AppState, email: Option<&str>) -> bool {
+    let email = email.map(str::to_lowercase).unwrap_or_default();
+    !email.is_empty() && state.config.platform_admins.contains(&email)
+}
+
 /// The navigation shows only what the person may open; the handlers check again.
-fn nav(slug: &str, role: Role, ctx: &TenantCtx) -> Vec<NavItem> {
+fn nav(slug: &str, role: Role, ctx: &TenantCtx, platform_admin: bool) -> Vec<NavItem> {
     let item = |key, label, path: &str| NavItem { key, label, href: format!("/console/t/{slug}{path}") };
     let mut items = vec![item("workspaces", "Workspaces", "/workspaces")];
     if ctx.permissions.has(Permission::AccessTokenManagement) {
@@ -212,8 +260,19 @@ fn nav(slug: &str, role: Role, ctx: &TenantCtx) -> Vec<NavItem> {
     if ctx.permissions.has(Permission::ActivityAccess) {
         items.push(item("activity", "Activity", "/activity"));
     }
+    if ctx.permissions.has(Permission::ActivityAccess) {
+        items.push(item("findings", "Findings", "/findings"));
+        items.push(item("suppress-rules", "Suppress rules", "/suppress-rules"));
+    }
+    if is_admin_with_activity(role, ctx) {
+        items.push(item("reports", "Reports", "/reports"));
+    }
     if is_admin(role) {
         items.push(item("admin-log", "Admin log", "/admin-log"));
+        items.push(item("mcp-clients", "MCP clients", "/mcp-clients"));
+    }
+    if platform_admin {
+        items.push(item("ops-issues", "Ops issues", "/ops-issues"));
     }
     items.push(item("setup", "Client setup", "/setup"));
     items
@@ -243,9 +302,11 @@ impl FromRequestParts<AppState> for Console {
             tenant: Some(ctx.tenant.slug.clone()),
             role: member.role.as_str().to_owned(),
             tenants,
-            nav: nav(&ctx.tenant.slug, member.role, &ctx),
+            nav: nav(&ctx.tenant.slug, member.role, &ctx, is_platform_admin(state, session.email.as_deref())),
         };
-        Ok(Console { ctx, member, layout })
+        let platform_admin = is_platform_admin(state, session.email.as_deref());
+        let platform_actor = format!("platform:{}#{}", session.principal.issuer, session.principal.subject);
+        Ok(Console { ctx, member, layout, platform_admin, platform_actor })
     }
 }
 

@@ -5,7 +5,7 @@
 //! OAuth connectors: the grant's state, connect (through the signed connect URL) and
 //! disconnect.
 //!
-//! Lifecycle actions are not here: the control-plane issue that defines them is not built.
+//! Lifecycle actions (with their confirmation pages) are in `lifecycle.rs`. A connector's last call, classified problem and credential test are in `connector.rs`.
 
 use std::collections::BTreeMap;
 
@@ -49,6 +49,13 @@ struct ListPage {
     layout: Layout,
     slug: String,
     rows: Vec<WorkspaceRow>,
+    /// The slug of the workspace just reaped.
+    reaped: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct Listed {
+    reaped: Option<String>,
 }
 
 pub struct ToolRow {
@@ -86,6 +93,10 @@ pub struct ConnectorView {
     pub tools: Vec<ToolRow>,
     pub slot: Option<SlotView>,
     pub grant: Option<GrantView>,
+    pub last_call: Option<super::connector::LastCall>,
+    pub problem: Option<super::connector::ProblemView>,
+    /// The outcome of the credential test just run on this connector.
+    pub test: Option<super::connector::TestView>,
 }
 
 #[derive(Template)]
@@ -94,6 +105,7 @@ struct WorkspacePage {
     layout: Layout,
     slug: String,
     workspace: WorkspaceRow,
+    actions: Vec<super::lifecycle::Action>,
     connectors: Vec<ConnectorView>,
     error: Option<FormError>,
     notice: Option<String>,
@@ -114,9 +126,10 @@ fn row(state: &AppState, tenant: &str, w: &workspaces::Workspace) -> WorkspaceRo
     }
 }
 
-async fn list_workspaces(c: Console, State(state): State<AppState>) -> Result<Response, PageError> {
+async fn list_workspaces(c: Console, State(state): State<AppState>, Query(q): Query<Listed>) -> Result<Response, PageError> {
     let rows = workspaces::list(&state.db, c.ctx.tenant.id).await?.iter().map(|w| row(&state, c.slug(), w)).collect();
-    render(StatusCode::OK, &ListPage { layout: c.layout("Workspaces", "workspaces"), slug: c.slug().to_owned(), rows })
+    let reaped = q.reaped.filter(|s| crate::tenants::validate_slug(s).is_ok());
+    render(StatusCode::OK, &ListPage { layout: c.layout("Workspaces", "workspaces"), slug: c.slug().to_owned(), rows, reaped })
 }
 
 /// The slot this person would manage for `connector`: the shared one with
@@ -134,6 +147,7 @@ async fn connector_view(
     bound: &workspaces::Bound,
     id: &str,
     connector: &Connector,
+    open: &[crate::findings::Finding],
 ) -> Result<ConnectorView, PageError> {
     let auth = connector.auth();
     let auth_text = match (auth.slot(), auth.oauth()) {
@@ -231,7 +245,11 @@ async fn connector_view(
             },
         }),
     };
+    let (last_call, problem) = super::connector::health(c, state, &bound.workspace.slug, id, connector, open).await?;
     Ok(ConnectorView {
+        last_call,
+        problem,
+        test: None,
         grant,
         id: id.to_owned(),
         kind: connector.kind().into(),
@@ -243,22 +261,29 @@ async fn connector_view(
     })
 }
 
-async fn workspace_page(
+pub(super) async fn workspace_page(
     c: &Console,
     state: &AppState,
     ws: &str,
     status: StatusCode,
     error: Option<FormError>,
     notice: Option<String>,
+    mut tested: Option<(String, super::connector::TestView)>,
 ) -> Result<Response, PageError> {
     let bound = workspaces::bound(&state.db, c.ctx.tenant.id, ws).await?;
     let mut connectors = Vec::new();
+    let open = super::connector::open_findings(c, state).await?;
     for (id, connector) in &bound.document.connectors {
-        connectors.push(connector_view(c, state, &bound, id, connector).await?);
+        let mut view = connector_view(c, state, &bound, id, connector, &open).await?;
+        if tested.as_ref().is_some_and(|(t, _)| t == id) {
+            view.test = tested.take().map(|(_, v)| v);
+        }
+        connectors.push(view);
     }
     let page = WorkspacePage {
         layout: c.layout(&format!("Workspace {}", bound.workspace.name), "workspaces"),
         slug: c.slug().to_owned(),
+        actions: super::lifecycle::actions(c, &bound.workspace.status),
         workspace: row(state, c.slug(), &bound.workspace),
         connectors,
         error,
@@ -271,6 +296,8 @@ async fn workspace_page(
 struct Shown {
     /// The connector whose credential was just set (after the redirect that follows the form).
     saved: Option<String>,
+    /// The lifecycle action just taken.
+    done: Option<String>,
 }
 
 async fn show_workspace(
@@ -281,12 +308,14 @@ async fn show_workspace(
 ) -> Result<Response, PageError> {
     let notice =
         q.saved.filter(|id| workspaces::config::valid_connector_id(id)).map(|id| format!("The credential of {id} is set."));
-    workspace_page(&c, &state, &ws, StatusCode::OK, None, notice).await
+    let done = q.done.filter(|d| ["activate", "suspend", "resume", "archive", "unarchive"].contains(&d.as_str()));
+    let notice = notice.or(done.map(|d| format!("Done: {d}.")));
+    workspace_page(&c, &state, &ws, StatusCode::OK, None, notice, None).await
 }
 
 /// The managed slot of a connector for this person, checked like the API does: the kind the
 /// connector takes, who may manage it, the vault on.
-async fn managed_slot(
+pub(super) async fn managed_slot(
     c: &Console,
     state: &AppState,
     ws: &str,
@@ -329,7 +358,7 @@ async fn set_slot(
         // Post/redirect/get: a reload must not send the values again.
         Ok(_) => Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}?saved={id}", c.slug())).into_response()),
         Err(e @ Error::Forbidden { .. }) => Err(e.into()),
-        Err(e) => workspace_page(&c, &state, &ws, StatusCode::UNPROCESSABLE_ENTITY, Some(FormError::of(e)?), None).await,
+        Err(e) => workspace_page(&c, &state, &ws, StatusCode::UNPROCESSABLE_ENTITY, Some(FormError::of(e)?), None, None).await,
     }
 }
 

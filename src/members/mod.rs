@@ -331,6 +331,22 @@ pub async fn list_invitations(db: &Db, tenant: TenantId) -> Result<Vec<Invitatio
     db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::list_invitations(conn, tenant))).await
 }
 
+/// Every override of the tenant: (role, permission, allowed), roles from owner to member.
+pub async fn overrides(db: &Db, tenant: TenantId) -> Result<Vec<(Role, Permission, bool)>> {
+    db.single_decision(Scope::Tenant(tenant), |conn, _| {
+        Box::pin(async move {
+            let mut all = Vec::new();
+            for role in [Role::Owner, Role::Admin, Role::Operator, Role::Member] {
+                for (p, allowed) in store::overrides(&mut *conn, tenant, role).await? {
+                    all.push((role, p, allowed));
+                }
+            }
+            Ok(all)
+        })
+    })
+    .await
+}
+
 /// Sets (or with `None` clears) a tenant's override of what `role` grants.
 pub async fn set_override(
     db: &Db,
@@ -340,26 +356,35 @@ pub async fn set_override(
     permission: Permission,
     allowed: Option<bool>,
 ) -> Result<()> {
+    set_overrides(db, tenant, audit, &[(role, permission, allowed)]).await
+}
+
+/// Sets several overrides in one transaction (all or none), one admin-log row per override
+/// that changes; an override already as asked writes nothing.
+pub async fn set_overrides(db: &Db, tenant: TenantId, audit: &Audit, changes: &[(Role, Permission, Option<bool>)]) -> Result<()> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            let before =
-                store::overrides(&mut *conn, tenant, role).await?.into_iter().find(|(p, _)| *p == permission).map(|(_, a)| a);
-            if before == allowed {
-                return Ok(());
+            for &(role, permission, allowed) in changes {
+                let before =
+                    store::overrides(&mut *conn, tenant, role).await?.into_iter().find(|(p, _)| *p == permission).map(|(_, a)| a);
+                if before == allowed {
+                    continue;
+                }
+                store::set_override(&mut *conn, tenant, role, permission, allowed).await?;
+                admin_log::record(
+                    &mut *conn,
+                    Entry {
+                        tenant: Some(tenant),
+                        audit,
+                        action: "permission.override",
+                        target: format!("role:{}", role.as_str()),
+                        before: Some(json!({ permission.as_str(): before })),
+                        after: Some(json!({ permission.as_str(): allowed })),
+                    },
+                )
+                .await?;
             }
-            store::set_override(&mut *conn, tenant, role, permission, allowed).await?;
-            admin_log::record(
-                conn,
-                Entry {
-                    tenant: Some(tenant),
-                    audit,
-                    action: "permission.override",
-                    target: format!("role:{}", role.as_str()),
-                    before: Some(json!({ permission.as_str(): before })),
-                    after: Some(json!({ permission.as_str(): allowed })),
-                },
-            )
-            .await
+            Ok(())
         })
     })
     .await

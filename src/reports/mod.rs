@@ -97,7 +97,8 @@ pub async fn run(db: &Db, scope: Scope, name: &str) -> Result<Output> {
     db.single_decision(scope, |conn, _| Box::pin(run_in(conn, name))).await
 }
 
-fn cell(v: &Value) -> String {
+/// One value as a table or CSV cell: SQL NULL is empty, a string unquoted.
+pub fn cell(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),

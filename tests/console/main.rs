@@ -6,6 +6,7 @@
 mod chrome;
 #[path = "../common/mod.rs"]
 mod common;
+mod pages;
 
 use std::time::Duration;
 
