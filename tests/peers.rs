@@ -440,3 +440,63 @@ async fn a_bind_racing_the_archive_of_its_target_never_leaves_a_valid_binding() 
     let log = admin_log_text(&t).await;
     assert_eq!(log.matches("\"peer.bind\"").count(), invalidated, "one admin-log row per bind that happened");
 }
+
+/// The same race through the API, from three `gatehouse serve` processes on one database: two
+/// of them bind the peer connector to the target (several requests each) while the third
+/// archives the target, over several rounds. Whatever the order, no valid binding to an
+/// archived workspace is left, every bind is either refused (`target_not_active`, nothing
+/// written) or invalidated by the archive, and each bind that happened has its admin-log row.
+#[tokio::test]
+async fn binds_and_an_archive_raced_from_three_servers_never_leave_a_valid_binding() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
+    workspace(&t, "acme", "front").await;
+    workspace(&t, "acme", "crm-a").await;
+    add_peer(&t, "acme", "front", "crm", "crm").await;
+    let servers = [
+        Served::start(gatehouse(Some(&t.url))).await,
+        Served::start(gatehouse(Some(&t.url))).await,
+        Served::start(gatehouse(Some(&t.url))).await,
+    ];
+    // The session lives in the database: one sign-in serves all three.
+    let alice = dev_sign_in(&servers[0], "alice@example.test").await;
+    let csrf = alice.csrf().await;
+    let send = |i: usize, method: Method, path: &'static str, body: Value| {
+        let (client, base, csrf) = (alice.client.clone(), servers[i].base.clone(), csrf.clone());
+        async move {
+            let r = client
+                .request(method, format!("{base}{path}"))
+                .header("origin", &base)
+                .header("x-csrf-token", csrf)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    const BIND: &str = "/api/v1/tenants/acme/workspaces/front/peers/crm";
+    let mut binds_done = 0;
+    for round in 0..6 {
+        as_owner(&t, "DELETE FROM peer_bindings").await;
+        set_status(&t, "crm-a", "active").await;
+        let binds = (0..6).map(|n| send(n % 2, Method::PUT, BIND, json!({ "target": "crm-a" })));
+        let archive = send(2, Method::POST, "/api/v1/tenants/acme/workspaces/crm-a/archive", json!({}));
+        let (bound, archived) = tokio::join!(futures::future::join_all(binds), archive);
+        assert_eq!(archived.0, 200, "round {round}: {archived:?}");
+        assert_eq!(count(&t, "SELECT count(*) FROM peer_bindings WHERE invalidated_at IS NULL").await, 0, "round {round}");
+        let mut ok = 0;
+        for (status, body) in &bound {
+            match status {
+                200 | 201 => ok += 1,
+                409 => assert_eq!(body["code"], "target_not_active", "round {round}: {body}"),
+                other => panic!("round {round}: unexpected {other}: {body}"),
+            }
+        }
+        let rows = count(&t, "SELECT count(*) FROM peer_bindings").await;
+        assert_eq!(rows, i64::from(ok > 0), "round {round}: one binding row if any bind happened, else none");
+        binds_done += ok;
+    }
+    assert_eq!(admin_log_text(&t).await.matches("\"peer.bind\"").count(), binds_done);
+}
