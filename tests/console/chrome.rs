@@ -69,12 +69,19 @@ impl Chrome {
         Chrome { _driver: driver, _profile: profile, client, shots, prefix, count: std::cell::Cell::new(0) }
     }
 
-    /// Saves a screenshot of the current page as `NN-name.png`.
+    /// Saves a screenshot of the current page as `NN-name.png`; a console page must also pass
+    /// the accessibility audit (`a11y.js`).
     pub async fn shot(&self, name: &str) {
         let n = self.count.get() + 1;
         self.count.set(n);
         let png = self.client.screenshot().await.expect("screenshot");
         std::fs::write(self.shots.join(format!("{}-{n:02}-{name}.png", self.prefix)), png).unwrap();
+        let url = self.url().await;
+        if url::Url::parse(&url).is_ok_and(|u| u.path().starts_with("/console")) {
+            let problems = self.client.execute(include_str!("a11y.js"), vec![]).await.expect("the accessibility audit runs");
+            let problems: Vec<String> = serde_json::from_value(problems).expect("a list of problems");
+            assert!(problems.is_empty(), "{name} ({url}) fails the accessibility audit:\n{}", problems.join("\n"));
+        }
     }
 
     pub async fn goto(&self, url: &str, name: &str) -> String {
