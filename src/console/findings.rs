@@ -21,8 +21,8 @@ use crate::{
     members::Permission,
 };
 
-/// Findings one page shows (most recently seen first; the library caps a list at 1000).
-const FINDINGS_SHOWN: i64 = 200;
+/// Findings one page shows (most recently seen first), keyset-paged by (last seen, id).
+const FINDINGS_SHOWN: i64 = 50;
 
 pub struct FindingRow {
     pub id: String,
@@ -52,6 +52,8 @@ struct FindingsPage {
     error: Option<FormError>,
     notice: Option<String>,
     rule_writer: bool,
+    /// The query string of the next (older) page, when this one is full.
+    next: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -60,6 +62,17 @@ struct FindingsQuery {
     status: String,
     /// After a verdict (post/redirect/get): what was done.
     done: Option<String>,
+    /// Keyset cursor: `<last seen, RFC 3339>_<id>` of the previous page's last finding.
+    after: Option<String>,
+}
+
+/// Parses the `after` cursor this page wrote.
+fn parse_after(raw: Option<&str>) -> Result<Option<(chrono::DateTime<chrono::Utc>, uuid::Uuid)>, Error> {
+    let Some(raw) = raw.filter(|r| !r.is_empty()) else { return Ok(None) };
+    let bad = || Error::invalid("invalid_cursor", Some("after"), "not a cursor this page made");
+    let (at, id) = raw.rsplit_once('_').ok_or_else(bad)?;
+    let at = chrono::DateTime::parse_from_rfc3339(at).map_err(|_| bad())?.with_timezone(&chrono::Utc);
+    Ok(Some((at, id.parse().map_err(|_| bad())?)))
 }
 
 fn finding_row(f: findings::Finding) -> FindingRow {
@@ -106,9 +119,24 @@ async fn findings_page(
     error: Option<FormError>,
 ) -> Result<Response, PageError> {
     let filter = super::activity::nonempty(&q.status);
-    let (rows, error) = match findings::list(&state.db, c.ctx.tenant.id, filter.as_deref(), FINDINGS_SHOWN).await {
-        Ok(list) => (list.into_iter().map(finding_row).collect(), error),
-        Err(e) => (Vec::new(), Some(FormError::of(e)?)),
+    let listed = match parse_after(q.after.as_deref()) {
+        Ok(after) => findings::page(&state.db, c.ctx.tenant.id, filter.as_deref(), after, FINDINGS_SHOWN).await,
+        Err(e) => Err(e),
+    };
+    let (rows, next, error) = match listed {
+        Ok(list) => {
+            let next = (list.len() as i64 == FINDINGS_SHOWN).then(|| list.last()).flatten().map(|last| {
+                url::form_urlencoded::Serializer::new(String::new())
+                    .append_pair("status", &q.status)
+                    .append_pair(
+                        "after",
+                        &format!("{}_{}", last.last_seen.to_rfc3339_opts(chrono::SecondsFormat::Micros, true), last.id),
+                    )
+                    .finish()
+            });
+            (list.into_iter().map(finding_row).collect(), next, error)
+        }
+        Err(e) => (Vec::new(), None, Some(FormError::of(e)?)),
     };
     let status = if error.is_some() && status == StatusCode::OK { StatusCode::UNPROCESSABLE_ENTITY } else { status };
     let notice = match q.done.as_deref() {
@@ -124,6 +152,7 @@ async fn findings_page(
         error,
         notice,
         rule_writer: c.require_admin_with_activity("write suppress rules").is_ok(),
+        next,
     };
     render(status, &page)
 }

@@ -60,12 +60,25 @@ pub async fn sweep_stale(conn: &mut PgConnection) -> Result<usize> {
 
 /// A tenant's findings, most recently seen first.
 pub async fn list(db: &Db, tenant: TenantId, status: Option<&str>, limit: i64) -> Result<Vec<Finding>> {
+    page(db, tenant, status, None, limit).await
+}
+
+/// One keyset page of [`list`]: the findings after `cursor`, the (last seen, id) of the last
+/// finding of the previous page.
+pub async fn page(
+    db: &Db,
+    tenant: TenantId,
+    status: Option<&str>,
+    cursor: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<Finding>> {
     if let Some(s) = status
         && !STATUSES.contains(&s)
     {
         return Err(Error::invalid("invalid_status", Some("status"), "status is open, acked, resolved or suppressed"));
     }
-    db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant, status, limit.clamp(1, 1000)))).await
+    db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant, status, cursor, limit.clamp(1, 1000))))
+        .await
 }
 
 /// What a member does to a finding.

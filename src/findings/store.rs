@@ -157,16 +157,27 @@ pub async fn get(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<
     .await?)
 }
 
-/// A tenant's findings, most recently seen first, optionally of one status.
-pub async fn list(conn: &mut PgConnection, tenant: TenantId, status: Option<&str>, limit: i64) -> Result<Vec<Finding>> {
+/// A tenant's findings, most recently seen first, optionally of one status, and only those
+/// after `cursor` (the last row of the previous page) in that order.
+pub async fn list(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    status: Option<&str>,
+    cursor: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<Finding>> {
     Ok(sqlx::query_as::<_, Finding>(concat!(
         "SELECT ",
         finding_columns!(),
-        " FROM ops_findings WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) ORDER BY last_seen DESC, id LIMIT $3"
+        " FROM ops_findings WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2)
+            AND ($4::timestamptz IS NULL OR last_seen < $4 OR (last_seen = $4 AND id > $5))
+          ORDER BY last_seen DESC, id LIMIT $3"
     ))
     .bind(tenant)
     .bind(status)
     .bind(limit)
+    .bind(cursor.map(|c| c.0))
+    .bind(cursor.map(|c| c.1))
     .fetch_all(conn)
     .await?)
 }
