@@ -492,3 +492,41 @@ async fn a_lost_activity_batch_becomes_an_ops_failure() {
     assert!(message.starts_with("1 activity rows lost after 3 attempts"), "{message}");
     assert_eq!(issue(&t, &fp).await.seen, 1);
 }
+
+/// Keyset pages of platform issues (most recently seen first, ties by fingerprint) visit every
+/// issue exactly once and in order, also when many share one `last_seen`.
+#[tokio::test]
+async fn issue_pages_visit_every_issue_once_in_order() {
+    let t = common::TestDb::new().await;
+    let mut conn = t.owner_conn().await;
+    sqlx::Executor::execute(&mut conn, "SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    sqlx::query(
+        "INSERT INTO ops_issues (fingerprint, operation, stage, code, status, seen, first_seen, last_seen, last_message)
+         SELECT md5(i::text) || md5(i::text), 'downstream.call', 'remote_mcp', 'timeout', 'new', 1,
+                now() - interval '1 day', now() - make_interval(secs => greatest(i - 40, 0)), 'm'
+         FROM generate_series(1, 90) i",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = gatehouse::ops::issues_page(&t.db, None, after, 20).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().map(|i| (i.last_seen, i.fingerprint.clone()));
+        seen.extend(page);
+    }
+    assert_eq!(seen.len(), 90);
+    let mut keys: Vec<&str> = seen.iter().map(|i| i.fingerprint.as_str()).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 90, "an issue shown twice");
+    assert!(
+        seen.windows(2)
+            .all(|w| (w[0].last_seen, std::cmp::Reverse(&w[0].fingerprint))
+                > (w[1].last_seen, std::cmp::Reverse(&w[1].fingerprint)))
+    );
+}

@@ -66,15 +66,6 @@ struct FindingsQuery {
     after: Option<String>,
 }
 
-/// Parses the `after` cursor this page wrote.
-fn parse_after(raw: Option<&str>) -> Result<Option<(chrono::DateTime<chrono::Utc>, uuid::Uuid)>, Error> {
-    let Some(raw) = raw.filter(|r| !r.is_empty()) else { return Ok(None) };
-    let bad = || Error::invalid("invalid_cursor", Some("after"), "not a cursor this page made");
-    let (at, id) = raw.rsplit_once('_').ok_or_else(bad)?;
-    let at = chrono::DateTime::parse_from_rfc3339(at).map_err(|_| bad())?.with_timezone(&chrono::Utc);
-    Ok(Some((at, id.parse().map_err(|_| bad())?)))
-}
-
 fn finding_row(f: findings::Finding) -> FindingRow {
     let suppress = url::form_urlencoded::Serializer::new(String::new())
         .append_pair("kind", &f.kind)
@@ -119,7 +110,11 @@ async fn findings_page(
     error: Option<FormError>,
 ) -> Result<Response, PageError> {
     let filter = super::activity::nonempty(&q.status);
-    let listed = match parse_after(q.after.as_deref()) {
+    let after = super::parse_after(q.after.as_deref()).and_then(|a| match a {
+        Some((at, id)) => Ok(Some((at, id.parse().map_err(|_| super::bad_cursor())?))),
+        None => Ok(None),
+    });
+    let listed = match after {
         Ok(after) => findings::page(&state.db, c.ctx.tenant.id, filter.as_deref(), after, FINDINGS_SHOWN).await,
         Err(e) => Err(e),
     };
@@ -128,10 +123,7 @@ async fn findings_page(
             let next = (list.len() as i64 == FINDINGS_SHOWN).then(|| list.last()).flatten().map(|last| {
                 url::form_urlencoded::Serializer::new(String::new())
                     .append_pair("status", &q.status)
-                    .append_pair(
-                        "after",
-                        &format!("{}_{}", last.last_seen.to_rfc3339_opts(chrono::SecondsFormat::Micros, true), last.id),
-                    )
+                    .append_pair("after", &super::after_cursor(&last.last_seen, &last.id.to_string()))
                     .finish()
             });
             (list.into_iter().map(finding_row).collect(), next, error)

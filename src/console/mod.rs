@@ -451,6 +451,27 @@ pub async fn secret_rows(state: &AppState, c: &Console, mut list: Vec<Listed>) -
         .collect())
 }
 
+/// The keyset cursor of a list ordered by (time descending, key): `<time, RFC 3339 with
+/// microseconds>_<key>` of the previous page's last row.
+fn after_cursor(at: &chrono::DateTime<chrono::Utc>, key: &str) -> String {
+    format!("{}_{key}", at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+}
+
+fn bad_cursor() -> Error {
+    Error::invalid("invalid_cursor", Some("after"), "not a cursor this page made")
+}
+
+/// Parses an [`after_cursor`] from the query string (empty or absent: the first page).
+fn parse_after(raw: Option<&str>) -> Result<Option<(chrono::DateTime<chrono::Utc>, String)>, Error> {
+    let Some(raw) = raw.filter(|r| !r.is_empty()) else { return Ok(None) };
+    let (at, key) = raw.split_once('_').ok_or_else(bad_cursor)?;
+    let at = chrono::DateTime::parse_from_rfc3339(at).map_err(|_| bad_cursor())?.with_timezone(&chrono::Utc);
+    if key.is_empty() {
+        return Err(bad_cursor());
+    }
+    Ok(Some((at, key.to_owned())))
+}
+
 /// "Are you sure?" before a destructive action: a real page with a form, so it works without
 /// script and the action itself is still a CSRF-checked POST.
 #[derive(Template)]

@@ -20,8 +20,8 @@ use crate::{
     ops::{self, Verdict},
 };
 
-/// Issues one page shows, most recently seen first.
-const ISSUES_SHOWN: i64 = 200;
+/// Issues one page shows, most recently seen first, keyset-paged by (last seen, fingerprint).
+const ISSUES_SHOWN: i64 = 50;
 
 pub struct IssueRow {
     pub fingerprint: String,
@@ -45,6 +45,8 @@ struct IssuesPage {
     status: String,
     error: Option<FormError>,
     notice: Option<String>,
+    /// The query string of the next (older) page, when this one is full.
+    next: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -52,6 +54,8 @@ struct IssuesQuery {
     #[serde(default)]
     status: String,
     done: Option<String>,
+    /// Keyset cursor written by this page.
+    after: Option<String>,
 }
 
 impl IssuesPage {
@@ -68,7 +72,17 @@ async fn page(
     error: Option<FormError>,
 ) -> Result<Response, PageError> {
     let filter = super::activity::nonempty(&q.status);
-    let (rows, error) = match ops::issues(&state.db, filter.as_deref(), ISSUES_SHOWN).await {
+    let listed = match super::parse_after(q.after.as_deref()) {
+        Ok(after) => ops::issues_page(&state.db, filter.as_deref(), after, ISSUES_SHOWN).await,
+        Err(e) => Err(e),
+    };
+    let next = listed.as_ref().ok().filter(|l| l.len() as i64 == ISSUES_SHOWN).and_then(|l| l.last()).map(|last| {
+        url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("status", &q.status)
+            .append_pair("after", &super::after_cursor(&last.last_seen, &last.fingerprint))
+            .finish()
+    });
+    let (rows, error) = match listed {
         Ok(list) => (
             list.into_iter()
                 .map(|i| IssueRow {
@@ -102,6 +116,7 @@ async fn page(
         status: q.status,
         error,
         notice,
+        next,
     };
     render(status, &page)
 }

@@ -299,12 +299,27 @@ async fn verdict_tx(
 
 /// Issues, most recently seen first, optionally of one status.
 pub async fn issues(db: &Db, status: Option<&str>, limit: i64) -> Result<Vec<store::Issue>> {
+    issues_page(db, status, None, limit).await
+}
+
+/// One keyset page of [`issues`]: those after `after`, the (last seen, fingerprint) of the
+/// previous page's last issue.
+pub async fn issues_page(
+    db: &Db,
+    status: Option<&str>,
+    after: Option<(chrono::DateTime<chrono::Utc>, String)>,
+    limit: i64,
+) -> Result<Vec<store::Issue>> {
     if let Some(s) = status
         && !STATUSES.contains(&s)
     {
         return Err(Error::invalid("invalid_status", Some("status"), "status is new, resolved, ignored or regressed"));
     }
-    db.single_decision(Scope::Platform { reason: "ops issue list" }, |conn, _| Box::pin(store::list(conn, status, limit))).await
+    db.single_decision(Scope::Platform { reason: "ops issue list" }, |conn, _| {
+        let after = after.clone();
+        Box::pin(store::list(conn, status, after, limit))
+    })
+    .await
 }
 
 #[cfg(test)]

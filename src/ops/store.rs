@@ -193,14 +193,24 @@ pub async fn set_status(conn: &mut PgConnection, fingerprint: &str, status: &str
     .await?)
 }
 
-pub async fn list(conn: &mut PgConnection, status: Option<&str>, limit: i64) -> Result<Vec<Issue>> {
+pub async fn list(
+    conn: &mut PgConnection,
+    status: Option<&str>,
+    after: Option<(DateTime<Utc>, String)>,
+    limit: i64,
+) -> Result<Vec<Issue>> {
+    let (at, key) = after.unzip();
     Ok(sqlx::query_as::<_, Issue>(concat!(
         "SELECT ",
         columns!(),
-        " FROM ops_issues WHERE ($1::text IS NULL OR status = $1) ORDER BY last_seen DESC LIMIT $2"
+        " FROM ops_issues WHERE ($1::text IS NULL OR status = $1)
+            AND ($3::timestamptz IS NULL OR last_seen < $3 OR (last_seen = $3 AND fingerprint > $4))
+          ORDER BY last_seen DESC, fingerprint LIMIT $2"
     ))
     .bind(status)
     .bind(limit)
+    .bind(at)
+    .bind(key)
     .fetch_all(conn)
     .await?)
 }
