@@ -101,13 +101,7 @@ pub fn parse_document(value: serde_json::Value, ring: Option<&KeyRing>) -> Resul
 /// Creates a blueprint with no versions yet.
 pub async fn create(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, name: Option<&str>) -> Result<Blueprint> {
     validate_slug(slug)?;
-    let name = name
-        .map(|n| n.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| slug.to_owned());
-    if name.chars().count() > 200 {
-        return Err(Error::invalid("invalid_name", Some("name"), "a name is 1 to 200 characters"));
-    }
+    let name = crate::workspaces::display_name(name, slug)?;
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         let name = name.clone();
         Box::pin(async move {

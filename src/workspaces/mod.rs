@@ -66,9 +66,9 @@ pub fn digest(document: &Document) -> Result<String> {
     Ok(hex::encode(Sha256::digest(&canonical)))
 }
 
-/// Creates a workspace bound to version 1, an empty configuration.
-pub async fn create(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, name: Option<&str>) -> Result<Workspace> {
-    validate_slug(slug)?;
+/// A display name: whitespace collapsed, the slug when absent or blank, at most 200
+/// characters (shared by workspaces and blueprints).
+pub fn display_name(name: Option<&str>, slug: &str) -> Result<String> {
     let name = name
         .map(|n| n.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|n| !n.is_empty())
@@ -76,6 +76,13 @@ pub async fn create(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, name: 
     if name.chars().count() > 200 {
         return Err(Error::invalid("invalid_name", Some("name"), "a name is 1 to 200 characters"));
     }
+    Ok(name)
+}
+
+/// Creates a workspace bound to version 1, an empty configuration.
+pub async fn create(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, name: Option<&str>) -> Result<Workspace> {
+    validate_slug(slug)?;
+    let name = display_name(name, slug)?;
     let document = Document::default();
     let digest = digest(&document)?;
     db.serializable(Scope::Tenant(tenant), |conn, _| {
