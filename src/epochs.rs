@@ -44,7 +44,7 @@ pub async fn read(db: &Db, tenant: TenantId) -> Result<Option<i64>> {
 /// Concurrent requests share reads: each request joins the next read that *starts after it
 /// arrived*, never one already under way, so its answer is exactly as fresh as a read of its
 /// own (a change committed before the request arrived is always seen). A read serves every
-/// tenant waiting for it with one `WHERE id = ANY(…)` statement; at most [`ROUNDS`] run at
+/// tenant waiting for it with one statement (`WHERE id = ANY(…)`, or `= $1` for one); at most [`ROUNDS`] run at
 /// once, one per hot-path lane of the pool. Under load this turns one statement per request
 /// into one per batch; a lone request pays one spawned task more than a read of its own.
 pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<Utc>)>> {
@@ -129,11 +129,19 @@ async fn rounds(db: Db) {
         let read = db
             .on_lane(move |conn| {
                 Box::pin(async move {
-                    let rows: Vec<(TenantId, i64, DateTime<Utc>)> =
-                        sqlx::query_as("SELECT id, epoch, now() FROM tenants WHERE id = ANY($1)")
-                            .bind(&ids)
-                            .fetch_all(conn)
-                            .await?;
+                    // One tenant (every round at low concurrency): the plain primary-key
+                    // lookup, cheaper for PostgreSQL than the array form.
+                    let rows: Vec<(TenantId, i64, DateTime<Utc>)> = match ids.as_slice() {
+                        [one] => {
+                            sqlx::query_as("SELECT id, epoch, now() FROM tenants WHERE id = $1").bind(one).fetch_all(conn).await?
+                        }
+                        _ => {
+                            sqlx::query_as("SELECT id, epoch, now() FROM tenants WHERE id = ANY($1)")
+                                .bind(&ids)
+                                .fetch_all(conn)
+                                .await?
+                        }
+                    };
                     Ok(rows)
                 })
             })
