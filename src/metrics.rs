@@ -80,6 +80,13 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     );
     metric(
         &mut out,
+        "gatehouse_mcp_posts_total",
+        "counter",
+        "POSTs to MCP endpoints by the path that answered: direct (a plain tools/call) or rmcp (everything else).",
+        &[("{path=\"direct\"}", load(&crate::gateway::direct::DIRECT)), ("{path=\"rmcp\"}", load(&crate::gateway::direct::RMCP))],
+    );
+    metric(
+        &mut out,
         "gatehouse_downstream_sessions",
         "gauge",
         "Open client sessions to downstream MCP servers on this replica.",

@@ -238,6 +238,85 @@ async fn refusals_are_typed_and_nothing_hangs() {
     assert_eq!(served.terminate().await, 0);
 }
 
+/// POSTs to MCP endpoints answered so far by the direct path and by rmcp (`/metrics`).
+async fn posts(base: &str) -> (u64, u64) {
+    let text = http().get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    let count = |path: &str| {
+        let prefix = format!("gatehouse_mcp_posts_total{{path=\"{path}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap().parse::<u64>().unwrap()
+    };
+    (count("direct"), count("rmcp"))
+}
+
+/// One raw POST with this `accept` header: status, content type, body text.
+async fn raw_post(url: &str, m: &Machine, accept: &str, body: &Value) -> (u16, String, String) {
+    let r = m
+        .headers(http().post(url))
+        .header("accept", accept)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let kind = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    (r.status().as_u16(), kind, r.text().await.unwrap())
+}
+
+/// A plain `tools/call` is answered by the gateway's direct path, byte for byte as rmcp
+/// answers the same request; anything else reaches rmcp (counted apart in `/metrics`).
+#[tokio::test]
+async fn the_direct_path_answers_tools_call_exactly_as_rmcp_does() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let m = &s.machine;
+    let plain = "application/json, text/event-stream";
+    // A weighted Accept means the same to a server but is left to rmcp to judge.
+    let weighted = "application/json;q=1, text/event-stream";
+    let call = |id: Value, name: &str, arguments: Value| json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
+    let calls = [
+        call(json!(1), "call_tool", json!({ "address": "everything.echo", "args": { "message": "hi \"there\" é" } })),
+        call(json!("req-7"), "call_tool", json!({ "address": "everything.nope" })),
+        call(json!(i64::MAX), "call_tool", json!({ "address": "everything.echo", "args": { "message": 5 } })),
+        call(json!(-3), "search_tools", json!({ "query": "echo" })),
+        call(json!(4), "no_such_surface_tool", json!({})),
+        json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": { "name": "search_tools" } }),
+    ];
+    for body in &calls {
+        let before = posts(&served.base).await;
+        let direct = raw_post(&url, m, plain, body).await;
+        let after_direct = posts(&served.base).await;
+        let by_rmcp = raw_post(&url, m, weighted, body).await;
+        let after_rmcp = posts(&served.base).await;
+        assert_eq!(after_direct, (before.0 + 1, before.1), "a plain tools/call takes the direct path: {body}");
+        assert_eq!(after_rmcp, (after_direct.0, after_direct.1 + 1), "a weighted Accept reaches rmcp: {body}");
+        assert_eq!(direct.0, 200, "{body}: {direct:?}");
+        assert_eq!(direct, by_rmcp, "the same status, content type and bytes on both paths for {body}");
+    }
+    // Requests the direct path does not take exactly, all answered by rmcp.
+    let others = [
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} }),
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "search_tools", "arguments": { "query": "x" }, "_meta": { "progressToken": 1 } } }),
+        json!({ "jsonrpc": "2.0", "id": null, "method": "tools/call", "params": { "name": "search_tools" } }),
+        // An id past i64 is not one rmcp takes.
+        json!({ "jsonrpc": "2.0", "id": u64::MAX, "method": "tools/call", "params": { "name": "search_tools" } }),
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "search_tools" }, "extra": true }),
+        json!({ "jsonrpc": "1.0", "id": 1, "method": "tools/call", "params": { "name": "search_tools" } }),
+        json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+        json!([call(json!(1), "search_tools", json!({}))]),
+    ];
+    for body in &others {
+        let before = posts(&served.base).await;
+        let (status, _, text) = raw_post(&url, m, plain, body).await;
+        assert_eq!(posts(&served.base).await, (before.0, before.1 + 1), "{body} is rmcp's to answer");
+        assert!(status < 500, "{body}: {status} {text}");
+    }
+    let (_, _, text) = raw_post(&url, m, plain, &others[1]).await;
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert!(answer["result"]["content"][0]["text"].is_string(), "a call with _meta is still served, by rmcp: {answer}");
+    assert_eq!(served.terminate().await, 0);
+}
+
 /// No replica affinity: a client alternates between two server processes on every request,
 /// on both protocol revisions.
 #[tokio::test]

@@ -4,6 +4,7 @@
 pub mod activity;
 pub mod catalogs;
 pub mod credentials;
+pub mod direct;
 pub mod downstream;
 pub mod http_api;
 pub mod mcp_client;
@@ -24,8 +25,8 @@ use axum::{
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-        ServerConfig,
+        CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult, PaginatedRequestParams,
+        ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
     transport::{StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager},
@@ -89,9 +90,13 @@ pub fn router(state: &AppState) -> Router<AppState> {
         Arc::new(NeverSessionManager::default()),
         config,
     );
+    let endpoint = axum::routing::any(move |State(state): State<AppState>, request: Request| {
+        let rmcp = service.clone();
+        async move { direct::endpoint(state, rmcp, request.map(axum::body::Body::new)).await }
+    });
     Router::new()
-        .route_service("/t/{tenant}/w/{workspace}/mcp", service.clone())
-        .route_service("/t/{tenant}/w/{workspace}/mcp/{pool}", service)
+        .route("/t/{tenant}/w/{workspace}/mcp", endpoint.clone())
+        .route("/t/{tenant}/w/{workspace}/mcp/{pool}", endpoint)
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
 }
 
@@ -268,14 +273,19 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, McpError> {
         let mut ctx = gateway_ctx(&cx)?;
         ctx.client = cx.client_info().map(|c| (c.name.clone(), c.version.clone()));
-        let started = Instant::now();
-        let args = request.arguments.unwrap_or_default();
-        let outcome = if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
-            Box::pin(surface::native_call(&self.state, &ctx, &request.name, args)).await
-        } else {
-            surface::dispatch(&self.state, &ctx, &request.name, args).await
-        };
-        self.state.activity.record(activity::Row::of_call(&ctx, &request.name, &outcome, started, "mcp"));
-        Ok(outcome.result.into())
+        Ok(call_tool(&self.state, ctx, &request.name, request.arguments.unwrap_or_default()).await.into())
     }
+}
+
+/// One `tools/call` at the endpoint, recorded in the activity history: the handler of both
+/// rmcp's path and the [`direct`] one.
+pub async fn call_tool(state: &AppState, ctx: GatewayCtx, name: &str, args: rmcp::model::JsonObject) -> CallToolResult {
+    let started = Instant::now();
+    let outcome = if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
+        Box::pin(surface::native_call(state, &ctx, name, args)).await
+    } else {
+        surface::dispatch(state, &ctx, name, args).await
+    };
+    state.activity.record(activity::Row::of_call(&ctx, name, &outcome, started, "mcp"));
+    outcome.result
 }
