@@ -120,11 +120,7 @@ where
         }
     };
     match serde_json::from_slice::<CallRequest>(&bytes) {
-        Ok(call)
-            if call.jsonrpc == "2.0"
-                && call.method == "tools/call"
-                && (call.id.is_i64() || call.id.is_string()) =>
-        {
+        Ok(call) if call.jsonrpc == "2.0" && call.method == "tools/call" && (call.id.is_i64() || call.id.is_string()) => {
             DIRECT.fetch_add(1, Ordering::Relaxed);
             answer(&state, &parts, call).await
         }

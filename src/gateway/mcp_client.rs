@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use rmcp::model::{CallToolResult, JsonObject, Tool};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
 use super::{downstream::Failure, sse::EventParser};
@@ -68,7 +69,7 @@ impl HttpSession {
             "capabilities": {},
             "clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
         });
-        let (result, session_id) = match session.exchange("initialize", params).await {
+        let (result, session_id): (Value, _) = match session.exchange("initialize", params, "initialize result").await {
             Ok(answer) => answer,
             Err(Trouble::Failed(f)) => return Err(f),
             Err(Trouble::SessionGone) => return Err(Failure::Unavailable("HTTP 404 to initialize".into())),
@@ -88,15 +89,21 @@ impl HttpSession {
         Ok(session)
     }
 
-    async fn post(&self, body: &Value) -> Result<reqwest::Response, Failure> {
+    async fn post(&self, body: &impl Serialize) -> Result<reqwest::Response, Failure> {
         let body = serde_json::to_vec(body).map_err(|e| Failure::Unavailable(e.to_string()))?;
         self.http.post(self.url.clone()).headers(self.headers.clone()).body(body).send().await.map_err(unavailable)
     }
 
-    /// One request and its response's `result`, plus the session id the server assigned.
-    async fn exchange(&self, method: &str, params: Value) -> Result<(Value, Option<HeaderValue>), Trouble> {
+    /// One request and its response's `result` (as `R`; `what` names it in the error when it
+    /// does not parse as one), plus the session id the server assigned.
+    async fn exchange<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: impl Serialize,
+        what: &str,
+    ) -> Result<(R, Option<HeaderValue>), Trouble> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let r = self.post(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).await?;
+        let r = self.post(&Outgoing { jsonrpc: "2.0", id, method, params }).await?;
         let status = r.status();
         // The specification says 404; some servers (the TypeScript SDK's among them) answer 400
         // to a session id they do not know. Either way the request was refused, not processed,
@@ -113,11 +120,25 @@ impl HttpSession {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        let message = if streamed { Self::from_stream(r, id).await? } else { Self::from_body(r).await? };
-        Ok((Self::result(message, id)?, session_id))
+        let malformed = |e: serde_json::Error| Failure::Unavailable(cap(&format!("a malformed {what}: {e}")));
+        if streamed {
+            let message = Self::from_stream(r, id).await?;
+            return Ok((serde_json::from_value(Self::result(message, id)?).map_err(malformed)?, session_id));
+        }
+        let body = Self::from_body(r).await?;
+        // The usual answer, parsed straight into `R`; anything else (an error, another id, a
+        // result that is no `R`) is judged on the generic JSON value below, as before.
+        if let Ok(Incoming { id: Some(got), result: Some(result), error: None }) = serde_json::from_slice::<Incoming<R>>(&body)
+            && got.as_u64() == Some(id)
+        {
+            return Ok((result, session_id));
+        }
+        let message: Value = serde_json::from_slice(&body)
+            .map_err(|e| Failure::Unavailable(cap(&format!("the server's answer is not JSON: {e}"))))?;
+        Ok((serde_json::from_value(Self::result(message, id)?).map_err(malformed)?, session_id))
     }
 
-    async fn from_body(mut r: reqwest::Response) -> Result<Value, Failure> {
+    async fn from_body(mut r: reqwest::Response) -> Result<Vec<u8>, Failure> {
         let mut body = Vec::new();
         while let Some(chunk) = r.chunk().await.map_err(unavailable)? {
             if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
@@ -125,7 +146,7 @@ impl HttpSession {
             }
             body.extend_from_slice(&chunk);
         }
-        serde_json::from_slice(&body).map_err(|e| Failure::Unavailable(cap(&format!("the server's answer is not JSON: {e}"))))
+        Ok(body)
     }
 
     /// Reads events until the response to `id`; anything else on the stream is skipped.
@@ -164,8 +185,8 @@ impl HttpSession {
 
     /// One request on this session. `Err(None)` means the session is gone and the request
     /// was not processed.
-    async fn request(&self, method: &str, params: Value) -> Result<Value, Option<Failure>> {
-        match self.exchange(method, params).await {
+    async fn request<R: DeserializeOwned>(&self, method: &str, params: impl Serialize, what: &str) -> Result<R, Option<Failure>> {
+        match self.exchange(method, params, what).await {
             Ok((result, _)) => Ok(result),
             Err(Trouble::SessionGone) => Err(None),
             Err(Trouble::Failed(f)) => Err(Some(f)),
@@ -181,7 +202,7 @@ impl HttpSession {
                 Some(c) => json!({ "cursor": c }),
                 None => json!({}),
             };
-            let mut page = self.request("tools/list", params).await?;
+            let mut page: Value = self.request("tools/list", params, "tool list").await?;
             let listed = page.get_mut("tools").map(Value::take).unwrap_or(Value::Array(Vec::new()));
             let listed: Vec<Tool> = serde_json::from_value(listed)
                 .map_err(|e| Some(Failure::Unavailable(cap(&format!("a malformed tool list: {e}")))))?;
@@ -195,7 +216,36 @@ impl HttpSession {
     }
 
     pub async fn call_tool(&self, name: &str, arguments: &JsonObject) -> Result<CallToolResult, Option<Failure>> {
-        let result = self.request("tools/call", json!({ "name": name, "arguments": arguments })).await?;
-        serde_json::from_value(result).map_err(|e| Some(Failure::Unavailable(cap(&format!("a malformed tool result: {e}")))))
+        self.request("tools/call", CallParams { name, arguments }, "tool result").await
     }
+}
+
+/// A request as sent.
+#[derive(Serialize)]
+struct Outgoing<'a, P> {
+    jsonrpc: &'static str,
+    id: u64,
+    method: &'a str,
+    params: P,
+}
+
+#[derive(Serialize)]
+struct CallParams<'a> {
+    name: &'a str,
+    arguments: &'a JsonObject,
+}
+
+/// The parts of a response the usual answer needs.
+#[derive(Deserialize)]
+struct Incoming<R> {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default = "none")]
+    result: Option<R>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+fn none<R>() -> Option<R> {
+    None
 }

@@ -297,10 +297,19 @@ fn connector<'d>(ctx: &'d GatewayCtx, id: &str) -> Option<&'d Connector> {
     ctx.bound.document.connectors.get(id).filter(|_| ctx.visible(id, None))
 }
 
-/// The key of the connector's session and catalog: computed once per call (it hashes the
-/// connector's configuration).
+/// The key of the connector's session and catalog. It hashes the connector's configuration,
+/// so the keys of the bound document's own connectors are computed once per bound copy.
 pub(crate) fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
-    downstream::key(ctx.tenant.id.0, ctx.bound.workspace.id.0, id, c)
+    let compute = |id: &str, c: &Connector| downstream::key(ctx.tenant.id.0, ctx.bound.workspace.id.0, id, c);
+    let bound = &ctx.bound;
+    match bound.document.connectors.get(id) {
+        Some(own) if std::ptr::eq(own, c) => {
+            let keys =
+                bound.keys.get_or_init(|| bound.document.connectors.iter().map(|(i, c)| (i.clone(), compute(i, c))).collect());
+            keys.get(id).cloned().unwrap_or_else(|| compute(id, c))
+        }
+        _ => compute(id, c),
+    }
 }
 
 pub(crate) async fn catalog(

@@ -54,6 +54,10 @@ pub struct Bound {
     /// The tenant's epoch, read in the same statement as the rest (see [`crate::epochs`]).
     #[serde(skip)]
     pub epoch: i64,
+    /// The connectors' session and catalog keys, computed on first use (each hashes its
+    /// connector's configuration, which this bound copy never changes).
+    #[serde(skip)]
+    pub keys: std::sync::OnceLock<std::collections::HashMap<String, String>>,
 }
 
 /// Which catalogs the shared cache holds fresh, as the request's one query saw them.
@@ -177,7 +181,7 @@ where
                 after: Some(json!({ "version": read + 1, "digest": digest, "change": detail })),
             };
             admin_log::record(conn, entry).await?;
-            Ok(Bound { workspace, document: next, catalogs: CatalogStamps::new(), epoch: 0 })
+            Ok(Bound { workspace, document: next, catalogs: CatalogStamps::new(), epoch: 0, keys: Default::default() })
         })
     })
     .await
