@@ -391,3 +391,51 @@ async fn shared_epoch_reads_are_never_older_than_the_request() {
     assert_eq!(requests, 5 * 251 + 1);
     assert!(statements < requests, "{statements} statements for {requests} reads: nothing was shared");
 }
+
+/// A request dropped while its read is under way (its client went away) strands nobody: the
+/// reads it had taken are asked again, its slot is taken over, and once everything is
+/// answered no read slot is left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_epoch_reads_strand_nobody() {
+    let t = TestDb::new().await;
+    let a = tenants::create(&t.db, &Audit::cli(), "tenant-a", "A").await.unwrap().id;
+    let b = tenants::create(&t.db, &Audit::cli(), "tenant-b", "B").await.unwrap().id;
+    let mut cancelled = 0;
+    for round in 0..30u64 {
+        let reads: Vec<_> = (0..60)
+            .map(|i| {
+                let db = t.db.clone();
+                let tenant = if i % 3 == 0 { b } else { a };
+                tokio::spawn(async move { gatehouse::epochs::read(&db, tenant).await })
+            })
+            .collect();
+        // Drop every other request at a different moment each round: before, during or
+        // after its read.
+        tokio::time::sleep(std::time::Duration::from_micros(round * 150)).await;
+        for r in reads.iter().step_by(2) {
+            r.abort();
+        }
+        for (i, r) in reads.into_iter().enumerate() {
+            match tokio::time::timeout(std::time::Duration::from_secs(10), r).await {
+                Err(_) => panic!("round {round}: read {i} was never answered"),
+                Ok(Ok(answer)) => assert!(answer.unwrap().is_some(), "round {round}: read {i}"),
+                Ok(Err(e)) => {
+                    assert!(e.is_cancelled());
+                    cancelled += 1;
+                }
+            }
+        }
+    }
+    assert!(cancelled > 0, "no request was dropped mid-way: the test proved nothing");
+    let mut held = usize::MAX;
+    for _ in 0..100 {
+        held = t.db.epoch_batch().running();
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(held, 0, "read slots left held after every request was answered or dropped");
+    let alone = tokio::time::timeout(std::time::Duration::from_secs(5), gatehouse::epochs::read(&t.db, a)).await;
+    assert!(alone.expect("a lone read after the storm is answered").unwrap().is_some());
+}
