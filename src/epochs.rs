@@ -44,14 +44,9 @@ pub async fn read(db: &Db, tenant: TenantId) -> Result<Option<i64>> {
 /// Concurrent requests share reads: each request joins the next read that *starts after it
 /// arrived*, never one already under way, so its answer is exactly as fresh as a read of its
 /// own (a change committed before the request arrived is always seen). A read serves every
-/// tenant waiting for it with one statement (`WHERE id = ANY(…)`, or `= $1` for one); at most
-/// [`ROUNDS`] run at once, one per hot-path lane of the pool. Under load this turns one
-/// statement per request into one per batch.
-///
-/// A request that finds a read slot free runs the first read in its own task (so a lone
-/// request pays no spawned task); if others arrived meanwhile, a spawned task carries on
-/// for them. Should the request be dropped mid-read (its client left), the waiters it took
-/// are queued again and a spawned task takes over its slot: nobody is stranded.
+/// tenant waiting for it with one statement (`WHERE id = ANY(…)`, or `= $1` for one); at most [`ROUNDS`] run at
+/// once, one per hot-path lane of the pool. Under load this turns one statement per request
+/// into one per batch; a lone request pays one spawned task more than a read of its own.
 pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<Utc>)>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let batch = db.epoch_batch();
@@ -66,21 +61,7 @@ pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<
         lead
     };
     if lead {
-        let mut round = Round { db: db.clone(), taken: Vec::new(), done: false };
-        if round.once().await {
-            let more = {
-                let mut state = batch.state.lock().unwrap_or_else(|p| p.into_inner());
-                let more = !state.waiting.is_empty();
-                if !more {
-                    state.rounds -= 1;
-                }
-                more
-            };
-            if more {
-                tokio::spawn(rounds(db.clone()));
-            }
-        }
-        round.done = true;
+        tokio::spawn(rounds(db.clone()));
     }
     match rx.await {
         Ok(answer) => answer,
@@ -92,7 +73,6 @@ pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<
 const ROUNDS: usize = 4;
 
 type Answer = Result<Option<(i64, DateTime<Utc>)>>;
-type Waiter = (TenantId, tokio::sync::oneshot::Sender<Answer>);
 
 /// Requests waiting for the next epoch read, and how many reads are running.
 #[derive(Default)]
@@ -105,7 +85,7 @@ pub struct Batch {
 
 #[derive(Default)]
 struct BatchState {
-    waiting: Vec<Waiter>,
+    waiting: Vec<(TenantId, tokio::sync::oneshot::Sender<Answer>)>,
     rounds: usize,
 }
 
@@ -122,52 +102,35 @@ impl Batch {
     }
 }
 
-/// One read slot at work. Dropped before it is `done` (its request was dropped mid-read, or
-/// the read panicked), it gives its waiters and its slot to a spawned task, or, on a panic,
-/// frees the slot and fails the waiters instead of leaving them (and, after [`ROUNDS`]
-/// panics, every later request) waiting forever.
-struct Round {
-    db: Db,
-    /// The waiters this read took and has not answered yet.
-    taken: Vec<Waiter>,
-    done: bool,
-}
+/// Should a round ever panic, frees its place and fails its waiters instead of leaving them
+/// (and, after [`ROUNDS`] panics, every later request) waiting forever.
+struct RoundGuard(Db);
 
-impl Drop for Round {
+impl Drop for RoundGuard {
     fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let mut state = self.db.epoch_batch().state.lock().unwrap_or_else(|p| p.into_inner());
-        let runtime = tokio::runtime::Handle::try_current();
-        if std::thread::panicking() || runtime.is_err() {
+        if std::thread::panicking() {
+            let mut state = self.0.epoch_batch().state.lock().unwrap_or_else(|p| p.into_inner());
             state.rounds -= 1;
             state.waiting.clear();
-            return;
-        }
-        state.waiting.append(&mut self.taken);
-        drop(state);
-        if let Ok(runtime) = runtime {
-            runtime.spawn(rounds(self.db.clone()));
         }
     }
 }
 
-impl Round {
-    /// Takes everyone waiting now and answers them all with one statement. False when
-    /// nobody was waiting: the slot is then given back.
-    async fn once(&mut self) -> bool {
-        let db = &self.db;
-        {
+/// Runs reads while requests wait: each read takes everyone who was waiting *before* it
+/// starts, and answers them all.
+async fn rounds(db: Db) {
+    let _guard = RoundGuard(db.clone());
+    loop {
+        let waiting = {
             let mut state = db.epoch_batch().state.lock().unwrap_or_else(|p| p.into_inner());
             if state.waiting.is_empty() {
                 state.rounds -= 1;
-                return false;
+                return;
             }
-            self.taken = std::mem::take(&mut state.waiting);
-        }
+            std::mem::take(&mut state.waiting)
+        };
         db.epoch_batch().statements.fetch_add(1, Ordering::Relaxed);
-        let mut ids: Vec<TenantId> = self.taken.iter().map(|(t, _)| *t).collect();
+        let mut ids: Vec<TenantId> = waiting.iter().map(|(t, _)| *t).collect();
         ids.sort_by_key(|t| t.0);
         ids.dedup();
         let read = db
@@ -190,7 +153,6 @@ impl Round {
                 })
             })
             .await;
-        let waiting = std::mem::take(&mut self.taken);
         match read {
             Ok(rows) => {
                 let found: HashMap<TenantId, (i64, DateTime<Utc>)> = rows.into_iter().map(|(t, e, at)| (t, (e, at))).collect();
@@ -217,15 +179,7 @@ impl Round {
                 }
             }
         }
-        true
     }
-}
-
-/// Runs reads while requests wait (the slot is this task's until nobody waits).
-async fn rounds(db: Db) {
-    let mut round = Round { db, taken: Vec::new(), done: false };
-    while round.once().await {}
-    round.done = true;
 }
 
 /// The tenant with this slug and its current epoch, for derivations that start from a slug:

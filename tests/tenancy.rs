@@ -392,8 +392,8 @@ async fn shared_epoch_reads_are_never_older_than_the_request() {
     assert!(statements < requests, "{statements} statements for {requests} reads: nothing was shared");
 }
 
-/// A request dropped while its read is under way (its client went away) strands nobody: the
-/// reads it had taken are asked again, its slot is taken over, and once everything is
+/// A request dropped while its read is under way (its client went away) strands nobody (the
+/// read runs in its own task, which nothing cancels), and once everything is
 /// answered no read slot is left held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_epoch_reads_strand_nobody() {
