@@ -36,41 +36,26 @@ impl Browser {
     /// Walks from `start`: follows redirects, fills and posts forms with `fill(field)` (or the
     /// form's own value), until it lands on a Gatehouse page outside sign-in or an error.
     pub async fn walk(&self, start: &str, fill: impl Fn(&str) -> Option<String>) -> Landing {
-        let mut method = Method::GET;
-        let mut url = Url::parse(start).unwrap();
-        let mut form: Vec<(String, String)> = Vec::new();
-        for _ in 0..25 {
-            let request = self.client.request(method.clone(), url.clone());
-            let request = if method == Method::POST { request.form(&form) } else { request };
-            let response = request.send().await.unwrap();
-            let status = response.status();
-            if status.is_redirection() {
-                let location = response.headers()["location"].to_str().unwrap().to_owned();
-                url = url.join(&location).unwrap();
-                method = Method::GET;
-                if !self.is_sign_in_step(url.as_str()) {
-                    let landing = self.client.get(url.clone()).send().await.unwrap();
-                    return Landing { status: landing.status(), url: url.to_string(), body: landing.text().await.unwrap() };
-                }
-                continue;
-            }
-            let body = response.text().await.unwrap();
-            match first_form(&body) {
-                Some((action, fields)) if status == StatusCode::OK && self.is_sign_in_step(url.as_str()) => {
-                    url = url.join(&action).unwrap();
-                    method = Method::POST;
-                    form = fields.into_iter().map(|(k, v)| (k.clone(), fill(&k).unwrap_or(v))).collect();
-                }
-                _ => return Landing { status, url: url.to_string(), body },
-            }
+        match self.stroll(start, None, fill).await {
+            Ok(landing) => landing,
+            Err(stopped) => unreachable!("no stop was given, yet the walk stopped at {stopped}"),
         }
-        panic!("sign-in walk did not finish");
     }
 
     /// Walks from `start` like [`Browser::walk`], filling forms with `fill(field)`, and stops at
     /// the first redirect to a URL that starts with `stop`, which it returns unfollowed (e.g.
     /// Gatehouse's callback, for a test that wants to time that request itself).
     pub async fn walk_until(&self, start: &str, stop: &str, fill: impl Fn(&str) -> Option<String>) -> String {
+        match self.stroll(start, Some(stop), fill).await {
+            Err(stopped) => stopped,
+            Ok(landing) => panic!("the walk did not reach {stop}: {} {} {}", landing.status, landing.url, landing.body),
+        }
+    }
+
+    /// The walk of [`Browser::walk`] (`stop` `None`: `Ok` with the landing page) and of
+    /// [`Browser::walk_until`] (`Err` with the redirect to `stop`; every page on the way must
+    /// hold a form).
+    async fn stroll(&self, start: &str, stop: Option<&str>, fill: impl Fn(&str) -> Option<String>) -> Result<Landing, String> {
         let mut method = Method::GET;
         let mut url = Url::parse(start).unwrap();
         let mut form: Vec<(String, String)> = Vec::new();
@@ -83,18 +68,32 @@ impl Browser {
                 let location = response.headers()["location"].to_str().unwrap().to_owned();
                 url = url.join(&location).unwrap();
                 method = Method::GET;
-                if url.as_str().starts_with(stop) {
-                    return url.to_string();
+                match stop {
+                    Some(stop) if url.as_str().starts_with(stop) => return Err(url.to_string()),
+                    None if !self.is_sign_in_step(url.as_str()) => {
+                        let landing = self.client.get(url.clone()).send().await.unwrap();
+                        return Ok(Landing {
+                            status: landing.status(),
+                            url: url.to_string(),
+                            body: landing.text().await.unwrap(),
+                        });
+                    }
+                    _ => continue,
                 }
-                continue;
             }
             let body = response.text().await.unwrap();
-            let (action, fields) = first_form(&body).unwrap_or_else(|| panic!("no form at {url}: {status} {body}"));
+            let next = match (first_form(&body), stop) {
+                (Some(next), Some(_)) => next,
+                (Some(next), None) if status == StatusCode::OK && self.is_sign_in_step(url.as_str()) => next,
+                (None, Some(_)) => panic!("no form at {url}: {status} {body}"),
+                _ => return Ok(Landing { status, url: url.to_string(), body }),
+            };
+            let (action, fields) = next;
             url = url.join(&action).unwrap();
             method = Method::POST;
             form = fields.into_iter().map(|(k, v)| (k.clone(), fill(&k).unwrap_or(v))).collect();
         }
-        panic!("the walk did not reach {stop}");
+        panic!("the walk from {start} did not finish");
     }
 
     /// The CSRF token of the signed-in session (from `/api/v1/me`).
