@@ -238,14 +238,7 @@ struct CallParams<'a> {
 /// The parts of a response the usual answer needs.
 #[derive(Deserialize)]
 struct Incoming<R> {
-    #[serde(default)]
     id: Option<Value>,
-    #[serde(default = "none")]
     result: Option<R>,
-    #[serde(default)]
     error: Option<Value>,
-}
-
-fn none<R>() -> Option<R> {
-    None
 }
