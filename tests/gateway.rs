@@ -235,6 +235,19 @@ async fn refusals_are_typed_and_nothing_hangs() {
     let r =
         m.headers(http().post(&url)).header("content-type", "application/json").body(vec![b' '; 70_000]).send().await.unwrap();
     assert_eq!(r.status(), 413);
+    // The same body sent in chunks, without a length, to the direct tools/call path: refused
+    // while it streams, with the same code.
+    let chunks = (0..70).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1_000]));
+    let r = m
+        .headers(http().post(&url))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "payload_too_large");
     assert_eq!(served.terminate().await, 0);
 }
 
