@@ -45,8 +45,8 @@ pub async fn read(db: &Db, tenant: TenantId) -> Result<Option<i64>> {
 /// arrived*, never one already under way, so its answer is exactly as fresh as a read of its
 /// own (a change committed before the request arrived is always seen). A read serves every
 /// tenant waiting for it with one statement (`WHERE id = ANY(…)`, or `= $1` for one); at most [`ROUNDS`] run at
-/// once, one per hot-path lane of the pool. Under load this turns one statement per request
-/// into one per batch; a lone request pays one spawned task more than a read of its own.
+/// once. Under load this turns one statement per request into one per batch; a lone request
+/// pays one spawned task more than a read of its own.
 pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<Utc>)>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let batch = db.epoch_batch();
@@ -69,8 +69,12 @@ pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<
     }
 }
 
-/// Reads running at once at most (the pool has this many hot-path lanes).
-const ROUNDS: usize = 4;
+/// Reads running at once at most. One: a request that arrives during a read waits for it to
+/// end and joins the next, so everyone who arrived meanwhile shares that next statement. With
+/// four at once (one per hot-path lane, as before) most reads at 8 connections served a single
+/// request; one read at a time gave 9–10% more calls/s at 8 and 32 connections and the same at
+/// one (`docs/benchmarks.md`, session 6). It costs a waiting request at most one round trip more.
+const ROUNDS: usize = 1;
 
 type Answer = Result<Option<(i64, DateTime<Utc>)>>;
 
