@@ -44,9 +44,28 @@ pub mod workspaces;
 
 use std::sync::Arc;
 
-/// What every handler can reach.
+/// What every handler can reach: one reference-counted [`Services`], so the clones axum and
+/// the handlers make per request cost one count, not one per service.
 #[derive(Clone, Debug)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+impl AppState {
+    pub fn new(services: Services) -> Self {
+        AppState(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
+
+/// The replica's services (see [`AppState`]).
+#[derive(Debug)]
+pub struct Services {
     pub db: db::Db,
     pub config: Arc<config::Config>,
     /// Signs people in (through the configured provider, or the development one).

@@ -9,7 +9,7 @@ use anyhow::Context;
 use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
-    AppState,
+    AppState, Services,
     config::{Config, Secret},
     db::{Db, embedded, migrate},
     dev_idp::DevIdp,
@@ -92,7 +92,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone(), ops.clone());
     let code = Arc::new(crate::code::Executor::new(config.code.clone()));
     let mailer = crate::connect_links::mail::Mailer::from_config(&config)?.map(|m| Arc::new(m.with_ops(ops.clone())));
-    let state = AppState {
+    let state = AppState::new(Services {
         db: db.clone(),
         config: Arc::new(config),
         rp,
@@ -107,7 +107,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         code,
         oauth: Arc::new(crate::oauth::Oauth::new(crate::oidc::http_client()?)),
         mailer,
-    };
+    });
     // Revocation intents a crash left unsettled: every replica sweeps (claims keep it once).
     let sweeper = state.config.vault_keys.is_some().then(|| tokio::spawn(crate::oauth::sweep::run(state.clone())));
     // Copy moves a crash left pending, eligible wipes and expired forks: every replica sweeps.
