@@ -90,8 +90,8 @@ fn plain(headers: &HeaderMap) -> bool {
     json_body && accepts_json && accepts_sse && handshake_era && !other_mcp_headers
 }
 
-/// The endpoint: a plain `tools/call` here, everything else by rmcp (`rmcp` is its service).
-pub async fn endpoint<S, B>(state: AppState, rmcp: S, request: Request) -> Response
+/// The endpoint: a plain `tools/call` here, everything else by rmcp (`rmcp` makes its service).
+pub async fn endpoint<S, B>(state: AppState, rmcp: impl FnOnce() -> S, request: Request) -> Response
 where
     S: tower::Service<Request, Response = axum::http::Response<B>, Error = std::convert::Infallible>,
     B: axum::body::HttpBody<Data = Bytes> + Send + 'static,
@@ -102,7 +102,7 @@ where
         if request.method() == Method::POST {
             RMCP.fetch_add(1, Ordering::Relaxed);
         }
-        return rmcp.oneshot(request).await.unwrap_or_else(|never| match never {}).map(Body::new);
+        return rmcp().oneshot(request).await.unwrap_or_else(|never| match never {}).map(Body::new);
     }
     let (parts, body) = request.into_parts();
     let bytes = match axum::body::to_bytes(body, usize::MAX).await {
@@ -126,7 +126,8 @@ where
         }
         _ => {
             RMCP.fetch_add(1, Ordering::Relaxed);
-            rmcp.oneshot(Request::from_parts(parts, Body::from(bytes)))
+            rmcp()
+                .oneshot(Request::from_parts(parts, Body::from(bytes)))
                 .await
                 .unwrap_or_else(|never| match never {})
                 .map(Body::new)

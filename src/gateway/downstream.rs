@@ -160,8 +160,8 @@ pub struct Downstreams {
     limits: std::sync::Mutex<HashMap<uuid::Uuid, Arc<tokio::sync::Semaphore>>>,
     sessions: Mutex<HashMap<String, Session>>,
     catalogs: Mutex<HashMap<String, Catalog>>,
-    /// Compiled input schemas, per catalog key and tool; dropped with their catalog.
-    validators: std::sync::Mutex<HashMap<(String, String), CompiledSchema>>,
+    /// Compiled input schemas, per catalog key and then tool; dropped with their catalog.
+    validators: std::sync::Mutex<HashMap<String, HashMap<String, CompiledSchema>>>,
 }
 
 impl std::fmt::Debug for Downstreams {
@@ -290,7 +290,7 @@ impl Downstreams {
             }
             catalogs.insert(key.clone(), catalog);
             drop(catalogs);
-            self.validators.lock().unwrap_or_else(|p| p.into_inner()).retain(|(k, _), _| *k != key);
+            self.validators.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
         }
     }
 
@@ -388,13 +388,16 @@ impl Downstreams {
     /// Checks `args` against the tool's input schema before any downstream call. Returns up
     /// to three issues (instance path and message). A schema that does not compile is left to
     /// the downstream to enforce.
-    pub fn validate(&self, key: &str, tool: &Tool, args: &JsonObject) -> Vec<(String, String)> {
-        let id = (key.to_owned(), tool.name.to_string());
+    pub fn validate(&self, key: &str, tool: &Tool, args: &serde_json::Value) -> Vec<(String, String)> {
         let validator = {
             let mut cache = self.validators.lock().unwrap_or_else(|p| p.into_inner());
-            cache
-                .entry(id)
-                .or_insert_with(|| {
+            match cache.get(key).and_then(|tools| tools.get(tool.name.as_ref())) {
+                Some(compiled) => compiled.clone(),
+                None => cache
+                    .entry(key.to_owned())
+                    .or_default()
+                    .entry(tool.name.to_string())
+                    .or_insert_with(|| {
                     let schema = serde_json::Value::Object((*tool.input_schema).clone());
                     match jsonschema::validator_for(&schema) {
                         Ok(v) => Some(Arc::new(v)),
@@ -404,11 +407,15 @@ impl Downstreams {
                         }
                     }
                 })
-                .clone()
+                .clone(),
+            }
         };
         let Some(validator) = validator else { return Vec::new() };
-        let instance = serde_json::Value::Object(args.clone());
-        validator.iter_errors(&instance).take(3).map(|e| (e.instance_path().to_string(), cap(&e.to_string()))).collect()
+        // The common case, valid arguments, without building the error iterator.
+        if validator.is_valid(args) {
+            return Vec::new();
+        }
+        validator.iter_errors(args).take(3).map(|e| (e.instance_path().to_string(), cap(&e.to_string()))).collect()
     }
 
     /// Calls one tool under the connector's deadline. A broken session is dropped so the
@@ -419,14 +426,14 @@ impl Downstreams {
         key: &str,
         connector: &Connector,
         tool: &str,
-        args: JsonObject,
+        args: &JsonObject,
         credential: Option<&Credential>,
     ) -> Result<CallToolResult, Failure> {
         let _slot = self.admit(tenant)?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         if let Connector::HttpApi(api) = connector {
             let http = self.http.as_ref().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
-            return match tokio::time::timeout(deadline, super::http_api::call(http, api, tool, &args, credential)).await {
+            return match tokio::time::timeout(deadline, super::http_api::call(http, api, tool, args, credential)).await {
                 Ok(result) => result,
                 Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
             };
@@ -436,7 +443,7 @@ impl Downstreams {
                 .session(key, connector, credential)
                 .await
                 .map_err(|failure| SessionError::Failed { failure, drop: false })?;
-            match session.call_tool(tool, &args).await {
+            match session.call_tool(tool, args).await {
                 // The server forgot the session without processing the call: safe to send again.
                 Err(SessionError::Gone) => {
                     self.forget(key, credential).await;
@@ -444,7 +451,7 @@ impl Downstreams {
                         .session(key, connector, credential)
                         .await
                         .map_err(|failure| SessionError::Failed { failure, drop: false })?;
-                    session.call_tool(tool, &args).await
+                    session.call_tool(tool, args).await
                 }
                 other => other,
             }

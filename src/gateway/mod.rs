@@ -90,9 +90,11 @@ pub fn router(state: &AppState) -> Router<AppState> {
         Arc::new(NeverSessionManager::default()),
         config,
     );
+    // Cloned only for a request that goes to rmcp: its clone copies the configuration.
+    let service = Arc::new(service);
     let endpoint = axum::routing::any(move |State(state): State<AppState>, request: Request| {
-        let rmcp = service.clone();
-        async move { direct::endpoint(state, rmcp, request.map(axum::body::Body::new)).await }
+        let service = service.clone();
+        async move { direct::endpoint(state, move || (*service).clone(), request.map(axum::body::Body::new)).await }
     });
     Router::new()
         .route("/t/{tenant}/w/{workspace}/mcp", endpoint.clone())

@@ -451,13 +451,17 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
     let Some(address) = args.get("address").and_then(Value::as_str) else {
         return Outcome::error("invalid_args", "`address` (<connector>.<tool>) is required".into(), None);
     };
-    let tool_args = match args.get("args") {
-        None | Some(Value::Null) => JsonObject::new(),
-        Some(Value::Object(map)) => map.clone(),
-        Some(_) => return Outcome::error("invalid_args", "`args` must be an object".into(), None),
+    // Borrowed, not copied: the schema check reads the object as a JSON value.
+    let none = Value::Object(JsonObject::new());
+    let instance = match args.get("args") {
+        None | Some(Value::Null) => &none,
+        Some(v) => v,
+    };
+    let Value::Object(tool_args) = instance else {
+        return Outcome::error("invalid_args", "`args` must be an object".into(), None);
     };
     if address == RESULT_ADDRESS {
-        return result_page(state, ctx, &tool_args).await;
+        return result_page(state, ctx, tool_args).await;
     }
     let unknown = || Outcome::error("unknown_tool", format!("no tool `{}` here; use search_tools", echo(address)), None);
     let Some((id, name)) = address.split_once('.') else { return unknown() };
@@ -474,11 +478,10 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
     let Some(tool) = tools.iter().find(|t| t.name == name) else { return unknown().about(id, name) };
     let class = classify(&ctx.bound.document, id, tool);
     if class == Class::Write && matches!(writes, Writes::Refuse) {
-        return approval_required(address, &tool_args).about(id, name);
+        return approval_required(address, tool_args).about(id, name);
     }
     // A peer's tools are checked by the target, against its own current schema.
-    let issues =
-        if matches!(c, Connector::Peer { .. }) { Vec::new() } else { state.downstreams.validate(&key, tool, &tool_args) };
+    let issues = if matches!(c, Connector::Peer { .. }) { Vec::new() } else { state.downstreams.validate(&key, tool, instance) };
     if !issues.is_empty() {
         let issues: Vec<Value> = issues.into_iter().map(|(path, message)| json!({ "path": path, "message": message })).collect();
         let mut out = Outcome::error(
@@ -511,11 +514,10 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
         // The target may write only if this call could: a write allowed here (approved, or
         // counted by the gate) is allowed there; anything else is refused there if it writes.
         let write_allowed = class == Class::Write || matches!(writes, Writes::Allow);
-        let args_echo = tool_args.clone();
-        let mut out = super::peer::call(state, ctx, id, blueprint, name, tool_args, write_allowed).await;
+        let mut out = super::peer::call(state, ctx, id, blueprint, name, tool_args.clone(), write_allowed).await;
         if out.error_code.as_deref() == Some("destructive_tool_requires_approval") {
             // The target's refusal names its own address; the caller needs this one.
-            out = approval_required(address, &args_echo);
+            out = approval_required(address, tool_args);
         }
         if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
             let body = serde_json::to_string(&out.result).unwrap_or_default();
