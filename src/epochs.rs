@@ -72,7 +72,7 @@ pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<
 /// Reads running at once at most. One: a request that arrives during a read waits for it to
 /// end and joins the next, so everyone who arrived meanwhile shares that next statement. With
 /// four at once (one per hot-path lane, as before) most reads at 8 connections served a single
-/// request; one read at a time gave 9–10% more calls/s at 8 and 32 connections and the same at
+/// request; one read at a time gave 9–14% more calls/s at 8 and 32 connections and the same at
 /// one (`docs/benchmarks.md`, session 6). It costs a waiting request at most one round trip more.
 const ROUNDS: usize = 1;
 
