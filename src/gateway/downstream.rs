@@ -97,6 +97,19 @@ impl Session {
 }
 /// A tool's compiled input schema; `None` when the downstream's schema does not compile.
 type CompiledSchema = Option<Arc<jsonschema::Validator>>;
+
+/// A tool's input schema compiled for checking arguments; `None` (logged) if it does not compile.
+fn compile(tool: &Tool) -> CompiledSchema {
+    let schema = serde_json::Value::Object((*tool.input_schema).clone());
+    match jsonschema::validator_for(&schema) {
+        Ok(v) => Some(Arc::new(v)),
+        Err(e) => {
+            tracing::info!(tool = %tool.name, error = %e, "downstream input schema does not compile; not validated here");
+            None
+        }
+    }
+}
+
 /// A catalog and when the shared cache says it was fetched (`None`: built from configuration).
 type Catalog = (Option<chrono::DateTime<chrono::Utc>>, Arc<Vec<Tool>>);
 
@@ -393,21 +406,11 @@ impl Downstreams {
             let mut cache = self.validators.lock().unwrap_or_else(|p| p.into_inner());
             match cache.get(key).and_then(|tools| tools.get(tool.name.as_ref())) {
                 Some(compiled) => compiled.clone(),
-                None => cache
-                    .entry(key.to_owned())
-                    .or_default()
-                    .entry(tool.name.to_string())
-                    .or_insert_with(|| {
-                    let schema = serde_json::Value::Object((*tool.input_schema).clone());
-                    match jsonschema::validator_for(&schema) {
-                        Ok(v) => Some(Arc::new(v)),
-                        Err(e) => {
-                            tracing::info!(tool = %tool.name, error = %e, "downstream input schema does not compile; not validated here");
-                            None
-                        }
-                    }
-                })
-                .clone(),
+                None => {
+                    let compiled = compile(tool);
+                    cache.entry(key.to_owned()).or_default().insert(tool.name.to_string(), compiled.clone());
+                    compiled
+                }
             }
         };
         let Some(validator) = validator else { return Vec::new() };
