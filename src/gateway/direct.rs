@@ -23,7 +23,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::GatewayCtx;
-use crate::{AppState, error::problem};
+use crate::{
+    AppState,
+    error::{Error, problem},
+};
 
 /// POSTs answered by this path, and by rmcp (for `/metrics`).
 pub static DIRECT: AtomicU64 = AtomicU64::new(0);
@@ -112,7 +115,7 @@ where
             let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
             while let Some(c) = cause {
                 if c.is::<http_body_util::LengthLimitError>() {
-                    return problem(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "the request body is too large", None);
+                    return Error::PayloadTooLarge.into_response();
                 }
                 cause = c.source();
             }
@@ -122,7 +125,7 @@ where
     match serde_json::from_slice::<CallRequest>(&bytes) {
         Ok(call) if call.jsonrpc == "2.0" && call.method == "tools/call" && (call.id.is_i64() || call.id.is_string()) => {
             DIRECT.fetch_add(1, Ordering::Relaxed);
-            answer(&state, &parts, call).await
+            answer(&state, parts, call).await
         }
         _ => {
             RMCP.fetch_add(1, Ordering::Relaxed);
@@ -135,11 +138,11 @@ where
     }
 }
 
-async fn answer(state: &AppState, parts: &Parts, call: CallRequest<'_>) -> Response {
-    let Some(ctx) = parts.extensions.get::<GatewayCtx>() else {
-        return problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "request not authenticated", None);
+async fn answer(state: &AppState, mut parts: Parts, call: CallRequest<'_>) -> Response {
+    // The request is answered here, so its context is taken, not copied.
+    let Some(mut ctx) = parts.extensions.remove::<GatewayCtx>() else {
+        return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
     };
-    let mut ctx = ctx.clone();
     // What rmcp reports as a stateless request's client: its default implementation.
     let client = rmcp::model::Implementation::default();
     ctx.client = Some((client.name, client.version));
@@ -152,6 +155,6 @@ async fn answer(state: &AppState, parts: &Parts, call: CallRequest<'_>) -> Respo
     let body = CallResponse { jsonrpc: "2.0", id: &call.id, result: &result };
     match serde_json::to_vec(&body) {
         Ok(bytes) => ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Bytes::from(bytes)).into_response(),
-        Err(_) => problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the result could not be serialized", None),
+        Err(e) => Error::Internal(anyhow::anyhow!("the result could not be serialized: {e}")).into_response(),
     }
 }
