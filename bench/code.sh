@@ -13,16 +13,11 @@ export GATEHOUSE_CODE_TENANT_RUNNING=2
 start_gateway 18394 9402
 answer='{"code":"async () => 42"}'
 one_call='{"code":"async () => (await gatehouse.call(\"fastecho.echo\", { message: \"hello\" })).content[0].text"}'
-direct='{"address":"fastecho.echo","args":{"message":"hello"}}'
 run() { # run LABEL C TOOL ARGS EXPECT
-  local out
-  out=$(bash "$shared/perf/wrk_mcp.sh" "$gw" "$headers" "$2" "$duration" "$3" "$4" "$5" | grep WRK_RESULT)
-  echo "$1 c=$2 $out"
+  echo "$1 c=$2 $(wrk_result "$gw" "$headers" "$2" "$duration" "$3" "$4" "$5")"
 }
-# Warm up the downstream session and catalog.
-bash "$shared/perf/wrk_mcp.sh" "$gw" "$headers" 1 2s call_tool "$direct" hello >/dev/null
 for c in 1 2; do
   run "execute_code async()=>42" "$c" execute_code "$answer" result
   run "execute_code one host call" "$c" execute_code "$one_call" hello
-  run "call_tool" "$c" call_tool "$direct" hello
+  run "call_tool" "$c" call_tool "$echo_call" hello
 done

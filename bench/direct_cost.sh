@@ -6,21 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-5s}
-shared=$(cd ../shared && pwd)
-target=${CARGO_TARGET_DIR:-target}
-echo_bin=$target/fastecho/release/fastecho
-[[ -x $echo_bin ]] || cargo build --release --manifest-path "$shared/perf/fastecho/Cargo.toml" --target-dir "$target/fastecho"
-"$echo_bin" 127.0.0.1:9411 2>/dev/null &
-echo_pid=$!
-trap 'kill $echo_pid 2>/dev/null' EXIT
-sleep 0.3
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
+source bench/lib.sh
+start_fastecho 9411
 for c in 8 32; do
   f0=$(ticks "$echo_pid")
   out=$({ /usr/bin/time -f "WRKCPU %U %S" bash "$shared/perf/wrk_mcp.sh" http://127.0.0.1:9411/mcp '{}' "$c" "$duration" echo '{"message":"hello"}' hello | grep WRK_RESULT; } 2>&1)
   f1=$(ticks "$echo_pid")
   n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$out" | head -1)
   w=$(awk '/WRKCPU/ {print $2 + $3}' <<<"$out")
-  echo "c=$c $(grep WRK_RESULT <<<"$out") fastecho_cpu_ms_per_call=$(awk -v t=$((f1 - f0)) -v n="$n" -v hz="$hz" 'BEGIN {printf "%.3f", t * 1000 / hz / n}') wrk_cpu_ms_per_call=$(awk -v w="$w" -v n="$n" 'BEGIN {printf "%.3f", w * 1000 / n}')"
+  echo "c=$c $(grep WRK_RESULT <<<"$out") fastecho_cpu_ms_per_call=$(ms_per_call $((f1 - f0)) "$n") wrk_cpu_ms_per_call=$(awk -v w="$w" -v n="$n" 'BEGIN {printf "%.3f", w * 1000 / n}')"
 done

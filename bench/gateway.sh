@@ -11,34 +11,25 @@ duration=${1:-10s}
 source bench/lib.sh
 start_gateway 18393 9401
 rss() { awk '/VmRSS/ {print int($2/1024)}' "/proc/$pid/status"; }
-# CPU ticks (utime + stime) of the gateway, and of every postgres process, so far.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks of every postgres process so far.
 pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(ticks "$p" 2>/dev/null || echo 0))); done; echo $t; }
-hz=$(getconf CLK_TCK)
 # Epoch reads asked for by requests, and the statements that answered them (shared reads).
 epoch_reads() {
   curl -sf "http://127.0.0.1:18393/metrics" | awk '/^gatehouse_epoch_reads_total\{kind="request"\}/ {r=$2} /^gatehouse_epoch_reads_total\{kind="statement"\}/ {s=$2} END {print r, s}'
 }
 
-run() { # run LABEL URL HEADERS C TOOL ARGS EXPECT
-  local out
-  out=$(bash "$shared/perf/wrk_mcp.sh" "$2" "$3" "$4" "$duration" "$5" "$6" "$7" | grep WRK_RESULT)
-  echo "$1 c=$4 $out"
-}
-# Warm up the gateway's downstream session and catalog.
-bash "$shared/perf/wrk_mcp.sh" "$gw" "$headers" 1 2s call_tool '{"address":"fastecho.echo","args":{"message":"hello"}}' hello >/dev/null
 echo "gateway RSS idle: $(rss) MiB"
 peak=0
 for c in 1 8 32; do
-  run direct http://127.0.0.1:9401/mcp '{}' "$c" echo '{"message":"hello"}' hello
+  echo "direct c=$c $(wrk_result http://127.0.0.1:9401/mcp '{}' "$c" "$duration" echo '{"message":"hello"}' hello)"
   ( while sleep 0.5; do rss; done ) > "$dir/rss.$c" &
   sampler=$!
   g0=$(ticks "$pid"); p0=$(pg_ticks); e0=$(epoch_reads)
-  line=$(run gateway "$gw" "$headers" "$c" call_tool '{"address":"fastecho.echo","args":{"message":"hello"}}' hello)
+  line="gateway c=$c $(wrk_result "$gw" "$headers" "$c" "$duration" call_tool "$echo_call" hello)"
   g1=$(ticks "$pid"); p1=$(pg_ticks); e1=$(epoch_reads)
   echo "  epoch reads (requests statements) before: $e0 after: $e1"
   n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")
-  echo "$line gateway_cpu_ms_per_call=$(awk -v t=$((g1 - g0)) -v n="$n" -v hz="$hz" 'BEGIN {printf "%.3f", t * 1000 / hz / n}') postgres_cpu_ms_per_call=$(awk -v t=$((p1 - p0)) -v n="$n" -v hz="$hz" 'BEGIN {printf "%.3f", t * 1000 / hz / n}')"
+  echo "$line gateway_cpu_ms_per_call=$(ms_per_call $((g1 - g0)) "$n") postgres_cpu_ms_per_call=$(ms_per_call $((p1 - p0)) "$n")"
   kill $sampler 2>/dev/null || true
   p=$(sort -n "$dir/rss.$c" | tail -1)
   (( ${p:-0} > peak )) && peak=$p

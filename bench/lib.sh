@@ -1,20 +1,39 @@
-# Shared by the gateway benchmarks (sourced, not run): builds what is missing, starts the fast
-# downstream (fastecho) on ECHO_PORT and `gatehouse serve` on the embedded default on PORT,
-# provisions tenant `bench` / workspace `main` / connector `fastecho` and machine credentials,
-# and cleans everything up on exit. Sets: shared, bin, dir, echo_pid, pid, headers, gw.
+# Shared by the gateway benchmarks (sourced from the repository's root, not run): builds what
+# is missing, starts the fast downstream (fastecho) and `gatehouse serve` on the embedded
+# default, provisions tenant `bench` / workspace `main` / connector `fastecho` and machine
+# credentials, and cleans everything up on exit.
 #
-#   start_gateway PORT ECHO_PORT      # extra environment for serve: export it before
+#   start_fastecho ECHO_PORT          # sets echo_pid
+#   start_gateway PORT ECHO_PORT      # also sets dir, pid, headers, gw; extra environment for
+#                                     # serve: export it before. GATEHOUSE_BIN picks the binary
+#                                     # (default target/release/gatehouse, built when missing).
+shared=$(cd ../shared && pwd)
+# The call the gateway benchmarks make: fastecho's echo, through call_tool.
+echo_call='{"address":"fastecho.echo","args":{"message":"hello"}}'
+
+# The shared wrk driver's WRK_RESULT line: wrk_result URL HEADERS_JSON C DURATION TOOL ARGS EXPECT.
+wrk_result() { bash "$shared/perf/wrk_mcp.sh" "$@" | grep WRK_RESULT; }
+# CPU ticks (utime + stime) of process PID so far.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Milliseconds of CPU per call: ms_per_call TICKS CALLS.
+ms_per_call() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", t * 1000 / hz / n}'; }
+
+start_fastecho() {
+  local echo_bin=${CARGO_TARGET_DIR:-target}/fastecho/release/fastecho
+  [[ -x $echo_bin ]] || cargo build --release --manifest-path "$shared/perf/fastecho/Cargo.toml" --target-dir "${CARGO_TARGET_DIR:-target}/fastecho"
+  "$echo_bin" "127.0.0.1:$1" 2>/dev/null &
+  echo_pid=$!
+  trap 'kill $echo_pid 2>/dev/null' EXIT
+  until curl -s -o /dev/null "http://127.0.0.1:$1/mcp"; do sleep 0.05; done
+}
+
 start_gateway() {
-  local port=$1 echo_port=$2 target=${CARGO_TARGET_DIR:-target}
-  shared=$(cd ../shared && pwd)
-  bin=$target/release/gatehouse
-  local echo_bin=$target/fastecho/release/fastecho
+  local port=$1 echo_port=$2
+  bin=${GATEHOUSE_BIN:-${CARGO_TARGET_DIR:-target}/release/gatehouse}
   [[ -x $bin ]] || cargo build --release --locked --bin gatehouse
-  [[ -x $echo_bin ]] || cargo build --release --manifest-path "$shared/perf/fastecho/Cargo.toml" --target-dir "$target/fastecho"
+  start_fastecho "$echo_port"
   dir=$(mktemp -d /tmp/gatehouse-bench-XXXXXX)
   chmod 755 "$dir" # the embedded cluster runs as an unprivileged user when we are root
-  "$echo_bin" "127.0.0.1:$echo_port" 2>/dev/null &
-  echo_pid=$!
   export GATEHOUSE_DATA_DIR=$dir GATEHOUSE_LISTEN=127.0.0.1:$port RUST_LOG=warn
   "$bin" serve 2>/dev/null &
   pid=$!
@@ -31,4 +50,6 @@ start_gateway() {
   mapfile -t tok < <("$bin" token create --tenant bench --name bench)
   headers=$(printf '{"Gatehouse-Client-Id":"%s","Gatehouse-Client-Secret":"%s","Authorization":"Bearer %s"}' "${sc[1]}" "${sc[2]}" "${tok[1]}")
   gw="http://127.0.0.1:$port/t/bench/w/main/mcp"
+  # Warm up the gateway's downstream session and catalog.
+  wrk_result "$gw" "$headers" 1 2s call_tool "$echo_call" hello >/dev/null
 }
