@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Two gatehouse binaries alternated, in one sitting, through the same setup as
-# bench/gateway.sh (fresh embedded default each time, fastecho downstream, call_tool): how the
-# session-6 steps in docs/benchmarks.md were compared. Alternating keeps the machine's drift
-# out of the difference.
+# bench/gateway.sh (fresh embedded default each time, fastecho downstream, call_tool), printing
+# calls/s and the gateway's CPU per call: how the session-6 steps in docs/benchmarks.md were
+# compared. Alternating keeps the machine's drift out of the difference; give the same binary
+# twice to see the noise between runs.
 #
 #   bash bench/gateway_ab.sh BIN_A BIN_B [DURATION] [ROUNDS]    # defaults 5s, 2; needs wrk
 set -euo pipefail
@@ -16,7 +17,11 @@ for round in $(seq "$rounds"); do
       source bench/lib.sh
       start_gateway 18395 9403
       for c in 1 8 32; do
-        echo "round $round $label c=$c $(wrk_result "$gw" "$headers" "$c" "$duration" call_tool "$echo_call" hello)"
+        g0=$(ticks "$pid")
+        line=$(wrk_result "$gw" "$headers" "$c" "$duration" call_tool "$echo_call" hello)
+        g1=$(ticks "$pid")
+        n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")
+        echo "round $round $label c=$c $line gateway_cpu_ms_per_call=$(ms_per_call $((g1 - g0)) "$n")"
       done
     )
   done
