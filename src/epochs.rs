@@ -72,8 +72,9 @@ pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<
 /// Reads running at once at most. One: a request that arrives during a read waits for it to
 /// end and joins the next, so everyone who arrived meanwhile shares that next statement. With
 /// four at once (one per hot-path lane, as before) most reads at 8 connections served a single
-/// request; one read at a time gave 9–14% more calls/s at 8 and 32 connections and the same at
-/// one (`docs/benchmarks.md`, session 6). It costs a waiting request at most one round trip more.
+/// request; one at a time halved the statements per request at 8 connections and cut them to a
+/// fifth at 32 (`docs/benchmarks.md`, session 6). It costs a waiting request at most one round
+/// trip more.
 const ROUNDS: usize = 1;
 
 type Answer = Result<Option<(i64, DateTime<Utc>)>>;
