@@ -145,7 +145,15 @@ pub struct Served {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    // Chosen below the kernel's ephemeral range (32768–60999): a port the kernel hands out
+    // could be taken by any outgoing connection (to PostgreSQL, say) between this check and
+    // the server's own bind, which failed a run with "Address already in use".
+    loop {
+        let port = 20_000 + (Uuid::new_v4().as_u128() % 12_768) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl Served {
