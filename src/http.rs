@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use axum::{
     Json, Router,
-    extract::{FromRequest, MatchedPath, Request, State, rejection::JsonRejection},
-    http::{HeaderValue, StatusCode, header},
+    extract::{MatchedPath, Request, State},
+    http::{StatusCode, header},
     middleware,
     response::{IntoResponse, Response},
     routing::get,
@@ -26,9 +26,8 @@ use crate::{
     AppState,
     db::migrate,
     error::{Error, problem},
+    extract::REQUEST_ID,
 };
-
-pub const REQUEST_ID: &str = "x-request-id";
 
 pub fn router(state: AppState) -> Router {
     let config = state.config.clone();
@@ -112,11 +111,6 @@ fn request_span(req: &Request) -> tracing::Span {
     )
 }
 
-/// The request id of a request, for admin-log rows.
-pub fn request_id(headers: &axum::http::HeaderMap) -> Option<String> {
-    headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(str::to_owned)
-}
-
 async fn problem_for_bare_errors<B>(response: axum::http::Response<B>) -> Response
 where
     B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
@@ -169,37 +163,4 @@ async fn readyz(State(state): State<AppState>) -> Response {
             problem(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "database unreachable", None)
         }
     }
-}
-
-/// A JSON body whose rejections are problem+json with the stable code `invalid_json`.
-pub struct ApiJson<T>(pub T);
-
-impl<T, S> FromRequest<S> for ApiJson<T>
-where
-    Json<T>: FromRequest<S, Rejection = JsonRejection>,
-    S: Send + Sync,
-{
-    type Rejection = Error;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(ApiJson(value)),
-            Err(JsonRejection::MissingJsonContentType(_)) => {
-                Err(Error::invalid("unsupported_media_type", None, "send Content-Type: application/json"))
-            }
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Error::PayloadTooLarge),
-            Err(e) => Err(Error::invalid("invalid_json", None, e.body_text())),
-        }
-    }
-}
-
-/// Parses an id from a path; anything malformed is simply not found.
-pub fn parse_id(raw: &str, what: &'static str) -> Result<uuid::Uuid, Error> {
-    raw.parse().map_err(|_| Error::NotFound { what })
-}
-
-/// `Cache-Control: no-store`, for responses that carry something only this caller may see.
-pub fn no_store(mut response: Response) -> Response {
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
 }

@@ -16,6 +16,7 @@ pub mod doctor;
 pub mod epochs;
 pub mod erasure;
 pub mod error;
+pub mod extract;
 pub mod findings;
 pub mod forks;
 pub mod gateway;

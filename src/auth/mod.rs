@@ -261,7 +261,7 @@ impl FromRequestParts<AppState> for TenantCtx {
         let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| Error::NotFound { what: "tenant" })?;
         let slug =
             params.iter().find(|(k, _)| *k == "tenant").map(|(_, v)| v.to_owned()).ok_or(Error::NotFound { what: "tenant" })?;
-        let request_id = crate::http::request_id(&parts.headers);
+        let request_id = crate::extract::request_id(&parts.headers);
 
         let ctx = if has_machine_credentials(&parts.headers) {
             let (m, epoch) = authenticate_machine(state, &parts.headers).await?;

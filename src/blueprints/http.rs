@@ -18,7 +18,7 @@ use crate::{
     auth::TenantCtx,
     blueprints,
     error::{Error, Result},
-    http::ApiJson,
+    extract::ApiJson,
     members::Permission,
 };
 

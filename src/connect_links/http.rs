@@ -15,7 +15,7 @@ use crate::{
     AppState,
     auth::TenantCtx,
     error::Result,
-    http::ApiJson,
+    extract::ApiJson,
     members::Permission,
     pages::{self, escape},
 };

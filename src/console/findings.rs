@@ -16,8 +16,8 @@ use super::{ConfirmPage, Console, FormError, Layout, PageError, creators, render
 use crate::{
     AppState,
     error::Error,
+    extract::parse_id,
     findings::{self, NewRule, Verdict},
-    http::parse_id,
     members::Permission,
 };
 

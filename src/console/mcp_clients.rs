@@ -13,7 +13,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{ConfirmPage, Console, Layout, PageError, render, when, who};
-use crate::{AppState, error::Error, http::parse_id, mcp_auth::control};
+use crate::{AppState, error::Error, extract::parse_id, mcp_auth::control};
 
 pub struct ClientRow {
     pub id: String,

@@ -15,7 +15,7 @@ use super::{ConfirmPage, Console, FormError, Layout, PageError, creators, is_adm
 use crate::{
     AppState,
     error::Error,
-    http::parse_id,
+    extract::parse_id,
     members::{self, Permission, Permissions, Role},
 };
 

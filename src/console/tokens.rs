@@ -12,7 +12,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{ConfirmPage, Console, FormError, Layout, Listed, PageError, SecretRow, render, secret_rows};
-use crate::{AppState, error::Error, http::parse_id, members::Permission, tokens};
+use crate::{AppState, error::Error, extract::parse_id, members::Permission, tokens};
 
 #[derive(Template)]
 #[template(path = "console/tokens.html")]

@@ -9,7 +9,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::Outcome;
-use crate::{AppState, auth::TenantCtx, error::Result, http::ApiJson};
+use crate::{AppState, auth::TenantCtx, error::Result, extract::ApiJson};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

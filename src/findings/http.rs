@@ -16,7 +16,7 @@ use crate::{
     AppState,
     auth::TenantCtx,
     error::{Error, Result},
-    http::ApiJson,
+    extract::ApiJson,
     members::{Permission, Role},
 };
 

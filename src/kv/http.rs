@@ -14,7 +14,7 @@ use crate::{
     AppState,
     auth::TenantCtx,
     error::{Error, Result},
-    http::ApiJson,
+    extract::ApiJson,
     kv::{self, BoundedValue, Entry, Expect, Key, Next, Page},
 };
 

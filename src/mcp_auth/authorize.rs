@@ -313,7 +313,7 @@ pub async fn decide(
         return refuse(&state, r);
     }
     let code = format!("{}{}", super::CODE_PREFIX, secrets::random_b64(32));
-    let audit = Audit { actor: format!("member:{}", member.id), request_id: crate::http::request_id(&headers) };
+    let audit = Audit { actor: format!("member:{}", member.id), request_id: crate::extract::request_id(&headers) };
     let code_hash = secrets::digest(&code);
     let tenant = c.tenant.id;
     let c_ref = &c;

@@ -284,7 +284,7 @@ async fn register_client(state: &AppState, slug: &str, headers: &axum::http::Hea
         return Err(Error::invalid("invalid_client_metadata", Some("response_types"), "only code"));
     }
     let client_id = format!("{CLIENT_PREFIX}{}", secrets::random_b64(16));
-    let audit = Audit { actor: "mcp_registration".into(), request_id: crate::http::request_id(headers) };
+    let audit = Audit { actor: "mcp_registration".into(), request_id: crate::extract::request_id(headers) };
     let row = state
         .db
         .serializable(Scope::Tenant(tenant.id), |conn, _| {
@@ -325,7 +325,7 @@ async fn register_client(state: &AppState, slug: &str, headers: &axum::http::Hea
         "token_endpoint_auth_method": "none",
         "scope": super::SCOPE,
     });
-    Ok(crate::http::no_store((StatusCode::CREATED, Json(body)).into_response()))
+    Ok(crate::extract::no_store((StatusCode::CREATED, Json(body)).into_response()))
 }
 
 #[cfg(test)]

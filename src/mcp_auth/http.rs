@@ -14,7 +14,7 @@ use crate::{
     AppState,
     auth::TenantCtx,
     error::{Error, Result},
-    http::parse_id,
+    extract::parse_id,
 };
 
 #[derive(Deserialize)]

@@ -187,7 +187,7 @@ pub async fn authenticate(state: &AppState, parts: &mut Parts, token: &str) -> R
         }
         _ => return Err(Error::Unauthorized),
     }
-    let request_id = crate::http::request_id(&parts.headers);
+    let request_id = crate::extract::request_id(&parts.headers);
     let hit = checked.hit;
     Ok(TenantCtx {
         audit: Audit { actor: format!("mcp_grant:{}", hit.grant_id), request_id },
@@ -286,7 +286,7 @@ pub struct ClientView {
 /// An OAuth error body (RFC 6749 §5.2): `error` is the stable code.
 pub fn oauth_error(status: axum::http::StatusCode, code: &str, description: &str) -> Response {
     let body = serde_json::json!({ "error": code, "error_description": description });
-    crate::http::no_store((status, axum::Json(body)).into_response())
+    crate::extract::no_store((status, axum::Json(body)).into_response())
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ async fn exchange_form(state: &AppState, slug: &str, headers: &HeaderMap, f: &Ha
     let resource = field("resource").map(str::to_owned);
     let audit = Audit {
         actor: format!("mcp_client:{}", client_id.chars().take(200).collect::<String>()),
-        request_id: crate::http::request_id(headers),
+        request_id: crate::extract::request_id(headers),
     };
     let ttl = state.config.mcp_access_token_ttl_secs;
     let outcome = match field("grant_type") {
@@ -153,7 +153,7 @@ async fn exchange_form(state: &AppState, slug: &str, headers: &HeaderMap, f: &Ha
                 "refresh_token": refresh,
                 "scope": SCOPE,
             });
-            Ok(crate::http::no_store((StatusCode::OK, Json(body)).into_response()))
+            Ok(crate::extract::no_store((StatusCode::OK, Json(body)).into_response()))
         }
     }
 }
@@ -203,7 +203,7 @@ pub async fn revoke(State(state): State<AppState>, Path(slug): Path<String>, hea
     };
     let audit = Audit {
         actor: format!("mcp_client:{}", client_id.chars().take(200).collect::<String>()),
-        request_id: crate::http::request_id(&headers),
+        request_id: crate::extract::request_id(&headers),
     };
     let digest = secrets::digest(token);
     let done = state
@@ -222,7 +222,7 @@ pub async fn revoke(State(state): State<AppState>, Path(slug): Path<String>, hea
         })
         .await;
     match done {
-        Ok(()) => crate::http::no_store(StatusCode::OK.into_response()),
+        Ok(()) => crate::extract::no_store(StatusCode::OK.into_response()),
         Err(e) => e.into_response(),
     }
 }

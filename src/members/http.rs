@@ -13,7 +13,7 @@ use crate::{
     AppState,
     auth::TenantCtx,
     error::{Error, Result},
-    http::{ApiJson, parse_id},
+    extract::{ApiJson, parse_id},
     members::{self, Invitation, Member, Role},
 };
 

@@ -249,7 +249,7 @@ async fn set_secret(
     ctx: TenantCtx,
     State(state): State<AppState>,
     Path((_, ws, id)): SecretPath,
-    crate::http::ApiJson(mut body): crate::http::ApiJson<SetSecret>,
+    crate::extract::ApiJson(mut body): crate::extract::ApiJson<SetSecret>,
 ) -> Result<Json<crate::vault::slots::Metadata>> {
     let workspace = secret_slot(&state, &ctx, &ws, &id).await?;
     super::client_auth::check_secret(&body.client_secret)?;

@@ -119,7 +119,7 @@ async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -
         "unknown, expired or already used sign-in state",
     ))?;
     let identity = state.rp.finish(&code, &flow.pkce_verifier, &flow.nonce).await?;
-    let raw = sign_in(state, &identity, flow.started_at, crate::http::request_id(headers)).await?;
+    let raw = sign_in(state, &identity, flow.started_at, crate::extract::request_id(headers)).await?;
     let mut response = Redirect::to(&flow.next_path).into_response();
     let secure = state.config.cookie_secure();
     let h = response.headers_mut();
@@ -193,7 +193,8 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap, body: axum::b
     let session = sessions::lookup(&state.db, raw).await?.ok_or(Error::Unauthorized)?;
     let form_token = url::form_urlencoded::parse(&body).find(|(k, _)| k == "csrf_token").map(|(_, v)| v.into_owned());
     check_browser_write(&state, &Method::POST, &headers, &session, form_token.as_deref())?;
-    let audit = Audit { actor: format!("person:{}", session.principal.subject), request_id: crate::http::request_id(&headers) };
+    let audit =
+        Audit { actor: format!("person:{}", session.principal.subject), request_id: crate::extract::request_id(&headers) };
     sessions::sign_out(&state.db, &session, &audit).await?;
     let target = match state.rp.end_session_endpoint().await {
         Some(endpoint) => {
@@ -232,7 +233,7 @@ async fn me(State(state): State<AppState>, SignedIn(session): SignedIn) -> Resul
         "memberships": memberships,
         "dev_sign_in": state.config.dev_sign_in(),
     });
-    Ok(crate::http::no_store(Json(body).into_response()))
+    Ok(crate::extract::no_store(Json(body).into_response()))
 }
 
 async fn home(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {

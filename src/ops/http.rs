@@ -32,7 +32,7 @@ impl FromRequestParts<AppState> for PlatformAdmin {
             return Err(Error::Forbidden { code: "platform_admin_required", message: "this needs a platform admin".into() });
         }
         let actor = format!("platform:{}#{}", session.principal.issuer, session.principal.subject);
-        Ok(PlatformAdmin { audit: Audit { actor, request_id: crate::http::request_id(&parts.headers) } })
+        Ok(PlatformAdmin { audit: Audit { actor, request_id: crate::extract::request_id(&parts.headers) } })
     }
 }
 
@@ -60,7 +60,7 @@ async fn set_verdict(
     admin: PlatformAdmin,
     State(state): State<AppState>,
     Path(fingerprint): Path<String>,
-    crate::http::ApiJson(body): crate::http::ApiJson<SetVerdict>,
+    crate::extract::ApiJson(body): crate::extract::ApiJson<SetVerdict>,
 ) -> Result<Json<Issue>> {
     let verdict = match body.verdict.as_str() {
         "resolve" => Verdict::Resolve,

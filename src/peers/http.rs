@@ -12,7 +12,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{Binding, PeerView};
-use crate::{AppState, auth::TenantCtx, error::Result, http::ApiJson, members::Permission};
+use crate::{AppState, auth::TenantCtx, error::Result, extract::ApiJson, members::Permission};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -10,7 +10,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{Exported, Restored};
-use crate::{AppState, auth::TenantCtx, error::Result, http::ApiJson, members::Permission};
+use crate::{AppState, auth::TenantCtx, error::Result, extract::ApiJson, members::Permission};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

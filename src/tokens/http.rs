@@ -13,7 +13,7 @@ use crate::{
     AppState,
     auth::TenantCtx,
     error::Result,
-    http::{ApiJson, no_store, parse_id},
+    extract::{ApiJson, no_store, parse_id},
     members::Permission,
     tokens::{self, Token},
 };

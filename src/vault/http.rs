@@ -20,8 +20,8 @@ use crate::{
     AppState,
     auth::TenantCtx,
     error::{Error, Result},
+    extract::ApiJson,
     gateway::credentials,
-    http::ApiJson,
     members::Permission,
     workspaces::{Connector, config::SlotKind},
 };

@@ -16,7 +16,7 @@ use crate::{
     AppState,
     auth::TenantCtx,
     error::{Error, FieldIssue, Result},
-    http::ApiJson,
+    extract::ApiJson,
     members::Permission,
     workspaces::{self, config::valid_connector_id},
 };

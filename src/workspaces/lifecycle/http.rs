@@ -10,7 +10,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{Binding, Transition};
-use crate::{AppState, auth::TenantCtx, error::Result, http::ApiJson, members::Permission, workspaces::Workspace};
+use crate::{AppState, auth::TenantCtx, error::Result, extract::ApiJson, members::Permission, workspaces::Workspace};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
