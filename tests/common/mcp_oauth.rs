@@ -34,7 +34,7 @@ pub async fn status_at(url: &str, token: &str) -> StatusCode {
 /// Runs tests/peers/oauth_agent.py (the Python SDK's OAuth client) against `url` as `email`.
 pub async fn python_oauth_agent(url: &str, email: &str, calls: Value) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/oauth_agent.py");
-    let out = tokio::process::Command::new("python3")
+    let out = super::python3()
         .arg(script)
         .arg(url)
         .arg(email)
@@ -42,7 +42,7 @@ pub async fn python_oauth_agent(url: &str, email: &str, calls: Value) -> Value {
         .kill_on_drop(true)
         .output()
         .await
-        .expect("run python3 (pip install -r tests/peers/requirements.txt)");
+        .expect("run python3 (scripts/test.sh installs the Python peers)");
     assert!(out.status.success(), "oauth agent failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("agent prints JSON")
 }

@@ -286,7 +286,7 @@ impl OidcPeer {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/compose/oidc");
         assert!(
             dir.join("node_modules/oidc-provider").exists(),
-            "the OpenID provider peer is not installed: run `npm ci --prefix deploy/compose/oidc` (.ci/run does)"
+            "the OpenID provider peer is not installed: run scripts/test.sh once (it installs the test peers)"
         );
         let port = free_port();
         let issuer = format!("http://127.0.0.1:{port}");
@@ -344,7 +344,7 @@ impl Everything {
     async fn start_as(transport: &str, path: &str, port: u16) -> Everything {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers");
         let script = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-        assert!(script.exists(), "the MCP peers are not installed: run `npm ci --prefix tests/peers` (.ci/run does)");
+        assert!(script.exists(), "the MCP peers are not installed: run scripts/test.sh once (it installs the test peers)");
         let child = Command::new("node")
             .arg(&script)
             .arg(transport)
@@ -366,10 +366,17 @@ impl Everything {
     }
 }
 
+/// `python3` for the Python peers: the virtual environment that `scripts/test.sh` installs
+/// them into (`target/peers/venv`) when it exists, else the machine's own.
+pub fn python3() -> Command {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/peers/venv/bin/python3");
+    Command::new(if venv.exists() { venv.into_os_string() } else { "python3".into() })
+}
+
 /// Runs the official Python MCP SDK agent (tests/peers/agent.py) against `url`.
 pub async fn python_agent(url: &str, m: &Machine, calls: serde_json::Value) -> serde_json::Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/agent.py");
-    let out = Command::new("python3")
+    let out = python3()
         .arg(script)
         .arg(url)
         .arg(calls.to_string())
@@ -379,7 +386,7 @@ pub async fn python_agent(url: &str, m: &Machine, calls: serde_json::Value) -> s
         .kill_on_drop(true)
         .output()
         .await
-        .expect("run python3 (the MCP SDK agent; pip install -r tests/peers/requirements.txt)");
+        .expect("run python3 (the MCP SDK agent; scripts/test.sh installs it)");
     assert!(out.status.success(), "agent failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("agent prints JSON")
 }
