@@ -8,7 +8,12 @@ mod common;
 use std::time::Duration;
 
 use common::{Served, TestDb, admin_log_text, cli, dev_sign_in, eventually, gatehouse, mcp_post, provision};
-use gatehouse::{admin_log::Audit, db::Scope, tenants::TenantId};
+use gatehouse::{
+    admin_log::Audit,
+    db::Scope,
+    tenants::TenantId,
+    workspaces::tables::{Rows, TABLES},
+};
 use reqwest::Method;
 use serde_json::{Value, json};
 use sqlx::{Executor, PgConnection};
@@ -253,4 +258,36 @@ async fn a_reap_removes_the_files_of_unsettled_snapshot_copies() {
     assert!(dir.as_path().join("kept.snap").exists(), "a finished export stays");
     assert_eq!(count(&t, &format!("SELECT count(*) FROM copies WHERE workspace_id = '{id}' AND state <> 'done'")).await, 0);
     assert_eq!(leftovers(&t, id).await, 0);
+}
+
+/// The catalog's workspace-owned tables: every table (but `workspaces`) with a `workspace_id`
+/// column, or with a foreign key to `workspaces` or `mcp_grants`, and how its rows name their
+/// workspace.
+async fn catalog_tables(t: &TestDb) -> std::collections::BTreeMap<String, Rows> {
+    let mut owner = t.owner_conn().await;
+    let rows: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT c.relname::text,
+                EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'workspace_id' AND NOT a.attisdropped)
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND c.relname <> 'workspaces'
+            AND (EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'workspace_id' AND NOT a.attisdropped)
+                 OR EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype = 'f'
+                              AND k.confrelid IN ('workspaces'::regclass, 'mcp_grants'::regclass)))",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    rows.into_iter().map(|(name, column)| (name, if column { Rows::Column } else { Rows::McpGrant })).collect()
+}
+
+#[tokio::test]
+async fn the_registry_of_workspace_tables_names_every_table_of_the_catalog() {
+    let t = TestDb::new().await;
+    let catalog = catalog_tables(&t).await;
+    assert!(catalog.contains_key("credentials") && catalog.get("mcp_codes") == Some(&Rows::McpGrant), "{catalog:?}");
+    let registry: std::collections::BTreeMap<String, Rows> = TABLES.iter().map(|t| (t.name.to_owned(), t.rows)).collect();
+    assert_eq!(registry.len(), TABLES.len(), "a table is registered twice");
+    let missing: Vec<&String> = catalog.keys().filter(|name| !registry.contains_key(*name)).collect();
+    assert!(missing.is_empty(), "workspace-owned tables missing from workspaces::tables::TABLES: {missing:?}");
+    assert_eq!(registry, catalog, "every registered table exists, and names its workspace as registered");
 }

@@ -254,27 +254,10 @@ pub async fn delete_disposable(conn: &mut PgConnection, tenant: TenantId, id: Uu
     Ok(true)
 }
 
-/// Every row of a workspace, children first. The caller has checked it may be deleted.
+/// Every row of a workspace (the registry's tables, children first, then the workspace row).
+/// The caller has checked it may be deleted.
 async fn delete_state(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<()> {
-    const STATEMENTS: &[&str] = &[
-        "DELETE FROM mcp_codes WHERE tenant_id = $1 AND grant_id IN (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = $2)",
-        "DELETE FROM mcp_tokens WHERE tenant_id = $1 AND grant_id IN (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = $2)",
-        "DELETE FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM oauth_revocations WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM oauth_grants WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM oauth_flows WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM oauth_clients WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM connect_links WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM credentials WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM connector_catalogs WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM result_stash WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM activity WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM peer_bindings WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM workspace_versions WHERE tenant_id = $1 AND workspace_id = $2",
-        "DELETE FROM workspaces WHERE tenant_id = $1 AND id = $2",
-    ];
-    for sql in STATEMENTS {
-        sqlx::query(*sql).bind(tenant).bind(id).execute(&mut *conn).await?;
-    }
+    crate::workspaces::tables::delete_state(&mut *conn, tenant, &[id], true).await?;
+    sqlx::query("DELETE FROM workspaces WHERE tenant_id = $1 AND id = $2").bind(tenant).bind(id).execute(conn).await?;
     Ok(())
 }

@@ -21,6 +21,7 @@ use crate::{
     db::{Db, Scope},
     error::{Error, Result},
     tenants::TenantId,
+    workspaces::tables,
 };
 
 /// A claim older than this is presumed abandoned (its replica crashed): longer than a reap's
@@ -113,7 +114,7 @@ async fn finish(db: &Db, snapshots: &Path, tenant: TenantId, audit: &Audit, id: 
                 return Err(retry_later("a copy or a revocation is still pending"));
             }
             let unsettled = store::unsettled(&mut *conn, tenant, id).await?;
-            let mut deleted = store::wipe(&mut *conn, tenant, &[id], true).await?;
+            let mut deleted = tables::delete_state(&mut *conn, tenant, &[id], true).await?;
             // Copies of this workspace's state in other workspaces not yet settled (a
             // destination the recovery sweep has not wiped yet) lose that state too.
             let others: Vec<Uuid> = unsettled
@@ -122,7 +123,7 @@ async fn finish(db: &Db, snapshots: &Path, tenant: TenantId, audit: &Audit, id: 
                 .filter(|other| *other != id)
                 .collect();
             if !others.is_empty() {
-                let more = store::wipe(&mut *conn, tenant, &others, false).await?;
+                let more = tables::delete_state(&mut *conn, tenant, &others, false).await?;
                 deleted.insert("other_copies".into(), serde_json::Value::Object(more));
             }
             // Snapshot files of this workspace not yet settled go before their rows are settled.

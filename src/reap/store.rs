@@ -107,51 +107,6 @@ pub async fn unsettled(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> R
         .await?)
 }
 
-/// Every table that holds a workspace's state, children before parents. Each deletes the rows
-/// of `workspace_id = ANY($2)`; `mcp_*` go through the grants of those workspaces.
-const STATE_TABLES: &[(&str, &str)] = &[
-    ("mcp_tokens", "grant_id IN (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = ANY($2))"),
-    ("mcp_codes", "grant_id IN (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = ANY($2))"),
-    ("mcp_grants", "workspace_id = ANY($2)"),
-    ("oauth_flows", "workspace_id = ANY($2)"),
-    ("oauth_revocations", "workspace_id = ANY($2)"),
-    ("oauth_grants", "workspace_id = ANY($2)"),
-    ("credentials", "workspace_id = ANY($2)"),
-    ("connector_catalogs", "workspace_id = ANY($2)"),
-    ("result_stash", "workspace_id = ANY($2)"),
-    ("activity", "workspace_id = ANY($2)"),
-    ("ops_failures", "workspace_id = ANY($2)"),
-    ("peer_bindings", "workspace_id = ANY($2)"),
-];
-
-/// Tables only the reaped workspace itself loses (its identity, not copied state).
-const OWN_TABLES: &[&str] = &["connect_links", "oauth_clients", "workspace_versions"];
-
-/// Deletes the state of `workspaces`; `own` also deletes the reaped workspace's own rows.
-/// Returns the rows deleted per table.
-pub async fn wipe(
-    conn: &mut PgConnection,
-    tenant: TenantId,
-    workspaces: &[Uuid],
-    own: bool,
-) -> Result<serde_json::Map<String, serde_json::Value>> {
-    let mut counts = serde_json::Map::new();
-    let own_tables = OWN_TABLES.iter().map(|t| (*t, "workspace_id = ANY($2)"));
-    let tables: Vec<(&str, &str)> =
-        if own { STATE_TABLES.iter().copied().chain(own_tables).collect() } else { STATE_TABLES.to_vec() };
-    for (table, condition) in tables {
-        let n = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE tenant_id = $1 AND {condition}")))
-            .bind(tenant)
-            .bind(workspaces)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        let slot = counts.entry(table.to_owned()).or_insert(serde_json::Value::from(0u64));
-        *slot = serde_json::Value::from(slot.as_u64().unwrap_or(0) + n);
-    }
-    Ok(counts)
-}
-
 /// Peer bindings that call the reaped workspace stop working, visibly (`bound_unavailable`).
 pub async fn invalidate_peer_bindings(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<u64> {
     Ok(sqlx::query(

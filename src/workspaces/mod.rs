@@ -8,6 +8,7 @@ pub mod http;
 pub mod http_api;
 pub mod lifecycle;
 pub mod store;
+pub mod tables;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
