@@ -156,7 +156,7 @@ async fn connector_view(
         _ => "none".into(),
     };
     let (tools, catalog) = match connector {
-        Connector::HttpApi(api) => (crate::gateway::http_api::catalog(api), "from the configuration".to_owned()),
+        Connector::HttpApi(api) => (crate::gateway::http_api_connector::catalog(api), "from the configuration".to_owned()),
         Connector::Peer { blueprint } => {
             (Vec::new(), format!("another workspace's tools (blueprint {blueprint}), resolved at each call"))
         }

@@ -6,7 +6,7 @@ pub mod catalogs;
 pub mod credentials;
 pub mod direct;
 pub mod downstream;
-pub mod http_api;
+pub mod http_api_connector;
 pub mod mcp_client;
 pub mod peer;
 pub mod sse;

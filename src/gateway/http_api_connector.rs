@@ -1,5 +1,6 @@
-//! Calls to `http_api` connectors: the tool's description turned into one HTTP request, and
-//! the response into a tool result. Arguments have already passed the tool's input schema.
+//! The `http_api` connector kind: an HTTP API described as data. A call turns the tool's
+//! description into one HTTP request, and the response into a tool result. Arguments have
+//! already passed the tool's input schema.
 
 use std::sync::Arc;
 

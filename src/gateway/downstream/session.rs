@@ -1,0 +1,218 @@
+//! Sessions with downstream MCP servers: our lean streamable HTTP client, or rmcp's machinery
+//! over the legacy HTTP+SSE transport; one per (catalog key, credential) and replica,
+//! reconnected after a transport failure.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use rmcp::{
+    ClientCacheConfig, RoleClient, ServiceExt,
+    model::{
+        CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, JsonObject, ProtocolVersion,
+        Tool,
+    },
+    service::{RunningService, ServiceError},
+};
+
+use super::{Downstreams, Failure, MAX_SESSIONS, cap};
+use crate::gateway::{credentials::Credential, sse::SseClientTransport};
+use crate::workspaces::{Connector, config::RemoteTransport};
+
+/// A session with a downstream MCP server: our lean streamable HTTP client, or rmcp's
+/// machinery over the legacy SSE transport.
+#[derive(Clone)]
+pub(super) enum Session {
+    Http(Arc<crate::gateway::mcp_client::HttpSession>),
+    Rmcp(Arc<RunningService<RoleClient, ClientConfig>>),
+}
+
+/// Why a session request failed.
+pub(super) enum SessionError {
+    /// The server no longer knows the session; the request was not processed.
+    Gone,
+    /// `drop`: the session is broken and must not be used again.
+    Failed { failure: Failure, drop: bool },
+}
+
+impl SessionError {
+    fn from_http(f: Option<Failure>) -> SessionError {
+        match f {
+            None => SessionError::Gone,
+            Some(failure) => {
+                let drop = matches!(failure, Failure::Unavailable(_));
+                SessionError::Failed { failure, drop }
+            }
+        }
+    }
+
+    fn from_rmcp(e: ServiceError) -> SessionError {
+        let drop = !matches!(e, ServiceError::McpError(_));
+        SessionError::Failed { failure: service_failure(e), drop }
+    }
+}
+
+impl Session {
+    fn is_closed(&self) -> bool {
+        match self {
+            Session::Http(_) => false,
+            Session::Rmcp(s) => s.is_closed(),
+        }
+    }
+
+    fn in_use(&self) -> bool {
+        match self {
+            Session::Http(s) => Arc::strong_count(s) > 1,
+            Session::Rmcp(s) => Arc::strong_count(s) > 1,
+        }
+    }
+
+    pub(super) async fn list_tools(&self) -> Result<Vec<Tool>, SessionError> {
+        match self {
+            Session::Http(s) => s.list_tools().await.map_err(SessionError::from_http),
+            Session::Rmcp(s) => s.list_all_tools().await.map_err(SessionError::from_rmcp),
+        }
+    }
+
+    pub(super) async fn call_tool(&self, tool: &str, args: &JsonObject) -> Result<CallToolResult, SessionError> {
+        match self {
+            Session::Http(s) => s.call_tool(tool, args).await.map_err(SessionError::from_http),
+            Session::Rmcp(s) => {
+                let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args.clone());
+                s.call_tool(params).await.map_err(SessionError::from_rmcp)
+            }
+        }
+    }
+}
+
+impl Downstreams {
+    pub(super) async fn connect(&self, connector: &Connector, credential: Option<&Credential>) -> Result<Session, Failure> {
+        let Connector::RemoteMcp { url, transport, headers, timeout_ms, .. } = connector else {
+            return Err(Failure::Unavailable("not an MCP connector".into()));
+        };
+        let mut custom = HeaderMap::new();
+        for (name, value) in headers {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                custom.insert(n, v);
+            }
+        }
+        for (name, value) in credential.map(|c| c.headers.as_slice()).unwrap_or_default() {
+            custom.insert(name.clone(), value.clone());
+        }
+        let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
+        let deadline = Duration::from_millis(timeout_ms.unwrap_or(crate::workspaces::config::DEFAULT_TIMEOUT_MS));
+        let timed_out = || Failure::Timeout(deadline.as_millis() as u64);
+        match transport {
+            RemoteTransport::StreamableHttp => {
+                let connect = crate::gateway::mcp_client::HttpSession::connect(http, url, custom);
+                let session = tokio::time::timeout(deadline, connect).await.map_err(|_| timed_out())??;
+                Ok(Session::Http(Arc::new(session)))
+            }
+            RemoteTransport::Sse => {
+                let info =
+                    ClientConfig::new(ClientCapabilities::default(), Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
+                        .with_protocol_version(ProtocolVersion::V_2025_11_25);
+                let handshake = async {
+                    let sse = SseClientTransport::connect(http, url, custom).await.map_err(|e| e.to_string())?;
+                    info.serve(sse).await.map_err(|e| e.to_string())
+                };
+                let running = match tokio::time::timeout(deadline, handshake).await {
+                    Ok(Ok(running)) => running,
+                    Ok(Err(e)) => return Err(Failure::Unavailable(cap(&e))),
+                    Err(_) => return Err(timed_out()),
+                };
+                // A gateway must never serve a stale list when a refresh fails.
+                running.set_response_cache_config(ClientCacheConfig::disabled()).await;
+                Ok(Session::Rmcp(Arc::new(running)))
+            }
+        }
+    }
+
+    /// One session per key and credential: the credential's owner and version are part of
+    /// the session's key, so a replaced credential opens a new session.
+    pub(super) async fn session(
+        &self,
+        key: &str,
+        connector: &Connector,
+        credential: Option<&Credential>,
+    ) -> Result<Session, Failure> {
+        let key = session_key(key, credential);
+        if let Some(s) = self.sessions.lock().await.get(&key)
+            && !s.is_closed()
+        {
+            return Ok(s.clone());
+        }
+        let fresh = self.connect(connector, credential).await?;
+        let mut sessions = self.sessions.lock().await;
+        if sessions.len() >= MAX_SESSIONS {
+            sessions.retain(|_, s| !s.is_closed() && s.in_use());
+        }
+        // Sessions of older versions of this credential will never be used again.
+        if let Some(c) = credential {
+            let owner = c.tag.split('@').next().unwrap_or_default();
+            let stale = format!("{}#{owner}@", key.split('#').next().unwrap_or_default());
+            sessions.retain(|k, _| !k.starts_with(&stale));
+        }
+        sessions.insert(key, fresh.clone());
+        Ok(fresh)
+    }
+
+    /// Lists the connector's tools over a fresh session that is not kept (`credentials/…/test`).
+    pub async fn probe(&self, connector: &Connector, credential: Option<&Credential>) -> Result<usize, Failure> {
+        let deadline = Duration::from_millis(connector.timeout_ms());
+        let session = self.connect(connector, credential).await?;
+        let listed = match tokio::time::timeout(deadline, session.list_tools()).await {
+            Ok(Ok(tools)) => Ok(tools.len()),
+            Ok(Err(SessionError::Gone)) => Err(Failure::Unavailable("the server forgot the new session".into())),
+            Ok(Err(SessionError::Failed { failure, .. })) => Err(failure),
+            Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
+        };
+        if let Session::Rmcp(running) = session
+            && let Ok(running) = Arc::try_unwrap(running)
+        {
+            let _ = running.cancel().await;
+        }
+        listed
+    }
+
+    /// Open downstream sessions on this replica.
+    pub async fn session_count(&self) -> usize {
+        self.sessions.lock().await.values().filter(|s| !s.is_closed()).count()
+    }
+
+    pub(super) async fn forget(&self, key: &str, credential: Option<&Credential>) {
+        self.sessions.lock().await.remove(&session_key(key, credential));
+    }
+
+    /// The failure to report; a broken (or twice forgotten) session is dropped so the next
+    /// call reconnects.
+    pub(super) async fn failed(&self, key: &str, credential: Option<&Credential>, e: SessionError) -> Failure {
+        match e {
+            SessionError::Gone => {
+                self.forget(key, credential).await;
+                Failure::Unavailable("the server refused the request on a new session too (HTTP 400 or 404)".into())
+            }
+            SessionError::Failed { failure, drop } => {
+                if drop {
+                    self.forget(key, credential).await;
+                }
+                failure
+            }
+        }
+    }
+}
+
+/// A session's key: the catalog key, then the credential's owner and version tag.
+fn session_key(key: &str, credential: Option<&Credential>) -> String {
+    match credential {
+        Some(c) => format!("{key}#{}", c.tag),
+        None => key.to_owned(),
+    }
+}
+
+fn service_failure(e: ServiceError) -> Failure {
+    match e {
+        ServiceError::McpError(data) => Failure::Rejected(cap(&data.message)),
+        ServiceError::Timeout { timeout } => Failure::Timeout(timeout.as_millis() as u64),
+        other => Failure::Unavailable(cap(&other.to_string())),
+    }
+}

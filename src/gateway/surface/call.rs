@@ -1,0 +1,211 @@
+//! `call_tool` and `call_destructive_tool`: grants, classification, the schema check, the
+//! downstream call, and stashing (and paging) a large result.
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use serde_json::{Value, json};
+
+use super::{
+    ECHO_CAP, Outcome, PROGRAM_ADDRESS, RESULT_ADDRESS, catalog, class_name, classify, connector, credential, echo, failure, key,
+    note,
+};
+use crate::{
+    AppState,
+    gateway::{GatewayCtx, stash},
+    workspaces::{Connector, config::Class},
+};
+
+/// What `call` does with a tool classified as a write.
+pub enum Writes<'a> {
+    /// Refuse it with `destructive_tool_requires_approval` and the call to make instead.
+    Refuse,
+    /// Make it (`call_destructive_tool`, native pools: the client asks the human).
+    Allow,
+    /// Make it unless the gate refuses (programs on a trusted pool): then the gate's refusal.
+    Gated(&'a (dyn Fn(&str) -> Option<Outcome> + Sync)),
+}
+
+pub(super) async fn call(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, destructive: bool) -> Outcome {
+    call_with(state, ctx, args, if destructive { Writes::Allow } else { Writes::Refuse }).await
+}
+
+/// `call_tool`'s path, with `writes` deciding what happens to a write: grants, fail-closed
+/// classification, schema check, the downstream call under its deadline, stashing.
+pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, writes: Writes<'_>) -> Outcome {
+    let Some(address) = args.get("address").and_then(Value::as_str) else {
+        return Outcome::error("invalid_args", "`address` (<connector>.<tool>) is required".into(), None);
+    };
+    // Borrowed, not copied: the schema check reads the object as a JSON value.
+    let none = Value::Object(JsonObject::new());
+    let instance = match args.get("args") {
+        None | Some(Value::Null) => &none,
+        Some(v) => v,
+    };
+    let Value::Object(tool_args) = instance else {
+        return Outcome::error("invalid_args", "`args` must be an object".into(), None);
+    };
+    if address == RESULT_ADDRESS {
+        return result_page(state, ctx, tool_args).await;
+    }
+    let unknown = || Outcome::error("unknown_tool", format!("no tool `{}` here; use search_tools", echo(address)), None);
+    let Some((id, name)) = address.split_once('.') else { return unknown() };
+    let Some(c) = connector(ctx, id) else { return unknown() };
+    // Ungranted is indistinguishable from missing, and asks nothing of the downstream.
+    if !ctx.visible(id, Some(name)) {
+        return unknown();
+    }
+    let key = key(ctx, id, c);
+    let tools = match catalog(state, ctx, id, &key, c).await {
+        Ok(tools) => tools,
+        Err(f) => return failure(f).about(id, name),
+    };
+    let Some(tool) = tools.iter().find(|t| t.name == name) else { return unknown().about(id, name) };
+    let class = classify(&ctx.bound.document, id, tool);
+    if class == Class::Write && matches!(writes, Writes::Refuse) {
+        return approval_required(address, tool_args).about(id, name);
+    }
+    // A peer's tools are checked by the target, against its own current schema.
+    let issues = if matches!(c, Connector::Peer { .. }) { Vec::new() } else { state.downstreams.validate(&key, tool, instance) };
+    if !issues.is_empty() {
+        let issues: Vec<Value> = issues.into_iter().map(|(path, message)| json!({ "path": path, "message": message })).collect();
+        let mut out = Outcome::error(
+            "invalid_args",
+            format!("the arguments do not match {}'s input schema", echo(address)),
+            Some(json!({ "issues": issues })),
+        )
+        .about(id, name);
+        out.classification = Some(class_name(class));
+        return out;
+    }
+    let credential = match credential(state, ctx, id, c).await {
+        Ok(credential) => credential,
+        Err(f) => {
+            let mut out = failure(f).about(id, name);
+            out.classification = Some(class_name(class));
+            return out;
+        }
+    };
+    // Counted only once the call is sure to be made.
+    if class == Class::Write
+        && let Writes::Gated(gate) = writes
+        && let Some(refused) = gate(address)
+    {
+        let mut out = refused.about(id, name);
+        out.classification = Some("write");
+        return out;
+    }
+    if let Connector::Peer { blueprint } = c {
+        // The target may write only if this call could: a write allowed here (approved, or
+        // counted by the gate) is allowed there; anything else is refused there if it writes.
+        let write_allowed = class == Class::Write || matches!(writes, Writes::Allow);
+        let mut out = crate::gateway::peer::call(state, ctx, id, blueprint, name, tool_args.clone(), write_allowed).await;
+        if out.error_code.as_deref() == Some("destructive_tool_requires_approval") {
+            // The target's refusal names its own address; the caller needs this one.
+            out = approval_required(address, tool_args);
+        }
+        if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
+            let body = serde_json::to_string(&out.result).unwrap_or_default();
+            if ctx.peer_path.is_empty() && body.len() > stash::INLINE_CAP_BYTES {
+                out.result = stashed(state, ctx, address, &body).await;
+                out.stashed = !out.result.is_error.unwrap_or(false);
+            }
+        }
+        let mut out = out.about(id, name);
+        out.classification = Some(class_name(class));
+        return out;
+    }
+    let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args, credential.as_ref()).await {
+        Ok(result) => {
+            let body = serde_json::to_string(&result).unwrap_or_default();
+            let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
+            // Through a peer, the outermost workspace stashes (its caller pages it there).
+            let large = body.len() > stash::INLINE_CAP_BYTES && ctx.peer_path.is_empty();
+            let result = if large { stashed(state, ctx, address, &body).await } else { result };
+            Outcome {
+                error_code,
+                stashed: large && !result.is_error.unwrap_or(false),
+                result,
+                connector: None,
+                tool: None,
+                classification: None,
+                result_bytes: body.len().min(i32::MAX as usize) as i32,
+            }
+        }
+        Err(f) => {
+            note(state, ctx, "downstream.call", id, c, &f);
+            failure(f)
+        }
+    }
+    .about(id, name);
+    out.classification = Some(class_name(class));
+    out
+}
+
+/// The refusal of a write made through `call_tool` (or a program), naming the call to make.
+fn approval_required(address: &str, tool_args: &JsonObject) -> Outcome {
+    let call = json!({ "address": address, "args": tool_args });
+    let mut next = json!({ "tool": "call_destructive_tool" });
+    if call.to_string().len() <= ECHO_CAP {
+        next["arguments"] = call;
+    }
+    let mut out = Outcome::error(
+        "destructive_tool_requires_approval",
+        format!("`{}` may change something; call it with call_destructive_tool after the human approves", echo(address)),
+        Some(json!({ "nextAction": next })),
+    );
+    out.classification = Some("write");
+    out
+}
+
+/// Stashes a result over the inline cap and answers with how to page it. If it cannot be
+/// stashed, the call still happened: say so rather than drop the answer silently.
+async fn stashed(state: &AppState, ctx: &GatewayCtx, address: &str, body: &str) -> CallToolResult {
+    match stash::put(&state.db, ctx.tenant.id, ctx.bound.workspace.id.0, &ctx.actor_id, address, body).await {
+        Ok(id) => {
+            let (_, _, next) = stash::page(body, 0);
+            CallToolResult::success(vec![ContentBlock::text(
+                json!({
+                    "stashed": { "id": id, "total_bytes": body.len(), "expires_in_s": stash::TTL_SECS as u64 },
+                    "message": "The result is larger than 24,000 bytes; read it in pages.",
+                    "nextAction": { "tool": "call_tool", "arguments": { "address": RESULT_ADDRESS, "args": { "id": id, "offset": 0 } } },
+                    "pages": next.map_or(1, |_| body.len().div_ceil(stash::PAGE_BYTES)),
+                })
+                .to_string(),
+            )])
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "could not stash a large result");
+            let error = json!({ "error": { "code": "result_too_large", "message": "the call completed, but its result was too large to return and could not be stashed" } });
+            CallToolResult::error(vec![ContentBlock::text(error.to_string())])
+        }
+    }
+}
+
+async fn result_page(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Outcome {
+    result_page_within(state, ctx, args, stash::PAGE_BYTES).await
+}
+
+/// A page of at most `max_bytes` (and of `args.maxBytes` when smaller) of a stashed result.
+pub async fn result_page_within(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, max_bytes: usize) -> Outcome {
+    let Some(id) = args.get("id").and_then(Value::as_str).and_then(|s| s.parse::<uuid::Uuid>().ok()) else {
+        return Outcome::error("invalid_args", "`args.id` is the stashed result's id".into(), None);
+    };
+    let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let missing = || Outcome::error("unknown_result", "no such stashed result (they last 15 minutes)".into(), None);
+    let Ok(Some((address, body))) = stash::get(&state.db, ctx.tenant.id, ctx.bound.workspace.id.0, &ctx.actor_id, id).await
+    else {
+        return missing();
+    };
+    // The caller's grants are checked again on every page. A program's own result was made
+    // from what the same caller could see when it ran.
+    if address != PROGRAM_ADDRESS {
+        let Some((connector, tool)) = address.split_once('.') else { return missing() };
+        if !ctx.visible(connector, Some(tool)) {
+            return missing();
+        }
+    }
+    let max = args.get("maxBytes").and_then(Value::as_u64).map_or(max_bytes, |m| (m as usize).clamp(1, max_bytes));
+    let (chunk, start, next) = stash::page_within(&body, offset, max);
+    Outcome::ok(
+        json!({ "id": id, "address": address, "offset": start, "next_offset": next, "total_bytes": body.len(), "chunk": chunk }),
+    )
+}
