@@ -435,3 +435,89 @@ async fn a_remote_mcp_server_names_its_authorization_server_and_gets_the_workspa
     assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
     assert_eq!(registered().await, ids, "the registration is reused");
 }
+
+/// RFC 9207 (SEP-2468): the provider promises `iss` on its authorization responses, so a
+/// callback without it, or with any other issuer string (a trailing slash included), is a
+/// possible mix-up and is refused: 403 `issuer_mismatch`, an ops failure, and nothing written
+/// (the flow stays unclaimed, so the genuine response still completes it).
+#[tokio::test]
+async fn an_authorization_response_must_name_the_recorded_issuer_exactly() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT)]).await;
+    let (api, _seen) = protected_api(&provider.issuer).await;
+    ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
+    ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
+    // The issuer is named, so its metadata (which promises `iss`) gives the endpoints.
+    let mut connector = api_connector(&api, &provider.issuer, "personal");
+    connector["auth"] = json!({ "type": "oauth", "grant": "personal", "client_id": CLIENT, "issuer": provider.issuer,
+                                "scopes": ["openid", "email"] });
+    let file = json_file(&connector);
+    ok(
+        cmd(&t, &keys),
+        &["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "crm", "--kind", "http_api", "--config", &file],
+    )
+    .await;
+    let a = Served::start_on(cmd(&t, &keys), port).await;
+    let ann = dev_sign_in(&a, "ann@example.test").await;
+    let r = ann.write(Method::POST, "/api/v1/tenants/acme/tokens", json!({ "name": "ann's agent" })).await;
+    let created: Value = r.json().await.unwrap();
+    let sc = common::cli(&t.url, &["service-credential", "create", "--tenant", "acme", "--name", "ci"]).await;
+    let machine = Machine {
+        client_id: sc[1].clone(),
+        client_secret: sc[2].clone(),
+        token: created["secret"].as_str().unwrap().to_owned(),
+        token_id: created["token"]["id"].as_str().unwrap().to_owned(),
+    };
+    let mcp = format!("{}/t/acme/w/main/mcp", a.base);
+    let (_, body, _) = tool(&mcp, &machine, "authorize_connector", json!({ "connector": "crm" })).await;
+    let link = body["connect_url"].as_str().unwrap().to_owned();
+    let callback = walk_to_callback(&ann, &link, "ann-at-crm").await;
+
+    // The genuine response names the provider's issuer.
+    let genuine = reqwest::Url::parse(&callback).unwrap();
+    let iss = genuine.query_pairs().find(|(k, _)| k == "iss").map(|(_, v)| v.into_owned());
+    assert_eq!(iss.as_deref(), Some(provider.issuer.as_str()), "the provider sends iss: {callback}");
+    let with_iss = |value: Option<&str>| {
+        let mut url = genuine.clone();
+        let pairs: Vec<(String, String)> =
+            genuine.query_pairs().filter(|(k, _)| k != "iss").map(|(k, v)| (k.into(), v.into())).collect();
+        let mut q = url.query_pairs_mut();
+        q.clear();
+        for (k, v) in &pairs {
+            q.append_pair(k, v);
+        }
+        if let Some(v) = value {
+            q.append_pair("iss", v);
+        }
+        drop(q);
+        url.to_string()
+    };
+    let issuer = provider.issuer.clone();
+    for forged in
+        [None, Some(format!("{issuer}/")), Some(issuer.replace("127.0.0.1", "localhost")), Some("https://evil.example".into())]
+    {
+        let r = ann.client.get(with_iss(forged.as_deref())).send().await.unwrap();
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, StatusCode::FORBIDDEN, "iss {forged:?} was not refused: {text}");
+        assert!(text.contains("issuer_mismatch"), "{text}");
+        let (err, body, _) = tool(&mcp, &machine, "call_tool", json!({ "address": "crm.me", "args": {} })).await;
+        assert!(err && body["error"]["code"] == "auth_required", "a refused response connected nothing: {body}");
+    }
+    let recorded = common::eventually(std::time::Duration::from_secs(10), || {
+        let t = &t;
+        async move { common::downstream::count(t, "SELECT count(*) FROM ops_failures WHERE code = 'issuer_mismatch'").await == 4 }
+    })
+    .await;
+    assert!(recorded, "each refusal is an ops failure");
+
+    // Nothing was claimed: the genuine response still completes the flow.
+    let r = ann.client.get(&callback).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    let (err, body, _) = tool(&mcp, &machine, "call_tool", json!({ "address": "crm.me", "args": {} })).await;
+    assert!(!err, "{body}");
+    assert_eq!(body["sub"], "ann-at-crm");
+}

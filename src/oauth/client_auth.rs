@@ -196,6 +196,7 @@ mod tests {
             revocation: None,
             userinfo: None,
             issuer: Some("https://as".into()),
+            iss_supported: false,
             registration: registration.then(|| "https://as/reg".into()),
             cimd,
             token_auth_methods: None,

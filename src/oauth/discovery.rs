@@ -23,8 +23,12 @@ pub struct Endpoints {
     pub token: String,
     pub revocation: Option<String>,
     pub userinfo: Option<String>,
-    /// The issuer whose metadata gave these (None: all configured).
+    /// The issuer whose metadata gave these, exactly as the metadata names it (None: all
+    /// configured).
     pub issuer: Option<String>,
+    /// The metadata's `authorization_response_iss_parameter_supported` (RFC 9207): every
+    /// authorization response must then carry `iss`.
+    pub iss_supported: bool,
     /// RFC 7591 dynamic client registration.
     pub registration: Option<String>,
     /// The server accepts a Client ID Metadata Document URL as a client id.
@@ -36,6 +40,40 @@ pub struct Endpoints {
     /// The RFC 8707 resource indicator to send (the checked `resource` of the protected
     /// resource metadata, or the connector's configured one).
     pub resource: Option<String>,
+}
+
+impl Endpoints {
+    /// What a flow started against these endpoints must find in its callback's `iss`.
+    pub fn iss_check(&self) -> IssCheck {
+        IssCheck { issuer: self.issuer.clone(), required: self.iss_supported }
+    }
+}
+
+/// The RFC 9207 check of an authorization response's `iss` (SEP-2468 for MCP clients): it
+/// defends against mix-up, where one authorization server's response is delivered as
+/// another's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IssCheck {
+    /// The issuer the request went to, exactly as its metadata names it (None: the endpoints
+    /// were configured, so there is no issuer to compare with).
+    pub issuer: Option<String>,
+    /// Its metadata promised `iss` on every authorization response.
+    pub required: bool,
+}
+
+impl IssCheck {
+    /// Accepts `iss` only when it is byte for byte the recorded issuer: no trailing-slash,
+    /// case or percent-encoding normalisation (RFC 9207 §2.4 asks for simple string
+    /// comparison). A missing `iss` is refused where the server promised one.
+    pub fn check(&self, iss: Option<&str>) -> std::result::Result<(), &'static str> {
+        match (iss, &self.issuer) {
+            (Some(got), Some(expected)) if got == expected => Ok(()),
+            (Some(_), Some(_)) => Err("the authorization response names another issuer"),
+            (None, _) if self.required => Err("the authorization response carries no issuer, though its server promised one"),
+            // Configured endpoints name no issuer to compare with; nothing promised one.
+            (Some(_), None) | (None, _) => Ok(()),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -55,6 +93,8 @@ struct ServerMetadata {
     registration_endpoint: Option<String>,
     #[serde(default)]
     client_id_metadata_document_supported: bool,
+    #[serde(default)]
+    authorization_response_iss_parameter_supported: bool,
     token_endpoint_auth_methods_supported: Option<Vec<String>>,
     revocation_endpoint_auth_methods_supported: Option<Vec<String>>,
 }
@@ -179,6 +219,7 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
             revocation: o.revocation_endpoint.clone(),
             userinfo: None,
             issuer: None,
+            iss_supported: false,
             registration: None,
             cimd: false,
             token_auth_methods: None,
@@ -210,6 +251,7 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
         revocation: o.revocation_endpoint.clone().or(m.revocation_endpoint),
         userinfo: m.userinfo_endpoint,
         issuer: Some(m.issuer),
+        iss_supported: m.authorization_response_iss_parameter_supported,
         registration: m.registration_endpoint,
         cimd: m.client_id_metadata_document_supported,
         token_auth_methods: m.token_endpoint_auth_methods_supported,
@@ -221,6 +263,24 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iss_must_be_the_recorded_issuer_exactly() {
+        let promised = IssCheck { issuer: Some("https://as.example/tenant1".into()), required: true };
+        assert_eq!(promised.check(Some("https://as.example/tenant1")), Ok(()));
+        for wrong in
+            ["https://as.example/tenant1/", "https://AS.example/tenant1", "https://as.example/tenant%31", "https://evil.example"]
+        {
+            assert!(promised.check(Some(wrong)).is_err(), "{wrong} was accepted");
+        }
+        assert!(promised.check(None).is_err(), "a missing iss was accepted although promised");
+        let unpromised = IssCheck { required: false, ..promised.clone() };
+        assert_eq!(unpromised.check(None), Ok(()));
+        assert!(unpromised.check(Some("https://as.example/tenant1/")).is_err(), "a present iss is always checked");
+        let configured = IssCheck::default();
+        assert_eq!(configured.check(None), Ok(()));
+        assert_eq!(configured.check(Some("https://anything.example")), Ok(()));
+    }
 
     #[test]
     fn well_known_urls_insert_the_suffix_before_the_path() {

@@ -135,6 +135,8 @@ struct CallbackQuery {
     code: Option<String>,
     state: Option<String>,
     error: Option<String>,
+    /// RFC 9207's issuer of the response.
+    iss: Option<String>,
 }
 
 async fn callback(State(state): State<AppState>, headers: HeaderMap, Query(q): Query<CallbackQuery>) -> Response {
@@ -154,7 +156,7 @@ async fn callback(State(state): State<AppState>, headers: HeaderMap, Query(q): Q
             Some(t) => session_member(&state, &headers, t).await?.map(|m| (t, m)),
             None => None,
         };
-        let done = super::finish(&state, &flow_state, &code, member).await?;
+        let done = super::finish(&state, &flow_state, &code, q.iss.as_deref(), member).await?;
         let label = done.account_label.as_deref().map(|l| format!(" as {}", escape(l))).unwrap_or_default();
         let body = format!(
             "<p>The connector <code>{}</code> is authorized{label} ({} grant). You can close this page.</p>",

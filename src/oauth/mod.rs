@@ -306,11 +306,11 @@ pub async fn start(
         client_auth: method.as_str(),
         resource: endpoints.resource.as_deref(),
     };
-    let (hash, sealed) = (&hash, &sealed);
+    let (hash, sealed, iss) = (&hash, &sealed, &endpoints.iss_check());
     state
         .db
         .single_decision(Scope::Tenant(tenant), move |conn, _| {
-            Box::pin(store::insert_flow(conn, tenant, hash, workspace, id, owner, started_by, link_id, sealed, client))
+            Box::pin(store::insert_flow(conn, tenant, hash, workspace, id, owner, started_by, link_id, sealed, client, iss))
         })
         .await?;
     Ok(url.to_string())
@@ -333,12 +333,45 @@ fn claimed_error() -> Error {
     }
 }
 
+/// An authorization response whose `iss` failed the RFC 9207 check (carried out of the
+/// claim's transaction as its error, so the claim rolls back).
+#[derive(Debug)]
+struct IssRefused {
+    connector: String,
+    why: &'static str,
+}
+
+impl From<IssRefused> for Error {
+    fn from(r: IssRefused) -> Error {
+        Error::Forbidden { code: "issuer_mismatch", message: format!("{} (connector `{}`)", r.why, r.connector) }
+    }
+}
+
+/// Records an `issuer_mismatch` refusal as an ops failure (a mix-up attempt, or a
+/// misconfigured server, is something an operator must see); other errors pass unchanged.
+fn issuer_refused(state: &AppState, tenant: TenantId, e: Error) -> Error {
+    if let Error::Forbidden { code: "issuer_mismatch", message } = &e {
+        state.ops.record(crate::ops::Failure {
+            operation: "oauth.callback",
+            stage: "issuer".into(),
+            tenant: Some(tenant.0),
+            workspace: None,
+            status: crate::ops::Status::Failed,
+            code: "issuer_mismatch".into(),
+            message: message.clone(),
+            reference: None,
+        });
+    }
+    e
+}
+
 /// Completes a flow at the callback: claims it once, checks who came back, exchanges the code
 /// and seals the tokens as the connector's credential.
 pub async fn finish(
     state: &AppState,
     flow_state: &str,
     code: &str,
+    iss: Option<&str>,
     session_member: Option<(TenantId, Uuid)>,
 ) -> Result<Connected> {
     let ring = ring(state)?;
@@ -346,10 +379,21 @@ pub async fn finish(
     let hash = secrets::digest(flow_state);
     let hash = &hash;
     let member = session_member.filter(|(t, _)| *t == tenant).map(|(_, m)| m);
+    // The issuer is checked inside the claim's transaction: a refused response rolls the
+    // claim back, so it writes nothing and the person may finish with the right response.
     let flow = state
         .db
-        .single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::claim_flow(conn, tenant, hash, member)))
-        .await?
+        .single_decision(Scope::Tenant(tenant), move |conn, _| {
+            Box::pin(async move {
+                let flow = store::claim_flow(conn, tenant, hash, member).await?;
+                if let Some(f) = &flow {
+                    f.iss.check(iss).map_err(|why| IssRefused { connector: f.connector.clone(), why })?;
+                }
+                Ok(flow)
+            })
+        })
+        .await
+        .map_err(|e| issuer_refused(state, tenant, e))?
         .ok_or_else(claimed_error)?;
     let owner = crate::vault::slots::parse_owner(&flow.owner).ok_or_else(claimed_error)?;
     let bound = crate::workspaces::bound_by_id(&state.db, tenant, flow.workspace).await?;

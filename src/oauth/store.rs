@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
+use super::discovery::IssCheck;
 use crate::{error::Result, tenants::TenantId, vault::Owner};
 
 pub const FLOW_TTL_SECS: i64 = 900;
@@ -36,6 +37,8 @@ pub struct Flow {
     pub token_endpoint: String,
     pub client_auth: String,
     pub resource: Option<String>,
+    /// What the callback's `iss` must be (RFC 9207).
+    pub iss: IssCheck,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -50,6 +53,7 @@ pub async fn insert_flow(
     link_id: Option<Uuid>,
     verifier: &str,
     client: FlowClient<'_>,
+    iss: &IssCheck,
 ) -> Result<()> {
     sqlx::query("DELETE FROM oauth_flows WHERE tenant_id = $1 AND expires_at <= now() - interval '1 hour'")
         .bind(tenant)
@@ -57,8 +61,8 @@ pub async fn insert_flow(
         .await?;
     sqlx::query(
         "INSERT INTO oauth_flows (tenant_id, state_hash, workspace_id, connector_id, owner, started_by, link_id, verifier,
-                                  token_endpoint, expires_at, client_id, client_auth, resource)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8), $11, $12, $13)",
+                                  token_endpoint, expires_at, client_id, client_auth, resource, issuer, iss_required)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8), $11, $12, $13, $14, $15)",
     )
     .bind(tenant)
     .bind(state_hash)
@@ -73,6 +77,8 @@ pub async fn insert_flow(
     .bind(client.client_id)
     .bind(client.client_auth)
     .bind(client.resource)
+    .bind(iss.issuer.as_deref())
+    .bind(iss.required)
     .execute(conn)
     .await?;
     Ok(())
@@ -91,7 +97,8 @@ pub async fn claim_flow(
         "UPDATE oauth_flows SET claimed_at = now()
           WHERE tenant_id = $1 AND state_hash = $2 AND claimed_at IS NULL AND expires_at > now()
             AND (started_by IS NULL OR started_by = $3)
-          RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, client_id, token_endpoint, client_auth, resource",
+          RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, client_id, token_endpoint, client_auth, resource,
+                    issuer, iss_required",
     )
     .bind(tenant)
     .bind(state_hash)
@@ -110,6 +117,7 @@ pub async fn claim_flow(
             token_endpoint: r.try_get("token_endpoint")?,
             client_auth: r.try_get("client_auth")?,
             resource: r.try_get("resource")?,
+            iss: IssCheck { issuer: r.try_get("issuer")?, required: r.try_get("iss_required")? },
         })
     })
     .transpose()
