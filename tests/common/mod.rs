@@ -505,3 +505,37 @@ where
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     format!("{base}{}", target.path())
 }
+
+/// Forwards every request to `target` with `m`'s machine headers added, passing Host and
+/// Origin through untouched, and streams the answer back as it comes (SSE included): the
+/// conformance suite cannot send custom headers itself. Answers its own URL's `/mcp`.
+pub async fn header_proxy(target: String, m: Machine) -> String {
+    use axum::{body::Body, extract::Request, http::StatusCode, response::IntoResponse};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let client = http();
+    let app = axum::Router::new().fallback(move |req: Request| {
+        let (client, target, m) = (client.clone(), target.clone(), m.clone());
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
+            let mut out = client.request(parts.method.clone(), &target).body(body);
+            for (name, value) in &parts.headers {
+                out = out.header(name, value);
+            }
+            let r = match m.headers(out).send().await {
+                Ok(r) => r,
+                Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+            };
+            let mut response = axum::http::Response::builder().status(r.status());
+            for (name, value) in r.headers() {
+                if name != "content-length" && name != "transfer-encoding" {
+                    response = response.header(name, value);
+                }
+            }
+            response.body(Body::from_stream(r.bytes_stream())).unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("{base}/mcp")
+}
