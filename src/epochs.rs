@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 use crate::{
     db::Db,
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 /// An entry is derived again after this long, whatever the epoch says.

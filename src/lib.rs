@@ -21,6 +21,7 @@ pub mod findings;
 pub mod forks;
 pub mod gateway;
 pub mod http;
+pub mod ids;
 pub mod kv;
 pub mod mcp_auth;
 pub mod members;
@@ -85,7 +86,7 @@ pub struct Services {
     /// digest), labelled the same way; expiry is checked on every hit.
     pub mcp_tokens: Arc<epochs::Cache<(String, Vec<u8>), mcp_auth::Checked>>,
     /// Workspaces' bound configurations, labelled the same way.
-    pub bound: Arc<epochs::Cache<(tenants::TenantId, String), Arc<workspaces::Bound>>>,
+    pub bound: Arc<epochs::Cache<(ids::TenantId, String), Arc<workspaces::Bound>>>,
     /// Sealed credential slots (never their plaintext), labelled the same way.
     pub credentials: Arc<epochs::Cache<gateway::credentials::SlotKey, Arc<Option<vault::store::Stored>>>>,
     /// Runs `execute_code` programs (this replica's slots and queue).

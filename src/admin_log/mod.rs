@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::tenants::TenantId;
+use crate::ids::TenantId;
 
 /// Who acts, and under which request; threaded into every mutation.
 #[derive(Clone, Debug)]

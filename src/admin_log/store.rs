@@ -4,7 +4,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::{Entry, Record};
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// Appends one row; call inside the transaction that makes the change it describes.
 pub async fn record(conn: &mut PgConnection, entry: Entry<'_>) -> Result<()> {

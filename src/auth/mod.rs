@@ -23,10 +23,11 @@ use crate::{
     admin_log::Audit,
     db::Scope,
     error::{Error, Result},
+    ids::TenantId,
     members::{self, Member, Permission, Permissions, Principal, Role},
     secrets, service_credentials,
     sessions::{self, Session},
-    tenants::{self, Status, TenantId},
+    tenants::{self, Status},
     tokens,
 };
 

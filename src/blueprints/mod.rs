@@ -17,14 +17,14 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, FieldIssue, Result},
-    tenants::{TenantId, validate_slug},
+    ids::TenantId,
+    tenants::validate_slug,
     vault::KeyRing,
     workspaces::{self, Document},
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, sqlx::Type)]
-#[sqlx(transparent)]
-pub struct BlueprintId(pub Uuid);
+/// Re-exported from [`crate::ids`], where every id lives, so older callers keep their path.
+pub use crate::ids::BlueprintId;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Blueprint {

@@ -3,10 +3,11 @@
 use sqlx::{PgConnection, Row, postgres::PgRow};
 use uuid::Uuid;
 
-use super::{Blueprint, BlueprintId, Version};
+use super::{Blueprint, Version};
+use crate::ids::BlueprintId;
 use crate::{
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
     workspaces::Document,
 };
 

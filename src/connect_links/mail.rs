@@ -40,7 +40,7 @@ impl Mailer {
 
     /// Records that a mail of `tenant` could not be delivered (it waits in the outbox). The
     /// message names the mail and the transport's error, never the recipient or the body.
-    pub fn undelivered(&self, tenant: crate::tenants::TenantId, mail_id: uuid::Uuid, reason: &str) {
+    pub fn undelivered(&self, tenant: crate::ids::TenantId, mail_id: uuid::Uuid, reason: &str) {
         if let Some(ops) = &self.ops {
             crate::ops::record(
                 ops,

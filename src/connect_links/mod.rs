@@ -18,9 +18,8 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, Result},
-    secrets,
-    tenants::TenantId,
-    workspaces,
+    ids::TenantId,
+    secrets, workspaces,
 };
 
 pub use store::{Link, Mail};

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::{PgConnection, Row, postgres::PgRow};
 use uuid::Uuid;
 
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// A link as the API and CLI show it (never its secret).
 #[derive(Clone, Debug, Serialize)]

@@ -24,7 +24,7 @@ use crate::{
     config::Config,
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 /// What kind of move recorded a row (the `kind` column).

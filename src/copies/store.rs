@@ -4,7 +4,7 @@ use sqlx::{PgConnection, Row, postgres::PgRow};
 use uuid::Uuid;
 
 use super::{Copy, Move, Role};
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// The workspace's erasure epoch and whether a reap is claimed, locked FOR SHARE; `None` when
 /// the workspace does not exist in this tenant.

@@ -19,7 +19,7 @@ use crate::{
     config::Config,
     db::{Db, Scope},
     error::Result,
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 /// Rows one pass claims, settles or wipes at most (per step).

@@ -16,7 +16,7 @@ use sqlx::{
 use crate::{
     config::Secret,
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 /// The role every request runs as. It owns no table and cannot bypass row-level security;

@@ -24,7 +24,7 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 /// Shorter names are not rewritten out of free text (they would match unrelated words).

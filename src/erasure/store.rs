@@ -4,7 +4,7 @@
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// What the redaction pass read of the workspace: the claim compares all of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

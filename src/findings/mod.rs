@@ -21,7 +21,7 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 pub const KINDS: [&str; 3] = ["recurring", "invariant", "drift"];

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// One occurrence (or several, counted) of a finding, as the writer or a check reports it.
 #[derive(Debug, Clone)]

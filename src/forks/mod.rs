@@ -24,7 +24,8 @@ use crate::{
     copies::{self, Kind, Move, Role, SourceOutcome},
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::{TenantId, validate_slug},
+    ids::TenantId,
+    tenants::validate_slug,
     vault::{Aad, PURPOSE_CONNECTOR, slots::parse_owner},
     workspaces::{self, Workspace},
 };
@@ -135,7 +136,7 @@ async fn copy(
             workspaces::store::insert_version(
                 &mut *conn,
                 tenant,
-                workspaces::WorkspaceId(fork_id),
+                crate::ids::WorkspaceId(fork_id),
                 1,
                 &src.document,
                 &digest,

@@ -5,8 +5,9 @@ use uuid::Uuid;
 
 use crate::{
     error::{Error, Result},
-    tenants::TenantId,
-    workspaces::{Workspace, WorkspaceId},
+    ids::TenantId,
+    ids::WorkspaceId,
+    workspaces::Workspace,
 };
 
 /// Inserts the fork's workspace row, `provisioning` until its move confirms.

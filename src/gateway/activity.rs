@@ -282,7 +282,7 @@ pub mod http {
 
     /// One page of a tenant's activity, newest first: `{ items, next_cursor }`. The caller
     /// checks `activity_access`.
-    pub async fn page(db: &crate::db::Db, tenant: crate::tenants::TenantId, f: &Filters) -> Result<Value> {
+    pub async fn page(db: &crate::db::Db, tenant: crate::ids::TenantId, f: &Filters) -> Result<Value> {
         let limit = f.limit.unwrap_or(50);
         if !(1..=100).contains(&limit) {
             return Err(Error::invalid("invalid_limit", Some("limit"), "limit is from 1 to 100"));

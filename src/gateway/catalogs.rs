@@ -13,7 +13,7 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::Result,
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 /// Which catalog: a workspace's connector, under one configuration.

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::{
     AppState,
-    tenants::TenantId,
+    ids::TenantId,
     vault::{
         Owner,
         slots::{self, Slot},

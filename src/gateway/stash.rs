@@ -6,7 +6,7 @@ use uuid::Uuid;
 use crate::{
     db::{Db, Scope},
     error::Result,
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 pub const INLINE_CAP_BYTES: usize = 24_000;

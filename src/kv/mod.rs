@@ -17,7 +17,7 @@ use crate::{
     admin_log::{self, Audit, Entry as LogEntry},
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 pub const MAX_KEY_BYTES: usize = 512;

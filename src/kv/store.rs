@@ -4,7 +4,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, Row, postgres::PgRow};
 
 use super::{Entry, PRUNE_BATCH};
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// The condition "not expired by the database clock", spliced into static SQL.
 macro_rules! live {

@@ -23,8 +23,8 @@ use crate::{
     config::{Config, Environment},
     db::Scope,
     error::{Error, Result},
-    secrets,
-    tenants::{self, TenantId},
+    ids::TenantId,
+    secrets, tenants,
 };
 
 /// Largest metadata document accepted.

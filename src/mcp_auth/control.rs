@@ -11,7 +11,7 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 /// Grants, newest first: one member's (`member`), or the tenant's.

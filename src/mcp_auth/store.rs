@@ -4,7 +4,7 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use super::{ClientView, GrantView};
-use crate::{error::Result, members::Role, tenants::TenantId};
+use crate::{error::Result, ids::TenantId, members::Role};
 
 /// A live access token's grant, as the resource server checks it.
 #[derive(Clone, Debug)]

@@ -22,8 +22,8 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::Scope,
     error::{Error, Result},
+    ids::TenantId,
     secrets, tenants,
-    tenants::TenantId,
 };
 
 enum Outcome {

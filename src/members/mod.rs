@@ -14,7 +14,7 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 /// How long an invitation stays valid unless said otherwise.

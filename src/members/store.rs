@@ -4,7 +4,7 @@ use sqlx::{PgConnection, Row, postgres::PgRow};
 use uuid::Uuid;
 
 use super::{Invitation, Member, Permission, Principal, Role};
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 macro_rules! member_columns {
     () => {

@@ -45,7 +45,7 @@ enum Browser {
     Member(Uuid),
 }
 
-async fn browser(state: &AppState, headers: &HeaderMap, tenant: tenants::TenantId) -> Result<Browser> {
+async fn browser(state: &AppState, headers: &HeaderMap, tenant: crate::ids::TenantId) -> Result<Browser> {
     if session_cookie(headers, state.config.cookie_secure()).is_none() {
         return Ok(Browser::SignedOut);
     }
@@ -62,7 +62,7 @@ async fn has_session(state: &AppState, headers: &HeaderMap) -> Result<bool> {
 }
 
 /// The signed-in member of `tenant` behind this browser, if any.
-async fn session_member(state: &AppState, headers: &HeaderMap, tenant: tenants::TenantId) -> Result<Option<Uuid>> {
+async fn session_member(state: &AppState, headers: &HeaderMap, tenant: crate::ids::TenantId) -> Result<Option<Uuid>> {
     let Some(raw) = session_cookie(headers, state.config.cookie_secure()) else { return Ok(None) };
     let Some(session) = sessions::lookup(&state.db, raw).await? else { return Ok(None) };
     let principal = session.principal;
@@ -151,7 +151,7 @@ async fn callback(State(state): State<AppState>, headers: HeaderMap, Query(q): Q
         let (Some(code), Some(flow_state)) = (q.code, q.state) else {
             return Err(Error::invalid("invalid_callback", None, "the callback carries no code and state"));
         };
-        let tenant = flow_state.split_once('.').and_then(|(t, _)| Uuid::parse_str(t).ok()).map(tenants::TenantId);
+        let tenant = flow_state.split_once('.').and_then(|(t, _)| Uuid::parse_str(t).ok()).map(crate::ids::TenantId);
         let member = match tenant {
             Some(t) => session_member(&state, &headers, t).await?.map(|m| (t, m)),
             None => None,

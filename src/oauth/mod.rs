@@ -51,10 +51,10 @@ use crate::{
     db::Scope,
     error::{Error, Result},
     gateway::credentials::{Caller, Credential, Problem, SlotKey},
+    ids::TenantId,
     members::{self, Permission},
     oidc::Http,
     secrets,
-    tenants::TenantId,
     vault::{Aad, KeyRing, Owner, PURPOSE_OAUTH_FLOW, PURPOSE_OAUTH_GRANT},
     workspaces::{
         Connector,

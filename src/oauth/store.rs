@@ -6,7 +6,7 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use super::discovery::IssCheck;
-use crate::{error::Result, tenants::TenantId, vault::Owner};
+use crate::{error::Result, ids::TenantId, vault::Owner};
 
 pub const FLOW_TTL_SECS: i64 = 900;
 /// How long a replica may hold a grant's refresh lease.

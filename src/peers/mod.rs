@@ -23,7 +23,7 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
     workspaces::{self, Connector},
 };
 

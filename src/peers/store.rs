@@ -4,7 +4,7 @@ use sqlx::{PgConnection, Row, postgres::PgRow};
 use uuid::Uuid;
 
 use super::{Binding, Target};
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 fn binding(row: &PgRow) -> Result<Binding> {
     Ok(Binding {

@@ -3,7 +3,7 @@
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// What the claim decides on.
 #[derive(Debug, Clone)]

@@ -14,8 +14,8 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, Result},
+    ids::TenantId,
     secrets,
-    tenants::TenantId,
     tokens::normalize_name,
 };
 

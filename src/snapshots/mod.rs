@@ -31,9 +31,11 @@ use crate::{
     copies::{self, Kind, Move, Role, SourceOutcome},
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::{TenantId, validate_slug},
+    ids::TenantId,
+    ids::WorkspaceId,
+    tenants::validate_slug,
     vault::{Aad, KeyRing, Owner, PURPOSE_CONNECTOR, slots::parse_owner},
-    workspaces::{self, Document, WorkspaceId},
+    workspaces::{self, Document},
 };
 
 pub const FORMAT: &str = "gatehouse-snapshot-v1";

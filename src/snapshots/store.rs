@@ -3,7 +3,7 @@
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// The workspace's stored catalogs, as JSON rows without tenant and workspace.
 pub async fn catalogs(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid) -> Result<Vec<serde_json::Value>> {

@@ -14,10 +14,8 @@ use crate::{
     error::{Error, Result},
 };
 
-/// A tenant's id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, sqlx::Type)]
-#[sqlx(transparent)]
-pub struct TenantId(pub Uuid);
+/// Re-exported from [`crate::ids`], where every id lives, so older callers keep their path.
+pub use crate::ids::TenantId;
 
 /// Lifecycle of a tenant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -3,8 +3,9 @@
 use sqlx::{PgConnection, PgExecutor, Row, postgres::PgRow};
 use uuid::Uuid;
 
-use super::{Status, Tenant, TenantId};
+use super::{Status, Tenant};
 use crate::error::Result;
+use crate::ids::TenantId;
 
 macro_rules! columns {
     () => {

@@ -13,9 +13,9 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, Result},
+    ids::TenantId,
     members::Principal,
     secrets,
-    tenants::TenantId,
 };
 
 pub const PREFIX: &str = "gth_";

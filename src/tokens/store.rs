@@ -4,7 +4,7 @@ use sqlx::{PgConnection, Row, postgres::PgRow};
 use uuid::Uuid;
 
 use super::Token;
-use crate::{error::Result, members::Principal, tenants::TenantId};
+use crate::{error::Result, ids::TenantId, members::Principal};
 
 macro_rules! columns {
     () => {

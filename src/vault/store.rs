@@ -5,7 +5,7 @@ use sqlx::{PgConnection, Row, postgres::PgRow};
 use uuid::Uuid;
 
 use super::Owner;
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// One slot's row, with its sealed envelope.
 #[derive(Clone)]

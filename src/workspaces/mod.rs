@@ -22,12 +22,12 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::{TenantId, validate_slug},
+    ids::TenantId,
+    tenants::validate_slug,
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, sqlx::Type)]
-#[sqlx(transparent)]
-pub struct WorkspaceId(pub Uuid);
+/// Re-exported from [`crate::ids`], where every id lives, so older callers keep their path.
+pub use crate::ids::WorkspaceId;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Workspace {

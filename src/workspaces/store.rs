@@ -2,10 +2,11 @@
 
 use sqlx::{PgConnection, Row, postgres::PgRow};
 
-use super::{Bound, Document, Workspace, WorkspaceId};
+use super::{Bound, Document, Workspace};
+use crate::ids::WorkspaceId;
 use crate::{
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
 };
 
 macro_rules! columns {

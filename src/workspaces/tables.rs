@@ -13,7 +13,7 @@ use Erasure::{DeleteMember, Redact, Untouched};
 use Fate::{Delete, DeleteWithRow, Keep};
 use Rows::{Column, McpGrant};
 
-use crate::{error::Result, tenants::TenantId};
+use crate::{error::Result, ids::TenantId};
 
 /// How a table's rows name their workspace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use crate::{
     blueprints,
     db::{Db, Scope},
     error::{Error, Result},
-    tenants::TenantId,
+    ids::TenantId,
     workspaces::{self, Workspace},
 };
 

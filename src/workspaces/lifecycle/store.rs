@@ -6,8 +6,9 @@ use uuid::Uuid;
 
 use crate::{
     error::Result,
-    tenants::TenantId,
-    workspaces::{Workspace, WorkspaceId, store::workspace},
+    ids::TenantId,
+    ids::WorkspaceId,
+    workspaces::{Workspace, store::workspace},
 };
 
 /// What a bind decides on, as its transaction read it.
