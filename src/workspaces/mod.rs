@@ -61,6 +61,10 @@ pub struct Bound {
     pub keys: std::sync::OnceLock<std::collections::HashMap<String, String>>,
 }
 
+/// A connector's catalog is fetched again after this long. It lives with the workspace,
+/// whose bound read reports which catalogs are still fresh, so the gateway reads it here.
+pub const CATALOG_TTL: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Which catalogs the shared cache holds fresh, as the request's one query saw them.
 pub type CatalogStamps = std::collections::HashMap<String, (String, chrono::DateTime<chrono::Utc>)>;
 

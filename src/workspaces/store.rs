@@ -118,7 +118,7 @@ pub async fn bound(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Res
     ))
     .bind(tenant)
     .bind(slug)
-    .bind(crate::gateway::downstream::CATALOG_TTL.as_secs_f64())
+    .bind(super::CATALOG_TTL.as_secs_f64())
     .fetch_optional(conn)
     .await?;
     let Some(row) = row else { return Ok(None) };

@@ -15,10 +15,11 @@ use tokio::sync::Mutex;
 use self::session::{Session, SessionError};
 use super::catalogs::{self, Target};
 use super::credentials::Credential;
-use crate::{db::Db, workspaces::Connector};
+use crate::{
+    db::Db,
+    workspaces::{CATALOG_TTL, Connector},
+};
 
-/// A connector's catalog is fetched again after this long.
-pub const CATALOG_TTL: Duration = Duration::from_secs(300);
 /// Sessions kept per replica before the least useful are dropped.
 const MAX_SESSIONS: usize = 1024;
 
