@@ -139,7 +139,8 @@ async fn rounds(db: Db) {
         ids.sort_by_key(|t| t.0);
         ids.dedup();
         let read = db
-            .on_lane(move |conn| {
+            .on_lane(|conn| {
+                let ids = ids.clone();
                 Box::pin(async move {
                     // One tenant (every round at low concurrency): the plain primary-key
                     // lookup, cheaper for PostgreSQL than the array form.
@@ -191,7 +192,8 @@ async fn rounds(db: Db) {
 /// the label must be read before anything it labels, the tenant's own row included.
 pub async fn read_by_slug(db: &Db, slug: &str) -> Result<Option<(TenantId, i64)>> {
     let slug = slug.to_owned();
-    db.on_lane(move |conn| {
+    db.on_lane(|conn| {
+        let slug = slug.clone();
         Box::pin(async move {
             Ok(sqlx::query_as("SELECT id, epoch FROM tenants WHERE slug = $1").bind(slug).fetch_optional(conn).await?)
         })

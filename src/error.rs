@@ -68,6 +68,7 @@ impl Error {
             | Error::Unavailable { code, .. } => code,
             Error::Unauthorized => "unauthorized",
             Error::PayloadTooLarge => "payload_too_large",
+            Error::Database(e) if read_only(e) => "database_read_only",
             Error::Database(e) if connection_lost(e) => "database_unavailable",
             Error::Database(_) | Error::Internal(_) => "internal",
         }
@@ -83,7 +84,7 @@ impl Error {
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Error::Database(e) if connection_lost(e) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Database(e) if connection_lost(e) || read_only(e) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Database(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -114,6 +115,23 @@ impl Error {
     pub fn is_retryable_conflict(&self) -> bool {
         matches!(self.sqlstate().as_deref(), Some("40001" | "40P01"))
     }
+
+    /// The connection this error came on is no use any more, nor are its pool's siblings
+    /// opened before it: the server went away (I/O error, 08xxx, an administrator's or the
+    /// postmaster's shutdown, 57P01/57P02/57P03), or it is a read-only node (25006: a demoted
+    /// primary behind a connection that a failover did not move).
+    pub fn is_connection_loss(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) => true,
+            Error::Database(e @ sqlx::Error::Database(_)) => connection_lost(e) || read_only(e),
+            _ => false,
+        }
+    }
+}
+
+/// A write reached a read-only node (a standby, or a primary that was demoted).
+fn read_only(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("25006"))
 }
 
 /// The database is unreachable or dropped the connection: retryable, not a bug.
@@ -143,6 +161,15 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
         match &self {
+            Error::Database(e) if read_only(e) => {
+                tracing::warn!(error = %e, "write refused by a read-only database node");
+                problem(
+                    status,
+                    self.code(),
+                    "the database is read-only (failing over); retry shortly",
+                    Some(json!({ "retryAfterMs": 500 })),
+                )
+            }
             Error::Database(e) if connection_lost(e) => {
                 tracing::warn!(error = %e, "database unavailable");
                 problem(status, self.code(), "the database is unavailable; retry shortly", Some(json!({ "retryAfterMs": 500 })))

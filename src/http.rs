@@ -154,8 +154,19 @@ async fn healthz() -> impl IntoResponse {
 
 /// Ready when the database answers as the application role and every migration this
 /// binary knows is applied.
+///
+/// A probe that meets a dead connection (the database restarted or failed over while this
+/// replica was idle) condemns the pool's older connections and asks once more on a fresh one,
+/// so readiness follows the database as soon as it is back.
 async fn readyz(State(state): State<AppState>) -> Response {
-    match migrate::is_current(state.db.pool()).await {
+    let mut current = migrate::is_current(state.db.pool()).await;
+    if let Err(e) = &current
+        && e.is_connection_loss()
+    {
+        state.db.saw(e);
+        current = migrate::is_current(state.db.pool()).await;
+    }
+    match current {
         Ok(true) => Json(json!({ "status": "ready" })).into_response(),
         Ok(false) => problem(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "migrations pending", None),
         Err(e) => {

@@ -183,8 +183,8 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
         .bind(secret_digest)
         .bind(token_digest)
         .fetch_optional(state.db.pool())
-        .await?
-        .ok_or(Error::Unauthorized)?;
+        .await;
+    let row = state.db.noted(row)?.ok_or(Error::Unauthorized)?;
     let issuer: Option<String> = row.try_get("principal_issuer")?;
     let subject: Option<String> = row.try_get("principal_subject")?;
     let role: Option<String> = row.try_get("member_role")?;

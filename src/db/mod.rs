@@ -49,6 +49,8 @@ enum Isolation {
 #[derive(Clone, Debug)]
 pub struct Db {
     pool: PgPool,
+    /// When this replica last saw a connection die (see [`Losses`]).
+    losses: std::sync::Arc<Losses>,
     lanes: std::sync::Arc<Lanes>,
     /// Requests waiting for a shared read of their tenant's epoch (see [`crate::epochs`]).
     epoch_batch: std::sync::Arc<crate::epochs::Batch>,
@@ -59,12 +61,51 @@ pub struct Db {
 /// double the database work of the hot path.
 #[derive(Debug, Default)]
 struct Lanes {
-    conns: Vec<tokio::sync::Mutex<Option<PgConnection>>>,
+    /// Each lane's connection, with when it was opened (on [`Losses`]' clock).
+    conns: Vec<tokio::sync::Mutex<Option<(PgConnection, u64)>>>,
     next: std::sync::atomic::AtomicUsize,
 }
 
 /// Hot-path lanes per replica.
 const LANES: usize = 4;
+
+/// When a connection last died, so the pool can drop every connection opened before then at
+/// its next use instead of failing one request per dead connection. sqlx cannot evict idle
+/// connections, and pinging each one before use costs a round trip per query; this check is
+/// one atomic load per acquire. After a database restart or failover every pooled connection
+/// is dead at once, so the first failure condemns them all, and readiness and requests see the
+/// database again as soon as a fresh connection can be opened.
+#[derive(Debug)]
+struct Losses {
+    base: std::time::Instant,
+    /// Nanoseconds after `base` of the latest loss (0: none seen).
+    last_ns: std::sync::atomic::AtomicU64,
+}
+
+impl Losses {
+    fn new() -> Self {
+        Losses { base: std::time::Instant::now(), last_ns: Default::default() }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1)
+    }
+
+    fn record(&self) {
+        self.last_ns.fetch_max(self.now_ns(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a connection of this age was opened before the latest loss.
+    fn predates_loss(&self, age: Duration) -> bool {
+        self.opened_before_loss(self.now_ns().saturating_sub(u64::try_from(age.as_nanos()).unwrap_or(u64::MAX)))
+    }
+
+    /// Whether a connection opened at `opened` (see [`Losses::now_ns`]) predates the latest loss.
+    fn opened_before_loss(&self, opened: u64) -> bool {
+        let last = self.last_ns.load(std::sync::atomic::Ordering::Relaxed);
+        last != 0 && opened <= last
+    }
+}
 
 /// Marks, in a closure's signature, that the closure's future may borrow data of lifetime
 /// `'a` for as long as the connection borrow `'c` lasts (`&'c &'a ()` implies `'a: 'c`).
@@ -79,6 +120,8 @@ impl Db {
             .parse()
             .map_err(|_| Error::invalid("invalid_database_url", None, "DATABASE_URL is not a valid PostgreSQL URL"))?;
         let options = options.application_name("gatehouse");
+        let losses = std::sync::Arc::new(Losses::new());
+        let judge = losses.clone();
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .min_connections(1)
@@ -86,6 +129,11 @@ impl Db {
             // No ping before every use: it is a round trip per query. A connection the server
             // dropped fails its next query (answered 503 `database_unavailable`) and is closed.
             .test_before_acquire(false)
+            // A connection opened before the latest loss is closed instead of used.
+            .before_acquire(move |_conn, meta| {
+                let stale = judge.predates_loss(meta.age);
+                Box::pin(async move { Ok(!stale) })
+            })
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     // Spelled out: SQL must be a static string. Keep in step with APP_ROLE.
@@ -96,31 +144,49 @@ impl Db {
             .connect_with(options)
             .await?;
         let lanes = Lanes { conns: (0..LANES).map(|_| tokio::sync::Mutex::new(None)).collect(), next: Default::default() };
-        Ok(Db { pool, lanes: std::sync::Arc::new(lanes), epoch_batch: Default::default() })
+        Ok(Db { pool, losses, lanes: std::sync::Arc::new(lanes), epoch_batch: Default::default() })
     }
 
     /// Runs one autocommit read on a dedicated lane connection (opened on first use, as
     /// [`APP_ROLE`], and dropped after any error so the next use reconnects). For statements
-    /// every request makes; everything else uses the pool.
-    pub async fn on_lane<T, F>(&self, work: F) -> Result<T>
+    /// every request makes; everything else uses the pool. `work` must be an idempotent read:
+    /// one that meets a lost connection runs once more, at once, on a fresh one (the loss
+    /// condemned every connection opened before it), so a database restart costs the hot path
+    /// no failed request.
+    pub async fn on_lane<T, F>(&self, mut work: F) -> Result<T>
     where
-        F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<T>>,
+        F: for<'c> FnMut(&'c mut PgConnection) -> BoxFuture<'c, Result<T>>,
     {
         use std::sync::atomic::Ordering;
         let i = self.lanes.next.fetch_add(1, Ordering::Relaxed) % self.lanes.conns.len().max(1);
         let Some(lane) = self.lanes.conns.get(i) else { return Err(Error::Internal(anyhow::anyhow!("no lanes"))) };
         let mut slot = lane.lock().await;
-        if slot.is_none() {
-            let mut conn = <PgConnection as sqlx::Connection>::connect_with(&*self.pool.connect_options()).await?;
-            conn.execute("SET ROLE gatehouse_app").await?;
-            *slot = Some(conn);
+        let mut retried = false;
+        loop {
+            if slot.as_ref().is_some_and(|(_, opened)| self.losses.opened_before_loss(*opened)) {
+                *slot = None;
+            }
+            let conn = match &mut *slot {
+                Some((conn, _)) => conn,
+                empty => {
+                    let opened = self.losses.now_ns();
+                    let connected = <PgConnection as sqlx::Connection>::connect_with(&*self.pool.connect_options()).await;
+                    let mut conn = self.noted(connected)?;
+                    self.noted(conn.execute("SET ROLE gatehouse_app").await)?;
+                    &mut empty.insert((conn, opened)).0
+                }
+            };
+            let result = work(conn).await;
+            if let Err(e) = &result {
+                *slot = None;
+                self.saw(e);
+                if e.is_connection_loss() && !retried {
+                    retried = true;
+                    continue;
+                }
+            }
+            return result;
         }
-        let conn = slot.as_mut().expect("opened above");
-        let result = work(conn).await;
-        if result.is_err() {
-            *slot = None;
-        }
-        result
     }
 
     /// Requests waiting for shared epoch reads, and the counters of those reads.
@@ -128,9 +194,27 @@ impl Db {
         &self.epoch_batch
     }
 
-    /// The raw pool, for health checks and tests.
+    /// The raw pool, for health checks and tests. Whoever uses it directly reports its errors
+    /// through [`Db::saw`].
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Takes note of a database error: a lost connection condemns every pooled connection
+    /// opened before it (they are closed at their next acquire, not used).
+    pub fn saw(&self, e: &Error) {
+        if e.is_connection_loss() {
+            self.losses.record();
+        }
+    }
+
+    /// The outcome of a statement run on [`Db::pool`] directly, with its error noted.
+    pub fn noted<T>(&self, outcome: std::result::Result<T, sqlx::Error>) -> Result<T> {
+        outcome.map_err(|e| {
+            let e = Error::from(e);
+            self.saw(&e);
+            e
+        })
     }
 
     /// Runs `work` in one `SERIALIZABLE` transaction with `scope` applied, retrying on
@@ -208,6 +292,17 @@ impl Db {
     }
 
     async fn attempt<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
+    {
+        let result = self.attempt_once(scope, isolation, work).await;
+        if let Err(e) = &result {
+            self.saw(e);
+        }
+        result
+    }
+
+    async fn attempt_once<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
     {
