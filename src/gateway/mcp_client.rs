@@ -1,8 +1,8 @@
 //! A lean MCP client over streamable HTTP, for the gateway's hot path: one POST per request
 //! on the shared reqwest client, the answer read straight from the response (JSON, or an event
 //! stream up to the response with the request's id), no worker task or channel in between.
-//! It speaks only what a gateway needs from a downstream: `initialize`, `tools/list` and
-//! `tools/call`. Server-to-client requests and notifications on a response stream are
+//! It speaks what a gateway needs from a downstream: `initialize`, `tools/list`, `tools/call`,
+//! and the other requests a native pool relays as they are. Server-to-client requests and notifications on a response stream are
 //! ignored (the gateway offers no sampling, elicitation or roots), and so is progress.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +32,9 @@ pub struct HttpSession {
     /// The connector's static headers, the session id and the negotiated revision.
     headers: HeaderMap,
     next_id: AtomicU64,
+    /// The server's `initialize` result (its capabilities and instructions), for a native
+    /// pool to declare and relay.
+    server: Value,
 }
 
 /// Why a request failed, before it becomes a [`Failure`].
@@ -63,7 +66,7 @@ impl HttpSession {
         let mut headers = custom;
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let mut session = HttpSession { http, url, headers, next_id: AtomicU64::new(1) };
+        let mut session = HttpSession { http, url, headers, next_id: AtomicU64::new(1), server: Value::Null };
         let params = json!({
             "protocolVersion": PROTOCOL,
             "capabilities": {},
@@ -81,6 +84,7 @@ impl HttpSession {
         let revision =
             HeaderValue::from_str(revision).map_err(|_| Failure::Unavailable("a malformed protocol version".into()))?;
         session.headers.insert(PROTOCOL_VERSION, revision);
+        session.server = result;
         let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
         let r = session.post(&note).await?;
         if !r.status().is_success() {
@@ -213,6 +217,17 @@ impl HttpSession {
             }
         }
         Err(Some(Failure::Rejected(format!("the tool list has more than {MAX_PAGES} pages"))))
+    }
+
+    /// What the server said of itself in its `initialize` result.
+    pub fn server(&self) -> &Value {
+        &self.server
+    }
+
+    /// Any other request a native pool relays (prompts, resources, completion, logging), its
+    /// result as the server sent it.
+    pub async fn relay(&self, method: &str, params: &Value) -> Result<Value, Option<Failure>> {
+        self.request(method, params, "result").await
     }
 
     pub async fn call_tool(&self, name: &str, arguments: &JsonObject) -> Result<CallToolResult, Option<Failure>> {

@@ -25,8 +25,10 @@ use axum::{
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult, PaginatedRequestParams,
-        ServerCapabilities, ServerConfig,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ErrorCode,
+        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+        ReadResourceResponse, ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
     transport::{StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager},
@@ -249,11 +251,113 @@ fn gateway_ctx(cx: &RequestContext<RoleServer>) -> Result<GatewayCtx, McpError> 
         .ok_or_else(|| McpError::internal_error("request not authenticated", None))
 }
 
+/// The context of a request that came through a native pool; anything else has only tools,
+/// so the method is not found.
+fn native_ctx(cx: &RequestContext<RoleServer>, method: &str) -> Result<GatewayCtx, McpError> {
+    let ctx = gateway_ctx(cx)?;
+    if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
+        Ok(ctx)
+    } else {
+        Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, method.to_owned(), None))
+    }
+}
+
+/// A relayed answer as the typed result rmcp sends.
+fn relayed<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, McpError> {
+    serde_json::from_value(value)
+        .map_err(|e| McpError::internal_error(format!("the downstream's answer is not a valid result: {e}"), None))
+}
+
+/// A request's params as JSON, to relay them.
+fn params(request: impl serde::Serialize) -> Result<serde_json::Value, McpError> {
+    serde_json::to_value(request).map_err(|e| McpError::invalid_params(e.to_string(), None))
+}
+
 impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
             .with_instructions(surface::INSTRUCTIONS)
+    }
+
+    /// A native pool declares what its downstreams declare, with their instructions.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        cx.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        if let Ok(ctx) = native_ctx(&cx, "initialize") {
+            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx)).await;
+            info.capabilities = relayed(capabilities)?;
+            info.instructions = instructions;
+        }
+        Ok(info)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let ctx = native_ctx(&cx, "prompts/list")?;
+        relayed(Box::pin(surface::native_list(&self.state, &ctx, "prompts/list", "prompts")).await)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let ctx = native_ctx(&cx, "prompts/get")?;
+        let answer = Box::pin(surface::native_request(&self.state, &ctx, "prompts/get", params(request)?)).await?;
+        Ok(GetPromptResponse::Complete(relayed(answer)?))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let ctx = native_ctx(&cx, "resources/list")?;
+        relayed(Box::pin(surface::native_list(&self.state, &ctx, "resources/list", "resources")).await)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let ctx = native_ctx(&cx, "resources/templates/list")?;
+        let method = "resources/templates/list";
+        relayed(Box::pin(surface::native_list(&self.state, &ctx, method, "resourceTemplates")).await)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let ctx = native_ctx(&cx, "resources/read")?;
+        let answer = Box::pin(surface::native_request(&self.state, &ctx, "resources/read", params(request)?)).await?;
+        Ok(ReadResourceResponse::Complete(relayed(answer)?))
+    }
+
+    async fn complete(&self, request: CompleteRequestParams, cx: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {
+        let ctx = native_ctx(&cx, "completion/complete")?;
+        relayed(Box::pin(surface::native_request(&self.state, &ctx, "completion/complete", params(request)?)).await?)
+    }
+
+    /// Relayed for the handshake era (deprecated by the 2026 revision, whose level is per request).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let ctx = native_ctx(&cx, "logging/setLevel")?;
+        Box::pin(surface::native_request(&self.state, &ctx, "logging/setLevel", params(request)?)).await.map(|_| ())
     }
 
     async fn list_tools(

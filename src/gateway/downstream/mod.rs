@@ -302,3 +302,54 @@ impl Downstreams {
         }
     }
 }
+
+impl Downstreams {
+    /// Relays one request other than tools (prompts, resources, completion, logging) to an
+    /// MCP connector under its deadline; a session the server forgot is opened once more.
+    pub async fn relay(
+        &self,
+        tenant: uuid::Uuid,
+        key: &str,
+        connector: &Connector,
+        method: &str,
+        params: &serde_json::Value,
+        credential: Option<&Credential>,
+    ) -> Result<serde_json::Value, Failure> {
+        if !matches!(connector, Connector::RemoteMcp { .. }) {
+            return Err(Failure::Rejected("only an MCP connector has more than tools".into()));
+        }
+        let _slot = self.admit(tenant)?;
+        let deadline = Duration::from_millis(connector.timeout_ms());
+        let relayed = tokio::time::timeout(deadline, async {
+            let open = || async {
+                self.session(key, connector, credential).await.map_err(|failure| SessionError::Failed { failure, drop: false })
+            };
+            match open().await?.relay(method, params).await {
+                Err(SessionError::Gone) => {
+                    self.forget(key, credential).await;
+                    open().await?.relay(method, params).await
+                }
+                other => other,
+            }
+        });
+        match relayed.await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => Err(self.failed(key, credential, e).await),
+            Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
+        }
+    }
+
+    /// The MCP connector's `initialize` result (capabilities, instructions), from its session;
+    /// Null for a connector that is not an MCP server.
+    pub async fn server_info(
+        &self,
+        key: &str,
+        connector: &Connector,
+        credential: Option<&Credential>,
+    ) -> Result<serde_json::Value, Failure> {
+        if !matches!(connector, Connector::RemoteMcp { .. }) {
+            return Ok(serde_json::Value::Null);
+        }
+        Ok(self.session(key, connector, credential).await?.server())
+    }
+}

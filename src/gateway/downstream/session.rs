@@ -84,6 +84,28 @@ impl Session {
     }
 }
 
+impl Session {
+    /// A request other than tools, relayed as it is. Over the legacy SSE transport only tools
+    /// are relayed.
+    pub(super) async fn relay(&self, method: &str, params: &serde_json::Value) -> Result<serde_json::Value, SessionError> {
+        match self {
+            Session::Http(s) => s.relay(method, params).await.map_err(SessionError::from_http),
+            Session::Rmcp(_) => Err(SessionError::Failed {
+                failure: Failure::Rejected("a connector over the legacy HTTP+SSE transport relays tools only".into()),
+                drop: false,
+            }),
+        }
+    }
+
+    /// The server's `initialize` result (Null over the legacy SSE transport: tools only).
+    pub(super) fn server(&self) -> serde_json::Value {
+        match self {
+            Session::Http(s) => s.server().clone(),
+            Session::Rmcp(_) => serde_json::Value::Null,
+        }
+    }
+}
+
 impl Downstreams {
     pub(super) async fn connect(&self, connector: &Connector, credential: Option<&Credential>) -> Result<Session, Failure> {
         let Connector::RemoteMcp { url, transport, headers, timeout_ms, .. } = connector else {

@@ -14,7 +14,7 @@ mod skills;
 mod tools;
 
 pub use call::{Writes, call_with, result_page_within};
-pub use native::{native_call, native_tools};
+pub use native::{native_call, native_list, native_request, native_server, native_tools};
 pub use search::{DESCRIBE_MAX, describe, search};
 pub use skills::{INSTRUCTIONS, skill};
 pub use tools::{tools, tools_for};

@@ -1,10 +1,21 @@
-//! A native pool: the downstream tools themselves instead of the six.
+//! A native pool: the downstream tools themselves instead of the six, and the downstreams'
+//! prompts, resources, completion and logging relayed.
 
-use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use rmcp::{
+    ErrorData,
+    model::{JsonObject, Tool, ToolAnnotations},
+};
 use serde_json::Value;
 
-use super::{Outcome, catalog, classify, echo, key};
-use crate::{AppState, gateway::GatewayCtx, workspaces::config::Class};
+use super::{Outcome, catalog, classify, credential, echo, key};
+use crate::{
+    AppState,
+    gateway::{GatewayCtx, downstream::Failure},
+    workspaces::{Connector, config::Class},
+};
+
+/// Pages of a relayed list followed per connector.
+const MAX_PAGES: usize = 64;
 
 /// A native pool's tools: the downstream tools themselves under their original names, with
 /// the gateway's fail-closed classification as their annotations. A name two connectors share
@@ -42,4 +53,187 @@ pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: J
     wrapped.insert("address".into(), Value::String(format!("{id}.{name}")));
     wrapped.insert("args".into(), Value::Object(args));
     super::call::call(state, ctx, &wrapped, true).await
+}
+
+/// The MCP connectors whose prompts and resources a native pool relays: those the caller may
+/// see here (grants narrowed by the pool). A connector of the pool whose tools are all
+/// ungranted is not listed, so its prompts and resources look missing too.
+fn relayed(ctx: &GatewayCtx) -> Vec<(&String, &Connector)> {
+    ctx.bound
+        .document
+        .connectors
+        .iter()
+        .filter(|(id, c)| matches!(c, Connector::RemoteMcp { .. }) && ctx.visible(id, None))
+        .collect()
+}
+
+/// One relayed request to one connector, with the caller's credential for it.
+async fn relay(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    id: &str,
+    c: &Connector,
+    method: &str,
+    params: &Value,
+) -> Result<Value, Failure> {
+    let credential = credential(state, ctx, id, c).await?;
+    state.downstreams.relay(ctx.tenant.id.0, &key(ctx, id, c), c, method, params, credential.as_ref()).await
+}
+
+/// The connector's `initialize` result; Null when it cannot be had (it then offers nothing
+/// beyond tools).
+async fn server_info(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Value {
+    let Ok(credential) = credential(state, ctx, id, c).await else { return Value::Null };
+    state.downstreams.server_info(&key(ctx, id, c), c, credential.as_ref()).await.unwrap_or(Value::Null)
+}
+
+/// The relayed connectors that declare `capability` (`prompts`, `resources`, `completions`,
+/// `logging`).
+async fn declaring<'c>(state: &AppState, ctx: &'c GatewayCtx, capability: &str) -> Vec<(&'c String, &'c Connector)> {
+    let mut out = Vec::new();
+    for (id, c) in relayed(ctx) {
+        if server_info(state, ctx, id, c).await["capabilities"].get(capability).is_some_and(|v| !v.is_null()) {
+            out.push((id, c));
+        }
+    }
+    out
+}
+
+/// What a native pool declares at `initialize`: tools, plus prompts, resources, completions
+/// and logging where a pooled downstream declares them (subscriptions and `listChanged` are not
+/// relayed yet, so not declared); and the downstreams' own instructions instead of the
+/// six-tool guide (with several, each under its connector id).
+pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option<String>) {
+    let mut capabilities = serde_json::json!({ "tools": {} });
+    let mut instructions = Vec::new();
+    let connectors = relayed(ctx);
+    let several = connectors.len() > 1;
+    for (id, c) in connectors {
+        let info = server_info(state, ctx, id, c).await;
+        for name in ["prompts", "resources", "completions", "logging"] {
+            if info["capabilities"].get(name).is_some_and(|v| !v.is_null()) {
+                capabilities[name] = serde_json::json!({});
+            }
+        }
+        if let Some(text) = info["instructions"].as_str().filter(|t| !t.is_empty()) {
+            instructions.push(if several { format!("{id}: {text}") } else { text.to_owned() });
+        }
+    }
+    (capabilities, (!instructions.is_empty()).then(|| instructions.join("\n\n")))
+}
+
+/// `prompts/list`, `resources/list` or `resources/templates/list` over the pooled connectors
+/// that declare the capability, every page of each; `field` is the list's member. With
+/// several connectors a prompt's name carries its connector id (`id.name`).
+pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field: &str) -> Value {
+    let capability = if field == "prompts" { "prompts" } else { "resources" };
+    let connectors = declaring(state, ctx, capability).await;
+    let several = connectors.len() > 1;
+    let mut items = Vec::new();
+    for (id, c) in connectors {
+        let mut params = serde_json::json!({});
+        for _ in 0..MAX_PAGES {
+            let mut page = match relay(state, ctx, id, c, method, &params).await {
+                Ok(page) => page,
+                Err(f) => {
+                    tracing::info!(connector = %id, method, failure = ?f, "native pool: a connector's list is left out");
+                    break;
+                }
+            };
+            for mut item in page[field].take().as_array().cloned().unwrap_or_default() {
+                if several && field == "prompts" {
+                    let name = item["name"].as_str().unwrap_or_default().to_owned();
+                    item["name"] = Value::String(format!("{id}.{name}"));
+                }
+                items.push(item);
+            }
+            match page["nextCursor"].as_str() {
+                Some(next) if !next.is_empty() => params = serde_json::json!({ "cursor": next }),
+                _ => break,
+            }
+        }
+    }
+    serde_json::json!({ field: items })
+}
+
+/// The connector a prompt name belongs to and its name there: with one connector the name as
+/// it is, with several `id.name`. `None`: no prompt by that name here (ungranted looks the same).
+fn prompt_owner<'c>(connectors: &[(&'c String, &'c Connector)], name: &str) -> Option<(&'c String, &'c Connector, String)> {
+    match connectors {
+        [(id, c)] => Some((id, c, name.to_owned())),
+        _ => {
+            let (id, rest) = name.split_once('.')?;
+            connectors.iter().find(|(i, _)| i.as_str() == id).map(|(i, c)| (*i, *c, rest.to_owned()))
+        }
+    }
+}
+
+/// `prompts/get`, `resources/read`, `completion/complete` or `logging/setLevel`, routed to the
+/// connector it concerns with the prefix taken off: a prompt by its name; a resource by
+/// asking each connector that declares resources in turn (URIs are the downstreams' own);
+/// a completion by its reference; a level to every connector that declares logging.
+pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mut params: Value) -> Result<Value, ErrorData> {
+    let refused = |f: Failure| match f {
+        Failure::Rejected(message) => ErrorData::invalid_params(message, None),
+        other => ErrorData::internal_error(other.into_error().to_string(), None),
+    };
+    match method {
+        "prompts/get" => {
+            let connectors = declaring(state, ctx, "prompts").await;
+            let name = params["name"].as_str().unwrap_or_default().to_owned();
+            let Some((id, c, local)) = prompt_owner(&connectors, &name) else {
+                return Err(ErrorData::invalid_params(format!("no prompt `{}` here", echo(&name)), None));
+            };
+            params["name"] = Value::String(local);
+            relay(state, ctx, id, c, method, &params).await.map_err(refused)
+        }
+        "completion/complete" => {
+            let connectors = declaring(state, ctx, "completions").await;
+            if params["ref"]["type"] == "ref/prompt" {
+                let name = params["ref"]["name"].as_str().unwrap_or_default().to_owned();
+                let Some((id, c, local)) = prompt_owner(&connectors, &name) else {
+                    return Err(ErrorData::invalid_params(format!("no prompt `{}` here", echo(&name)), None));
+                };
+                params["ref"]["name"] = Value::String(local);
+                return relay(state, ctx, id, c, method, &params).await.map_err(refused);
+            }
+            first_answer(state, ctx, &connectors, method, &params).await
+        }
+        "resources/read" => {
+            let connectors = declaring(state, ctx, "resources").await;
+            first_answer(state, ctx, &connectors, method, &params).await
+        }
+        "logging/setLevel" => {
+            for (id, c) in declaring(state, ctx, "logging").await {
+                relay(state, ctx, id, c, method, &params).await.map_err(refused)?;
+            }
+            Ok(serde_json::json!({}))
+        }
+        _ => Err(ErrorData::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, method.to_owned(), None)),
+    }
+}
+
+/// The first connector's answer that is not a refusal; a resource no connector has is
+/// `-32602` with its URI in `data`, as the specification asks.
+async fn first_answer(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    connectors: &[(&String, &Connector)],
+    method: &str,
+    params: &Value,
+) -> Result<Value, ErrorData> {
+    let mut last = None;
+    for (id, c) in connectors {
+        match relay(state, ctx, id, c, method, params).await {
+            Ok(result) => return Ok(result),
+            Err(f) => last = Some(f),
+        }
+    }
+    match last {
+        Some(Failure::Rejected(message)) | Some(Failure::BadArguments(message)) => {
+            Err(ErrorData::invalid_params(message, Some(serde_json::json!({ "uri": params["uri"] }))))
+        }
+        Some(other) => Err(ErrorData::internal_error(other.into_error().to_string(), None)),
+        None => Err(ErrorData::invalid_params("Resource not found", Some(serde_json::json!({ "uri": params["uri"] })))),
+    }
 }
