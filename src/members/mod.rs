@@ -20,12 +20,9 @@ use crate::{
 /// How long an invitation stays valid unless said otherwise.
 pub const INVITATION_TTL_DAYS: i64 = 7;
 
-/// A person: the issuer and subject of their ID tokens.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-pub struct Principal {
-    pub issuer: String,
-    pub subject: String,
-}
+/// A person, as the sessions below the members know them (re-exported here, where most
+/// callers look for it).
+pub use crate::sessions::Principal;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -12,9 +12,16 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::Result,
-    members::Principal,
     secrets,
 };
+
+/// A person: the issuer and subject of their ID tokens. It lives here so that sessions name
+/// no member; `members`, which ends a removed member's sessions, re-exports it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Principal {
+    pub issuer: String,
+    pub subject: String,
+}
 
 /// Idle expiry, extended by use (at most one write a minute).
 pub const IDLE_SECS: i64 = 12 * 3600;

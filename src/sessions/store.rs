@@ -2,8 +2,9 @@
 
 use sqlx::{PgConnection, Row, postgres::PgRow};
 
+use super::Principal;
 use super::{PRUNE_BATCH, Session};
-use crate::{error::Result, members::Principal};
+use crate::error::Result;
 
 macro_rules! columns {
     () => {
