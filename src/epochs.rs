@@ -77,36 +77,6 @@ pub async fn read_at(db: &Db, tenant: TenantId) -> Result<Option<(i64, DateTime<
 /// trip more.
 const ROUNDS: usize = 1;
 
-type Answer = Result<Option<(i64, DateTime<Utc>)>>;
-
-/// Requests waiting for the next epoch read, and how many reads are running.
-#[derive(Default)]
-pub struct Batch {
-    state: Mutex<BatchState>,
-    /// Reads asked for, and statements that answered them (for `/metrics`).
-    pub requests: AtomicU64,
-    pub statements: AtomicU64,
-}
-
-#[derive(Default)]
-struct BatchState {
-    waiting: Vec<(TenantId, tokio::sync::oneshot::Sender<Answer>)>,
-    rounds: usize,
-}
-
-impl std::fmt::Debug for Batch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("epochs::Batch")
-    }
-}
-
-impl Batch {
-    /// Reads under way (for tests: it returns to zero once every request is answered).
-    pub fn running(&self) -> usize {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).rounds
-    }
-}
-
 /// Should a round ever panic, frees its place and fails its waiters instead of leaving them
 /// (and, after [`ROUNDS`] panics, every later request) waiting forever.
 struct RoundGuard(Db);

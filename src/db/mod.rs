@@ -1,6 +1,7 @@
 //! The database: the application pool, the tenant context, and the one serializable helper
 //! every multi-statement decision runs through.
 
+pub mod batch;
 pub mod embedded;
 pub mod migrate;
 
@@ -53,7 +54,7 @@ pub struct Db {
     losses: std::sync::Arc<Losses>,
     lanes: std::sync::Arc<Lanes>,
     /// Requests waiting for a shared read of their tenant's epoch (see [`crate::epochs`]).
-    epoch_batch: std::sync::Arc<crate::epochs::Batch>,
+    epoch_batch: std::sync::Arc<batch::Batch>,
 }
 
 /// Dedicated connections for the one-statement reads every request makes (the tenant epoch):
@@ -190,7 +191,7 @@ impl Db {
     }
 
     /// Requests waiting for shared epoch reads, and the counters of those reads.
-    pub fn epoch_batch(&self) -> &crate::epochs::Batch {
+    pub fn epoch_batch(&self) -> &batch::Batch {
         &self.epoch_batch
     }
 
