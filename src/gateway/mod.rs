@@ -28,7 +28,7 @@ use rmcp::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ErrorCode,
         GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-        ReadResourceResponse, ServerCapabilities, ServerConfig,
+        ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
     transport::{StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager},
@@ -393,5 +393,10 @@ pub async fn call_tool(state: &AppState, ctx: GatewayCtx, name: &str, args: rmcp
         surface::dispatch(state, &ctx, name, args).await
     };
     state.activity.record(activity::Row::of_call(&ctx, name, &outcome, started, "mcp"));
-    outcome.result
+    let mut result = outcome.result;
+    // A result passed through from a downstream on a handshake-era revision carries no
+    // `resultType`, which 2026-07-28 requires on every result. rmcp (and the direct path)
+    // strip it again for peers on older revisions, so they see no change.
+    result.result_type.get_or_insert(ResultType::COMPLETE);
+    result
 }

@@ -375,11 +375,18 @@ pub fn python3() -> Command {
 
 /// Runs the official Python MCP SDK agent (tests/peers/agent.py) against `url`.
 pub async fn python_agent(url: &str, m: &Machine, calls: serde_json::Value) -> serde_json::Value {
+    python_agent_in(url, m, None, calls).await
+}
+
+/// [`python_agent`] with the SDK client's connect `mode` (`auto`, or a 2026 revision such as
+/// `2026-07-28`); `None` is the handshake.
+pub async fn python_agent_in(url: &str, m: &Machine, mode: Option<&str>, calls: serde_json::Value) -> serde_json::Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/agent.py");
     let out = python3()
         .arg(script)
         .arg(url)
         .arg(calls.to_string())
+        .args(mode)
         .env("GATEHOUSE_CLIENT_ID", &m.client_id)
         .env("GATEHOUSE_CLIENT_SECRET", &m.client_secret)
         .env("GATEHOUSE_TOKEN", &m.token)

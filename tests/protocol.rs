@@ -1,0 +1,130 @@
+//! Protocol fidelity (issue 19): what the endpoint answers is what each revision says, for the
+//! six-tool surface and for a native pool, against server-everything as the downstream and
+//! the official Python MCP SDK as the agent.
+
+mod common;
+
+use common::{Everything, Machine, Served, TestDb, cli, gatehouse, http, provision, python_agent_in};
+use serde_json::{Value, json};
+
+struct Setup {
+    t: TestDb,
+    machine: Machine,
+    _everything: Everything,
+}
+
+/// A tenant `acme` with a workspace `main` whose connector `everything` is server-everything,
+/// a native pool `native` over it, and machine credentials.
+async fn setup() -> Setup {
+    let everything = Everything::start().await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    let args = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "everything", "--kind", "remote_mcp"];
+    cli(&t.url, &[&args[..], &["--url", &everything.url]].concat()).await;
+    let pools = json!({ "pools": { "native": { "tools": ["everything"], "native": true } } });
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, pools.to_string()).unwrap();
+    cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    let machine = provision(&t.url, "acme").await;
+    Setup { t, machine, _everything: everything }
+}
+
+/// One raw JSON-RPC request on 2026-07-28: the per-request `_meta` and the routing headers.
+async fn modern(url: &str, m: &Machine, method: &str, name: Option<&str>, params: Value) -> (u16, Value) {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    let mut r = m
+        .headers(http().post(url))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = name {
+        r = r.header("mcp-name", name);
+    }
+    let r = r.json(&body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The SDK client validates every result against the revision's schema, so a result without
+/// `resultType` fails the call on the client's side.
+#[tokio::test]
+async fn the_python_sdk_on_2026_07_28_calls_through_the_surface_and_a_native_pool() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let base = format!("{}/t/acme/w/main/mcp", served.base);
+    // A pinned revision is adopted without asking; `auto` asks `server/discover` first.
+    for mode in ["2026-07-28", "auto"] {
+        let out = python_agent_in(
+            &base,
+            &s.machine,
+            Some(mode),
+            json!([
+                ["call_tool", { "address": "everything.echo", "args": { "message": "modern" } }],
+                ["skills", {}]
+            ]),
+        )
+        .await;
+        assert_eq!(out["protocol"], "2026-07-28", "{mode}: {out}");
+        assert_eq!(out["calls"][0], json!({ "isError": false, "text": ["Echo: modern"] }), "{mode}: {out}");
+        assert!(out["calls"][1]["text"][0].as_str().unwrap().contains("call_destructive_tool"), "{mode}: {out}");
+
+        let out = python_agent_in(
+            &format!("{base}/native"),
+            &s.machine,
+            Some(mode),
+            json!([["echo", { "message": "native" }], ["get-sum", { "a": 2, "b": 3 }]]),
+        )
+        .await;
+        assert_eq!(out["protocol"], "2026-07-28", "{mode}: {out}");
+        assert_eq!(out["calls"][0], json!({ "isError": false, "text": ["Echo: native"] }), "{mode}: {out}");
+        assert!(out["calls"][1]["text"][0].as_str().unwrap().contains('5'), "{mode}: {out}");
+    }
+    assert_eq!(served.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn every_result_on_2026_07_28_carries_its_result_type_and_older_revisions_none() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let base = format!("{}/t/acme/w/main/mcp", served.base);
+
+    let (status, discovered) = modern(&base, &s.machine, "server/discover", None, json!({})).await;
+    assert_eq!(status, 200, "{discovered}");
+    let result = &discovered["result"];
+    assert_eq!(result["resultType"], "complete", "{discovered}");
+    assert!(result["supportedVersions"].as_array().unwrap().contains(&json!("2026-07-28")), "{discovered}");
+    assert!(result["capabilities"]["tools"].is_object(), "{discovered}");
+
+    let echo = json!({ "name": "call_tool", "arguments": { "address": "everything.echo", "args": { "message": "m" } } });
+    let native = json!({ "name": "echo", "arguments": { "message": "m" } });
+    // A result passed through from the downstream, one the gateway makes itself, a refusal,
+    // and a native pool's tool.
+    let skills = json!({ "name": "skills", "arguments": {} });
+    let refused = json!({ "name": "call_tool", "arguments": { "address": "everything.nope" } });
+    for (url, params) in [(&base, &echo), (&base, &skills), (&base, &refused), (&format!("{base}/native"), &native)] {
+        let name = params["name"].as_str();
+        let (status, body) = modern(url, &s.machine, "tools/call", name, params.clone()).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["resultType"], "complete", "{params}: {body}");
+
+        // The same call on 2025-11-25 (the direct path) keeps that revision's shape.
+        let r = common::mcp_post(url, &s.machine, "tools/call", params.clone()).await;
+        assert_eq!(r.status(), 200);
+        let body: Value = r.json().await.unwrap();
+        assert!(body["result"].is_object(), "{body}");
+        assert!(body["result"].get("resultType").is_none(), "{params}: {body}");
+    }
+    for url in [&base, &format!("{base}/native")] {
+        let (status, listed) = modern(url, &s.machine, "tools/list", None, json!({})).await;
+        assert_eq!(status, 200, "{listed}");
+        assert_eq!(listed["result"]["resultType"], "complete", "{listed}");
+    }
+    assert_eq!(served.terminate().await, 0);
+}
