@@ -13,6 +13,14 @@ use serde_json::{Value, json};
 
 use crate::{gateway::surface, secrets};
 
+/// `gatehouse doctor`: [`run`] with the credentials from the environment.
+pub async fn run_from_env(url: &str) -> anyhow::Result<String> {
+    let var = |k: &str| std::env::var(k).map_err(|_| anyhow!("{k} is not set"));
+    let (client_id, client_secret, token) =
+        (var("GATEHOUSE_CLIENT_ID")?, var("GATEHOUSE_CLIENT_SECRET")?, var("GATEHOUSE_TOKEN")?);
+    run(url, &client_id, &client_secret, &token).await.map_err(|e| anyhow!("doctor: {e:#}"))
+}
+
 /// Checks `url` (the workspace's MCP endpoint). Returns the one-line verdict.
 pub async fn run(url: &str, client_id: &str, client_secret: &str, token: &str) -> anyhow::Result<String> {
     let parsed = url::Url::parse(url).context("not a URL")?;

@@ -5,6 +5,7 @@
 pub mod admin_log;
 pub mod auth;
 pub mod blueprints;
+pub mod cli;
 pub mod code;
 pub mod config;
 pub mod connect_links;

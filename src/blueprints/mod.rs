@@ -3,7 +3,7 @@
 //! rejected`; only an admitted version can be bound to a workspace
 //! ([`crate::workspaces::lifecycle::bind`]).
 
-pub mod control;
+pub mod cli;
 pub mod http;
 pub mod store;
 

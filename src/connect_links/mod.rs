@@ -7,6 +7,7 @@
 //! SMTP when `GATEHOUSE_SMTP_URL` is set, else (or when sending fails) left in the outbox for
 //! the operator (`gatehouse outbox list`, the console's outbox page).
 
+pub mod cli;
 pub mod http;
 pub mod mail;
 pub mod store;

@@ -13,7 +13,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{ConfirmPage, Console, Layout, PageError, render, when, who};
-use crate::{AppState, error::Error, extract::parse_id, mcp_auth::control};
+use crate::{AppState, error::Error, extract::parse_id, mcp_auth::grants};
 
 pub struct ClientRow {
     pub id: String,
@@ -59,7 +59,7 @@ async fn list(c: Console, State(state): State<AppState>, Query(q): Query<Done>) 
         .into_iter()
         .map(|m| (m.id, who(m.email.as_deref(), m.display_name.as_deref(), &m.subject)))
         .collect();
-    let clients = control::clients(&state.db, tenant)
+    let clients = grants::clients(&state.db, tenant)
         .await?
         .into_iter()
         .map(|cl| ClientRow {
@@ -72,7 +72,7 @@ async fn list(c: Console, State(state): State<AppState>, Query(q): Query<Done>) 
             revoked: cl.revoked_at.as_ref().map(when),
         })
         .collect();
-    let grants = control::grants(&state.db, tenant, None)
+    let grants = grants::grants(&state.db, tenant, None)
         .await?
         .into_iter()
         .map(|g| GrantRow {
@@ -115,7 +115,7 @@ async fn confirm_revoke_client(
 ) -> Result<Response, PageError> {
     c.require_admin()?;
     let id = parse_id(&id, "client")?;
-    let client = control::clients(&state.db, c.ctx.tenant.id)
+    let client = grants::clients(&state.db, c.ctx.tenant.id)
         .await?
         .into_iter()
         .find(|cl| cl.id == id && cl.revoked_at.is_none())
@@ -137,7 +137,7 @@ async fn revoke_client(
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, PageError> {
     c.require_admin()?;
-    control::revoke_client(&state.db, c.ctx.tenant.id, &c.ctx.audit, parse_id(&id, "client")?).await?;
+    grants::revoke_client(&state.db, c.ctx.tenant.id, &c.ctx.audit, parse_id(&id, "client")?).await?;
     Ok(Redirect::to(&format!("/console/t/{}/mcp-clients?done=client", c.slug())).into_response())
 }
 
@@ -148,7 +148,7 @@ async fn confirm_revoke_grant(
 ) -> Result<Response, PageError> {
     c.require_admin()?;
     let id = parse_id(&id, "grant")?;
-    let grant = control::grants(&state.db, c.ctx.tenant.id, None)
+    let grant = grants::grants(&state.db, c.ctx.tenant.id, None)
         .await?
         .into_iter()
         .find(|g| g.id == id && g.revoked_at.is_none())
@@ -170,7 +170,7 @@ async fn revoke_grant(
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Response, PageError> {
     c.require_admin()?;
-    control::revoke_grant(&state.db, c.ctx.tenant.id, &c.ctx.audit, parse_id(&id, "grant")?, None).await?;
+    grants::revoke_grant(&state.db, c.ctx.tenant.id, &c.ctx.audit, parse_id(&id, "grant")?, None).await?;
     Ok(Redirect::to(&format!("/console/t/{}/mcp-clients?done=grant", c.slug())).into_response())
 }
 

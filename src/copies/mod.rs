@@ -9,6 +9,7 @@
 //! The schema (migration 13) keeps the invariants itself: `done` is terminal, a row never
 //! returns to `pending`, and a claimed row stays claimed by its claimant.
 
+pub mod cli;
 pub mod http;
 pub mod store;
 pub mod sweep;

@@ -12,6 +12,7 @@
 //! - anything else is an external subject id, matched exactly as given: activity actor ids,
 //!   ops-failure text and the subject key of that name.
 
+pub mod cli;
 pub mod http;
 pub mod store;
 

@@ -10,6 +10,7 @@
 //! workspaces holding one would race; a person connects the fork again), activity, and the
 //! source's MCP OAuth clients and grants. See `docs/decisions.md`.
 
+pub mod cli;
 pub mod http;
 pub mod store;
 

@@ -6,6 +6,7 @@
 //! Values compare as `jsonb` (key order and number spelling do not matter). An expired
 //! entry is absent everywhere; expired rows are deleted, at most 100 per write, on write.
 
+pub mod cli;
 pub mod http;
 pub mod store;
 

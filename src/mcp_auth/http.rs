@@ -1,5 +1,5 @@
 //! Routes of MCP authorization: discovery, the authorization server's endpoints, and the
-//! control API where members and admins list and revoke authorized clients.
+//! grants API where members and admins list and revoke authorized clients.
 
 use axum::{
     Json, Router,
@@ -9,7 +9,7 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{authorize, clients, control, metadata, token};
+use super::{authorize, clients, grants, metadata, token};
 use crate::{
     AppState,
     auth::TenantCtx,
@@ -34,7 +34,7 @@ async fn list_grants(ctx: TenantCtx, State(state): State<AppState>, Query(q): Qu
         None | Some("mine") => Some(ctx.person()?.id),
         Some(_) => return Err(Error::invalid("invalid_scope", Some("scope"), "scope is `mine` or `all`")),
     };
-    Ok(Json(json!({ "grants": control::grants(&state.db, ctx.tenant.id, member).await? })))
+    Ok(Json(json!({ "grants": grants::grants(&state.db, ctx.tenant.id, member).await? })))
 }
 
 /// `DELETE /api/v1/tenants/{tenant}/mcp-grants/{id}`: a member revokes their own; an admin
@@ -47,14 +47,14 @@ async fn revoke_grant(
     let id = parse_id(&id, "grant")?;
     let person = ctx.person()?;
     let only = if ctx.require_admin().is_ok() { None } else { Some(person.id) };
-    control::revoke_grant(&state.db, ctx.tenant.id, &ctx.audit, id, only).await?;
+    grants::revoke_grant(&state.db, ctx.tenant.id, &ctx.audit, id, only).await?;
     Ok(Json(json!({ "id": id, "revoked": true })))
 }
 
 /// `GET /api/v1/tenants/{tenant}/mcp-clients` (admins).
 async fn list_clients(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Value>> {
     ctx.require_admin()?;
-    Ok(Json(json!({ "clients": control::clients(&state.db, ctx.tenant.id).await? })))
+    Ok(Json(json!({ "clients": grants::clients(&state.db, ctx.tenant.id).await? })))
 }
 
 /// `DELETE /api/v1/tenants/{tenant}/mcp-clients/{id}` (admins): every grant of the client
@@ -66,7 +66,7 @@ async fn revoke_client(
 ) -> Result<Json<Value>> {
     ctx.require_admin()?;
     let id = parse_id(&id, "client")?;
-    control::revoke_client(&state.db, ctx.tenant.id, &ctx.audit, id).await?;
+    grants::revoke_client(&state.db, ctx.tenant.id, &ctx.audit, id).await?;
     Ok(Json(json!({ "id": id, "revoked": true })))
 }
 

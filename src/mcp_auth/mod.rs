@@ -12,8 +12,9 @@
 //!   again revokes the whole grant). Only SHA-256 digests are stored.
 
 pub mod authorize;
+pub mod cli;
 pub mod clients;
-pub mod control;
+pub mod grants;
 pub mod http;
 pub mod metadata;
 pub mod store;

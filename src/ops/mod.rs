@@ -6,6 +6,7 @@
 //! last occurrence) in bounded, index-served deletes. Platform admins set verdicts on issues
 //! (`gatehouse ops …`).
 
+pub mod cli;
 pub mod http;
 pub mod store;
 

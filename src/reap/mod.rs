@@ -6,6 +6,7 @@
 //! slug is free again). A reap that crashed after its claim is finished by the next reap call
 //! or by the sweep every replica runs, once the claim is older than [`GRACE_SECS`].
 
+pub mod cli;
 pub mod http;
 pub mod store;
 

@@ -3,6 +3,7 @@
 //! the views never disagree) and run in a tenant's or the platform's scope. The same views are
 //! what a `gatehouse_report` login reads with `psql`.
 
+pub mod cli;
 pub mod http;
 
 use serde::Serialize;

@@ -2,6 +2,7 @@
 //! a machine at the edge, always together with an access token. Only the secret's SHA-256
 //! is stored; the secret is shown once, at creation.
 
+pub mod cli;
 pub mod http;
 pub mod store;
 

@@ -13,6 +13,7 @@
 //! subject's key, so its parts of every snapshot become unreadable, wherever the files went.
 //! OAuth grants are never exported (single-use refresh tokens; a person connects again).
 
+pub mod cli;
 pub mod http;
 pub mod store;
 

@@ -1,5 +1,6 @@
 //! Tenants: the customer organisations everything else belongs to.
 
+pub mod cli;
 pub mod http;
 pub mod store;
 

@@ -1,6 +1,7 @@
 //! Access tokens: `gth_` + 43 characters of base64url (32 random bytes). Only the SHA-256 and
 //! a 12-character display prefix are stored; the secret is shown once, at creation.
 
+pub mod cli;
 pub mod http;
 pub mod store;
 

@@ -10,6 +10,7 @@
 //! - Anything that does not open — tampered, truncated, another key, another row's associated
 //!   data, an unknown key id — is [`Unreadable`], never a panic and never other plaintext.
 
+pub mod cli;
 pub mod http;
 pub mod slots;
 pub mod store;

@@ -3,6 +3,7 @@
 //! of the workspace's lineage and binds it by compare-and-set on the version the editor read,
 //! so two concurrent edits never silently overwrite each other.
 
+pub mod cli;
 pub mod config;
 pub mod http;
 pub mod http_api;

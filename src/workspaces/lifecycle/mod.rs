@@ -6,7 +6,7 @@
 //! admin-log row in the same transaction; a workspace row update bumps the tenant's epoch, so
 //! every replica serves the new state on its next request.
 
-pub mod control;
+pub mod cli;
 pub mod http;
 pub mod store;
 

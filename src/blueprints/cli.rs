@@ -3,18 +3,18 @@
 use crate::{
     admin_log::Audit,
     blueprints::{self, Decision},
+    cli::Outcome,
     config::Config,
     db::Db,
-    error::Error,
-    tenants,
+    tenants::cli::TenantArg,
 };
 
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Create a blueprint; prints its slug and id.
     Create {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         slug: String,
         #[arg(long)]
         name: Option<String>,
@@ -22,8 +22,8 @@ pub enum Command {
     /// Add the next version from a JSON configuration document (connectors, classification,
     /// grants, pools); prints its number and digest. It starts pending admission.
     Version {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         slug: String,
         #[arg(long)]
         file: std::path::PathBuf,
@@ -33,8 +33,8 @@ pub enum Command {
     },
     /// Admit a pending version; prints its number and state.
     Admit {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         slug: String,
         version: i32,
         #[arg(long)]
@@ -42,8 +42,8 @@ pub enum Command {
     },
     /// Reject a pending version; prints its number and state.
     Reject {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         slug: String,
         version: i32,
         #[arg(long)]
@@ -51,35 +51,35 @@ pub enum Command {
     },
     /// One blueprint per line: slug, latest version (or -), id, name.
     List {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
     },
     /// A blueprint's versions, one per line: version, admission, digest, created by.
     Show {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         slug: String,
     },
 }
 
-pub async fn run(db: &Db, audit: &Audit, config: &Config, cmd: Command) -> anyhow::Result<()> {
-    let slug = match &cmd {
-        Command::Create { tenant, .. }
-        | Command::Version { tenant, .. }
-        | Command::Admit { tenant, .. }
-        | Command::Reject { tenant, .. }
-        | Command::List { tenant }
-        | Command::Show { tenant, .. } => tenant,
+/// Runs a `gatehouse blueprint` command.
+pub async fn run(db: &Db, audit: &Audit, config: &Config, cmd: Command) -> anyhow::Result<Outcome> {
+    let t = match &cmd {
+        Command::Create { t, .. }
+        | Command::Version { t, .. }
+        | Command::Admit { t, .. }
+        | Command::Reject { t, .. }
+        | Command::List { t }
+        | Command::Show { t, .. } => t,
     };
-    let tenant = tenants::by_slug(db, slug).await?.id;
+    let tenant = t.resolve(db).await?;
     match cmd {
         Command::Create { slug, name, .. } => {
             let b = blueprints::create(db, tenant, audit, &slug, name.as_deref()).await?;
             println!("{}\t{}", b.slug, b.id.0);
         }
         Command::Version { slug, file, expected_latest, .. } => {
-            let value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file)?)
-                .map_err(|e| Error::invalid("invalid_json", Some("file"), format!("{} is not JSON: {e}", file.display())))?;
+            let value = crate::cli::json_file("file", &file)?;
             let document = blueprints::parse_document(value, config.vault_keys.as_ref())?;
             let v = blueprints::add_version(db, tenant, audit, &slug, &document, expected_latest).await?;
             println!("{}\t{}", v.version, v.digest);
@@ -104,5 +104,5 @@ pub async fn run(db: &Db, audit: &Audit, config: &Config, cmd: Command) -> anyho
             }
         }
     }
-    Ok(())
+    Ok(Outcome::Ok)
 }

@@ -2,15 +2,15 @@
 //! into the `workspace` command.
 
 use super::Transition;
-use crate::{admin_log::Audit, db::Db, tenants};
+use crate::{admin_log::Audit, cli::Outcome, db::Db, tenants::cli::TenantArg};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Bind the workspace to an admitted blueprint version, by compare-and-set on the version it
     /// runs; prints the new bound version and revision (exit 1, binding_changed, on a lost race).
     Bind {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         workspace: String,
         #[arg(long)]
         blueprint: String,
@@ -22,52 +22,52 @@ pub enum Command {
     },
     /// provisioning → active; prints slug, status, revision.
     Activate {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         workspace: String,
     },
     /// active → suspended (its MCP endpoint answers 403 workspace_suspended).
     Suspend {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         workspace: String,
     },
     /// suspended → active.
     Resume {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         workspace: String,
     },
     /// active | suspended → archived (its MCP endpoint answers 404).
     Archive {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         workspace: String,
     },
     /// archived → active (a restore).
     Unarchive {
-        #[arg(long)]
-        tenant: String,
+        #[command(flatten)]
+        t: TenantArg,
         workspace: String,
     },
 }
 
-pub async fn run(db: &Db, audit: &Audit, cmd: Command) -> anyhow::Result<()> {
-    let (tenant, workspace, transition) = match cmd {
-        Command::Bind { tenant, workspace, blueprint, version, expected_version } => {
-            let tenant = tenants::by_slug(db, &tenant).await?.id;
+/// Runs a lifecycle command of `gatehouse workspace`.
+pub async fn run(db: &Db, audit: &Audit, cmd: Command) -> anyhow::Result<Outcome> {
+    let (t, workspace, transition) = match cmd {
+        Command::Bind { t, workspace, blueprint, version, expected_version } => {
+            let tenant = t.resolve(db).await?;
             let b = super::bind(db, tenant, audit, &workspace, &blueprint, version, expected_version).await?;
             println!("{}\t{}", b.workspace.bound_version, b.workspace.revision);
-            return Ok(());
+            return Ok(Outcome::Ok);
         }
-        Command::Activate { tenant, workspace } => (tenant, workspace, Transition::Activate),
-        Command::Suspend { tenant, workspace } => (tenant, workspace, Transition::Suspend),
-        Command::Resume { tenant, workspace } => (tenant, workspace, Transition::Resume),
-        Command::Archive { tenant, workspace } => (tenant, workspace, Transition::Archive),
-        Command::Unarchive { tenant, workspace } => (tenant, workspace, Transition::Unarchive),
+        Command::Activate { t, workspace } => (t, workspace, Transition::Activate),
+        Command::Suspend { t, workspace } => (t, workspace, Transition::Suspend),
+        Command::Resume { t, workspace } => (t, workspace, Transition::Resume),
+        Command::Archive { t, workspace } => (t, workspace, Transition::Archive),
+        Command::Unarchive { t, workspace } => (t, workspace, Transition::Unarchive),
     };
-    let tenant = tenants::by_slug(db, &tenant).await?.id;
-    let ws = super::transition(db, tenant, audit, &workspace, transition).await?;
+    let ws = super::transition(db, t.resolve(db).await?, audit, &workspace, transition).await?;
     println!("{}\t{}\t{}", ws.slug, ws.status, ws.revision);
-    Ok(())
+    Ok(Outcome::Ok)
 }

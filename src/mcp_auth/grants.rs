@@ -1,4 +1,4 @@
-//! Control: members list and revoke their authorized clients (grants), admins all of a
+//! Grants: members list and revoke their authorized clients (grants), admins all of a
 //! tenant's grants and clients. Each revocation is a compare-and-set with its admin-log row
 //! in the same transaction; it takes effect on the next request on every replica because
 //! every request reads the grant and client rows.
@@ -66,61 +66,4 @@ pub async fn revoke_client(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid) -
         })
     })
     .await
-}
-
-/// `gatehouse mcp-auth …`: the trusted operator's view of a tenant's MCP clients and grants.
-#[derive(clap::Subcommand)]
-pub enum Command {
-    /// List the tenant's MCP clients (one JSON object per line).
-    Clients {
-        #[arg(long)]
-        tenant: String,
-    },
-    /// List the tenant's grants (authorized clients per member; one JSON object per line).
-    Grants {
-        #[arg(long)]
-        tenant: String,
-    },
-    /// Revoke a client: its tokens are refused on the next request.
-    RevokeClient {
-        #[arg(long)]
-        tenant: String,
-        id: Uuid,
-    },
-    /// Revoke one grant (a member's authorization of a client) and all its tokens.
-    RevokeGrant {
-        #[arg(long)]
-        tenant: String,
-        id: Uuid,
-    },
-}
-
-/// Runs a `gatehouse mcp-auth` command.
-pub async fn run(db: &Db, audit: &Audit, cmd: Command) -> anyhow::Result<()> {
-    let slug = match &cmd {
-        Command::Clients { tenant } | Command::Grants { tenant } => tenant,
-        Command::RevokeClient { tenant, .. } | Command::RevokeGrant { tenant, .. } => tenant,
-    };
-    let tenant = crate::tenants::by_slug(db, slug).await?.id;
-    match cmd {
-        Command::Clients { .. } => {
-            for c in clients(db, tenant).await? {
-                println!("{}", serde_json::to_string(&c)?);
-            }
-        }
-        Command::Grants { .. } => {
-            for g in grants(db, tenant, None).await? {
-                println!("{}", serde_json::to_string(&g)?);
-            }
-        }
-        Command::RevokeClient { id, .. } => {
-            revoke_client(db, tenant, audit, id).await?;
-            println!("{id}\trevoked");
-        }
-        Command::RevokeGrant { id, .. } => {
-            revoke_grant(db, tenant, audit, id, None).await?;
-            println!("{id}\trevoked");
-        }
-    }
-    Ok(())
 }
