@@ -6,7 +6,6 @@
 pub mod cli;
 pub mod config;
 pub mod http;
-pub mod http_api;
 pub mod lifecycle;
 pub mod store;
 pub mod tables;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::config::{Auth, check_auth, check_headers, check_timeout, check_url};
+use super::{Auth, check_auth, check_headers, check_timeout, check_url};
 
 pub const MAX_TOOLS: usize = 256;
 const MAX_DESCRIPTION: usize = 4096;

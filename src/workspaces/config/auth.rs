@@ -1,0 +1,158 @@
+//! How a connector authenticates to its downstream: no credentials, a credential slot, or OAuth.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// How the gateway authenticates to a downstream.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case", tag = "type", deny_unknown_fields)]
+pub enum Auth {
+    /// No credentials (static, non-secret headers may still be sent).
+    #[default]
+    None,
+    /// Headers filled from a credential slot sealed by the vault: the workspace's (`shared`)
+    /// or the calling member's own (`personal`). `headers` are templates whose `{field}`
+    /// placeholders name the slot's fields (`"Authorization": "Bearer {token}"`); `basic`
+    /// sends `Authorization: Basic base64(username:password)` from the two named fields.
+    Slot {
+        slot: SlotKind,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        basic: Option<Basic>,
+    },
+    /// OAuth 2.0 (authorization code + PKCE) against the downstream's authorization server; the
+    /// grant's tokens are sealed by the vault and sent as `Authorization: Bearer`.
+    Oauth(OauthAuth),
+}
+
+/// Where a connector's OAuth authorization server is and how Gatehouse is registered there.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OauthAuth {
+    /// `shared`: one grant for the workspace (people with `credential_administration`, or a
+    /// mailed connect link); `personal`: each member's own grant.
+    pub grant: SlotKind,
+    /// The authorization server's issuer. A `remote_mcp` connector without one discovers it
+    /// through its protected resource metadata (RFC 9728); its metadata (RFC 8414, else OpenID
+    /// discovery) gives every endpoint not configured here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization_endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_endpoint: Option<String>,
+    /// RFC 7009 revocation, used at disconnect when present (configured or advertised).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revocation_endpoint: Option<String>,
+    /// A statically registered public client (PKCE, no secret). Absent: Gatehouse registers
+    /// itself as a public client at the server's registration endpoint (RFC 7591), once per
+    /// workspace connector and issuer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// The static client is confidential: its secret is set through
+    /// `…/connectors/{id}/oauth/client-secret` (or `gatehouse credential set --oauth-client`),
+    /// sealed in the vault, and sent to the token and revocation endpoints by the method the
+    /// server's metadata advertises (`client_secret_basic`, else `client_secret_post`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub confidential: bool,
+    /// RFC 8707: the resource indicator sent with the authorization and token requests. A
+    /// `remote_mcp` connector takes it from its protected resource metadata (checked against
+    /// its URL); an HTTP API may name one here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+}
+
+/// Whose credential a slot holds.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotKind {
+    /// One credential for the workspace, managed by people with `credential_administration`.
+    Shared,
+    /// Each member's own; callers without a member principal do not see the connector.
+    Personal,
+}
+
+impl SlotKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotKind::Shared => "shared",
+            SlotKind::Personal => "personal",
+        }
+    }
+}
+
+/// HTTP Basic authentication from two slot fields (their names, not their values).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Basic {
+    pub username: String,
+    pub password: String,
+}
+
+impl Auth {
+    /// The slot this connector takes its credential from, if any.
+    pub fn slot(&self) -> Option<SlotKind> {
+        match self {
+            Auth::Slot { slot, .. } => Some(*slot),
+            _ => None,
+        }
+    }
+
+    /// Whether each member holds their own credential (a personal slot or OAuth grant).
+    pub fn personal(&self) -> bool {
+        matches!(self, Auth::Slot { slot: SlotKind::Personal, .. })
+            || matches!(self, Auth::Oauth(o) if o.grant == SlotKind::Personal)
+    }
+
+    /// The connector's OAuth settings, if it authenticates with OAuth.
+    pub fn oauth(&self) -> Option<&OauthAuth> {
+        match self {
+            Auth::Oauth(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// The slot fields the headers need.
+    pub fn fields_needed(&self) -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        if let Auth::Slot { headers, basic, .. } = self {
+            for template in headers.values() {
+                out.extend(super::http_api_connector::placeholders(template).unwrap_or_default().into_iter().map(str::to_owned));
+            }
+            if let Some(b) = basic {
+                out.insert(b.username.clone());
+                out.insert(b.password.clone());
+            }
+        }
+        out
+    }
+
+    /// The headers to send, filled from the slot's `fields`; `Err` names a missing field.
+    pub fn render(&self, fields: &BTreeMap<String, String>) -> Result<Vec<(String, String)>, String> {
+        let Auth::Slot { headers, basic, .. } = self else { return Ok(Vec::new()) };
+        let get = |name: &str| fields.get(name).ok_or_else(|| name.to_owned());
+        let mut out = Vec::new();
+        for (name, template) in headers {
+            let mut value = String::with_capacity(template.len() + 32);
+            let mut rest = template.as_str();
+            while let Some(open) = rest.find('{') {
+                value.push_str(&rest[..open]);
+                let close = rest[open..].find('}').map_or(rest.len(), |c| open + c);
+                value.push_str(get(&rest[open + 1..close.min(rest.len())])?);
+                rest = rest.get(close + 1..).unwrap_or("");
+            }
+            value.push_str(rest);
+            out.push((name.clone(), value));
+        }
+        if let Some(b) = basic {
+            use base64::Engine;
+            let pair = format!("{}:{}", get(&b.username)?, get(&b.password)?);
+            out.push(("Authorization".into(), format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,193 @@
+use super::*;
+use proptest::prelude::*;
+
+fn remote(url: &str) -> Connector {
+    Connector::RemoteMcp {
+        url: url.into(),
+        transport: RemoteTransport::default(),
+        headers: BTreeMap::new(),
+        auth: Auth::None,
+        timeout_ms: None,
+    }
+}
+
+#[test]
+fn field_level_issues() {
+    let mut d = Document::default();
+    d.connectors.insert("Bad Id".into(), remote("ftp://x"));
+    d.connectors.insert(
+        "ok".into(),
+        Connector::RemoteMcp {
+            url: "https://user:pw@mcp.example/mcp".into(),
+            transport: RemoteTransport::Sse,
+            headers: BTreeMap::from([("Authorization".into(), "Bearer x".into()), ("X-Team".into(), "blue".into())]),
+            auth: Auth::Oauth(OauthAuth {
+                grant: SlotKind::Shared,
+                issuer: None,
+                authorization_endpoint: None,
+                token_endpoint: None,
+                revocation_endpoint: None,
+                client_id: Some(String::new()),
+                confidential: false,
+                resource: None,
+                scopes: Vec::new(),
+            }),
+            timeout_ms: Some(5),
+        },
+    );
+    d.classification.insert("nope.tool".into(), Class::Read);
+    let fields: Vec<_> = d.issues().into_iter().map(|i| i.field).collect();
+    assert_eq!(
+        fields,
+        [
+            "connectors.Bad Id",
+            "connectors.Bad Id.url",
+            "connectors.ok.url",
+            "connectors.ok.headers.Authorization",
+            "connectors.ok.auth.client_id",
+            "connectors.ok.auth",
+            "connectors.ok.timeout_ms",
+            "classification.nope.tool",
+        ]
+    );
+    let mut good = Document::default();
+    good.connectors.insert("everything".into(), remote("http://127.0.0.1:3001/mcp"));
+    good.classification.insert("everything.echo".into(), Class::Write);
+    assert!(good.validate().is_ok());
+}
+
+#[test]
+fn documents_round_trip_and_refuse_unknown_fields() {
+    let json = r#"{"connectors":{"gh":{"kind":"remote_mcp","url":"https://mcp.example/mcp","headers":{"X-Org":"acme"}}}}"#;
+    let d: Document = serde_json::from_str(json).unwrap();
+    assert_eq!(serde_json::from_value::<Document>(serde_json::to_value(&d).unwrap()).unwrap(), d);
+    assert!(serde_json::from_str::<Document>(r#"{"connectors":{},"extra":1}"#).is_err());
+    assert!(serde_json::from_str::<Document>(r#"{"connectors":{"a":{"kind":"carrier_pigeon"}}}"#).is_err());
+}
+
+#[test]
+fn the_transport_is_streamable_by_default_and_left_out_of_documents_then() {
+    let json = r#"{"kind":"remote_mcp","url":"https://mcp.example/mcp","auth":{"type":"none"}}"#;
+    let streamable: Connector = serde_json::from_str(json).unwrap();
+    assert!(matches!(streamable, Connector::RemoteMcp { transport: RemoteTransport::StreamableHttp, .. }));
+    assert_eq!(serde_json::to_string(&streamable).unwrap(), json, "the digest of an older document is unchanged");
+    let explicit = r#"{"kind":"remote_mcp","url":"https://mcp.example/mcp","transport":"streamable_http"}"#;
+    assert_eq!(serde_json::from_str::<Connector>(explicit).unwrap(), streamable);
+    let sse: Connector =
+        serde_json::from_str(r#"{"kind":"remote_mcp","url":"https://mcp.example/sse","transport":"sse"}"#).unwrap();
+    assert!(matches!(sse, Connector::RemoteMcp { transport: RemoteTransport::Sse, .. }));
+    assert_eq!(serde_json::from_value::<Connector>(serde_json::to_value(&sse).unwrap()).unwrap(), sse);
+    assert!(serde_json::from_str::<Connector>(r#"{"kind":"remote_mcp","url":"https://x.example","transport":"ws"}"#).is_err());
+}
+
+#[test]
+fn peer_connectors_name_a_blueprint() {
+    let peer: Connector = serde_json::from_str(r#"{"kind":"peer","blueprint":"billing"}"#).unwrap();
+    assert_eq!(peer, Connector::Peer { blueprint: "billing".into() });
+    assert_eq!((peer.kind(), peer.url(), peer.auth()), ("peer", "billing", &Auth::None));
+    assert!(serde_json::from_str::<Connector>(r#"{"kind":"peer"}"#).is_err(), "the blueprint is required");
+    assert!(serde_json::from_str::<Connector>(r#"{"kind":"peer","blueprint":"b1c","url":"x"}"#).is_err());
+    let mut d = Document::default();
+    d.connectors.insert("crm".into(), peer);
+    d.connectors.insert("bad".into(), Connector::Peer { blueprint: "-No".into() });
+    let fields: Vec<_> = d.issues().into_iter().map(|i| i.field).collect();
+    assert_eq!(fields, ["connectors.bad.blueprint"]);
+}
+
+#[test]
+fn grants_narrow_and_absent_grants_allow() {
+    let mut d = Document::default();
+    d.connectors.insert("gh".into(), remote("https://x.example/mcp"));
+    d.connectors.insert("db".into(), remote("https://y.example/mcp"));
+    let member = Caller { role: Some(crate::members::Role::Member), member_id: None };
+    let machine = Caller::default();
+    assert!(d.granted(&machine, "gh", Some("anything")), "no grants: everything");
+    d.grants = Some(vec![
+        Grant { to: "role:member".into(), tools: vec!["gh.read_issue".into()] },
+        Grant { to: "machines".into(), tools: vec!["db".into()] },
+    ]);
+    assert!(d.validate().is_ok());
+    assert!(d.granted(&member, "gh", Some("read_issue")));
+    assert!(d.granted(&member, "gh", None), "a connector with one granted tool is visible");
+    assert!(!d.granted(&member, "gh", Some("close_issue")));
+    assert!(!d.granted(&member, "db", Some("query")));
+    assert!(d.granted(&machine, "db", Some("query")));
+    assert!(!d.granted(&machine, "gh", Some("read_issue")));
+    d.grants = Some(vec![Grant { to: "everyone".into(), tools: vec!["nope".into()] }]);
+    let fields: Vec<_> = d.issues().into_iter().map(|i| i.field).collect();
+    assert_eq!(fields, ["grants.0.to", "grants.0.tools.nope"]);
+}
+
+#[test]
+fn slot_templates_are_checked_and_rendered() {
+    let auth: Auth = serde_json::from_value(serde_json::json!({
+        "type": "slot", "slot": "shared", "headers": { "Authorization": "Bearer {token}", "X-Org": "{org}-x" }
+    }))
+    .unwrap();
+    let mut d = Document::default();
+    d.connectors.insert(
+        "c".into(),
+        Connector::RemoteMcp {
+            url: "https://x.example/mcp".into(),
+            transport: RemoteTransport::default(),
+            headers: BTreeMap::new(),
+            auth: auth.clone(),
+            timeout_ms: None,
+        },
+    );
+    assert!(d.validate().is_ok());
+    assert_eq!(auth.fields_needed().into_iter().collect::<Vec<_>>(), ["org", "token"]);
+    let fields = BTreeMap::from([("token".to_owned(), "t0k".to_owned()), ("org".to_owned(), "acme".to_owned())]);
+    assert_eq!(
+        auth.render(&fields).unwrap(),
+        [("Authorization".to_owned(), "Bearer t0k".to_owned()), ("X-Org".to_owned(), "acme-x".to_owned())]
+    );
+    assert_eq!(auth.render(&BTreeMap::new()), Err("token".to_owned()));
+    let basic: Auth = serde_json::from_value(serde_json::json!({
+        "type": "slot", "slot": "personal", "basic": { "username": "user", "password": "pass" }
+    }))
+    .unwrap();
+    let fields = BTreeMap::from([("user".to_owned(), "Aladdin".to_owned()), ("pass".to_owned(), "open sesame".to_owned())]);
+    assert_eq!(basic.render(&fields).unwrap(), [("Authorization".to_owned(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==".to_owned())]);
+
+    let bad: Auth = serde_json::from_value(serde_json::json!({
+        "type": "slot", "slot": "shared",
+        "headers": { "Authorization": "Bearer s3cret", "X-A": "{to-ken}", "Host": "{h}", "X-Team": "{t}", "X-B": "{open" },
+        "basic": { "username": "u", "password": "bad name" }
+    }))
+    .unwrap();
+    let mut fields = Vec::new();
+    let statics = BTreeMap::from([("x-team".to_owned(), "blue".to_owned())]);
+    check_auth(&bad, &statics, "auth", false, &mut |f, _| fields.push(f));
+    assert_eq!(
+        fields,
+        [
+            "auth.headers.Authorization",
+            "auth.headers.Host",
+            "auth.headers.X-A",
+            "auth.headers.X-B",
+            "auth.headers.X-Team",
+            "auth.basic.password"
+        ]
+    );
+    let empty: Auth = serde_json::from_value(serde_json::json!({ "type": "slot", "slot": "shared" })).unwrap();
+    let mut n = 0;
+    check_auth(&empty, &BTreeMap::new(), "auth", false, &mut |_, _| n += 1);
+    assert_eq!(n, 1, "a slot that sends nothing is refused");
+    assert!(serde_json::from_value::<Auth>(serde_json::json!({ "type": "slot", "slot": "team" })).is_err());
+}
+
+proptest! {
+    #[test]
+    fn connector_ids(id in "\\PC{0,70}") {
+        let ok = valid_connector_id(&id);
+        prop_assert_eq!(ok, !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'));
+    }
+
+    #[test]
+    fn validation_never_panics(url in "\\PC{0,40}", header in "\\PC{0,20}", value in "\\PC{0,20}") {
+        let mut d = Document::default();
+        d.connectors.insert("c".into(), Connector::RemoteMcp { url, transport: RemoteTransport::Sse, headers: BTreeMap::from([(header, value)]), auth: Auth::None, timeout_ms: None });
+        let _ = d.issues();
+    }
+}
