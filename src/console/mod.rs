@@ -19,21 +19,11 @@ mod lifecycle;
 mod mcp_clients;
 mod members;
 mod ops;
+mod page;
 mod reports;
+mod secret_rows;
 mod tokens;
 mod workspaces;
-
-use askama::Template;
-use axum::{
-    Router,
-    body::Body,
-    extract::{FromRequestParts, Request, State},
-    http::{HeaderValue, Method, StatusCode, header, request::Parts},
-    middleware::{self, Next},
-    response::{IntoResponse, Redirect, Response},
-    routing::get,
-};
-use chrono::{DateTime, Utc};
 
 use crate::{
     AppState,
@@ -41,6 +31,19 @@ use crate::{
     error::Error,
     members::{Member, Permission, Role},
 };
+use askama::Template;
+use axum::{
+    Router,
+    body::Body,
+    extract::{FromRequestParts, Request, State},
+    http::{HeaderValue, Method, header, request::Parts},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+
+pub use page::{FormError, PageError, render, when, when_opt, who};
+pub use secret_rows::{Listed, SecretRow, creators, secret_rows};
 
 /// Largest console form body; every console form is a few short fields.
 const FORM_LIMIT_BYTES: usize = 64 * 1024;
@@ -310,147 +313,6 @@ impl FromRequestParts<AppState> for Console {
     }
 }
 
-/// How a person is named on a page.
-pub fn who(email: Option<&str>, name: Option<&str>, subject: &str) -> String {
-    email.or(name).unwrap_or(subject).to_owned()
-}
-
-/// Times on pages: UTC, to the minute; the full instant is in the `datetime` attribute.
-pub fn when(at: &DateTime<Utc>) -> String {
-    at.format("%Y-%m-%d %H:%M UTC").to_string()
-}
-
-pub fn when_opt(at: &Option<DateTime<Utc>>) -> String {
-    at.as_ref().map(when).unwrap_or_else(|| "never".into())
-}
-
-/// Renders a template; a template error is an internal error (logged, never shown).
-pub fn render<T: Template>(status: StatusCode, page: &T) -> Result<Response, PageError> {
-    let html = page.render().map_err(|e| Error::Internal(anyhow::anyhow!("template: {e}")))?;
-    Ok((status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response())
-}
-
-/// A problem shown to a person in place of the page they asked for.
-pub struct FormError {
-    pub code: String,
-    pub message: String,
-}
-
-impl FormError {
-    /// Client errors (bad input, a conflict, a missing object) are shown next to the form;
-    /// anything else becomes an error page.
-    pub fn of(e: Error) -> Result<FormError, PageError> {
-        match e.status() {
-            s if s.is_client_error() && s != StatusCode::UNAUTHORIZED && s != StatusCode::FORBIDDEN => {
-                Ok(FormError { code: e.code().to_owned(), message: e.to_string() })
-            }
-            _ => Err(e.into()),
-        }
-    }
-}
-
-#[derive(Template)]
-#[template(path = "console/error.html")]
-struct ErrorPage<'a> {
-    status: u16,
-    code: &'a str,
-    message: &'a str,
-}
-
-/// An error answered as an HTML page with its status and stable code. A person who is not
-/// signed in and asked for a page is sent to sign in, and back.
-pub struct PageError {
-    error: Error,
-    next: Option<String>,
-}
-
-impl PageError {
-    fn with_next(error: Error, next: &str) -> PageError {
-        PageError { error, next: Some(next.to_owned()) }
-    }
-}
-
-impl From<Error> for PageError {
-    fn from(error: Error) -> Self {
-        PageError { error, next: None }
-    }
-}
-
-impl IntoResponse for PageError {
-    fn into_response(self) -> Response {
-        let e = self.error;
-        if matches!(e, Error::Unauthorized)
-            && let Some(next) = self.next
-        {
-            let target = url::form_urlencoded::Serializer::new(String::new()).append_pair("next", &next).finish();
-            return Redirect::to(&format!("/login?{target}")).into_response();
-        }
-        let status = e.status();
-        let message = if status.is_server_error() {
-            tracing::error!(error = %e, "console page failed");
-            "internal error".to_owned()
-        } else {
-            e.to_string()
-        };
-        let page = ErrorPage { status: status.as_u16(), code: e.code(), message: &message };
-        match page.render() {
-            Ok(html) => (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response(),
-            Err(_) => (status, "error").into_response(),
-        }
-    }
-}
-
-/// How the admin log's actors (`member:<id>`) read on a page: the member's email or name.
-pub async fn creators(state: &AppState, c: &Console) -> Result<std::collections::HashMap<String, String>, PageError> {
-    Ok(crate::members::list(&state.db, c.ctx.tenant.id)
-        .await?
-        .into_iter()
-        .map(|m| (format!("member:{}", m.id), who(m.email.as_deref(), m.display_name.as_deref(), &m.subject)))
-        .collect())
-}
-
-/// A machine secret (an access token or a service credential) as a row of its list page.
-pub struct SecretRow {
-    pub id: String,
-    /// What identifies it without being secret: the token's prefix, the credential's client id.
-    pub handle: String,
-    pub name: String,
-    pub creator: String,
-    pub created: String,
-    pub last_used: String,
-    pub revoked: Option<String>,
-}
-
-/// What [`secret_rows`] needs of a token or a service credential.
-pub struct Listed {
-    pub id: String,
-    pub handle: String,
-    pub name: String,
-    pub created_by: String,
-    pub created_at: chrono::DateTime<chrono::Utc>,
-    pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
-    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
-}
-
-/// The rows of a secrets list: live ones first, newest first within each group, creators by
-/// name.
-pub async fn secret_rows(state: &AppState, c: &Console, mut list: Vec<Listed>) -> Result<Vec<SecretRow>, PageError> {
-    let names = creators(state, c).await?;
-    list.sort_by(|a, b| a.revoked_at.is_some().cmp(&b.revoked_at.is_some()).then(b.created_at.cmp(&a.created_at)));
-    Ok(list
-        .into_iter()
-        .map(|l| SecretRow {
-            id: l.id,
-            handle: l.handle,
-            creator: names.get(&l.created_by).cloned().unwrap_or(l.created_by),
-            name: l.name,
-            created: when(&l.created_at),
-            last_used: when_opt(&l.last_used_at),
-            revoked: l.revoked_at.as_ref().map(when),
-        })
-        .collect())
-}
-
 /// The keyset cursor of a list ordered by (time descending, key): `<time, RFC 3339 with
 /// microseconds>_<key>` of the previous page's last row.
 fn after_cursor(at: &chrono::DateTime<chrono::Utc>, key: &str) -> String {
@@ -483,40 +345,4 @@ pub struct ConfirmPage {
     pub action: String,
     pub button: String,
     pub cancel: String,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_unauthenticated_page_request_goes_to_sign_in_and_back() {
-        let r = PageError::with_next(Error::Unauthorized, "/console/t/acme/tokens?x=1").into_response();
-        assert_eq!(r.status(), StatusCode::SEE_OTHER);
-        assert_eq!(r.headers()[header::LOCATION], "/login?next=%2Fconsole%2Ft%2Facme%2Ftokens%3Fx%3D1");
-    }
-
-    async fn body(r: Response) -> String {
-        String::from_utf8(axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap().to_vec()).unwrap()
-    }
-
-    #[tokio::test]
-    async fn errors_are_pages_with_status_and_code_and_internal_ones_leak_nothing() {
-        let r = PageError::from(Error::Forbidden { code: "csrf_failed", message: "missing or wrong CSRF token".into() })
-            .into_response();
-        assert_eq!(r.status(), StatusCode::FORBIDDEN);
-        assert!(r.headers()[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/html"));
-        assert!(body(r).await.contains("<code id=\"error-code\">csrf_failed</code>"));
-        let r = PageError::from(Error::Internal(anyhow::anyhow!("db password is hunter2"))).into_response();
-        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        let page = body(r).await;
-        assert!(!page.contains("hunter2") && page.contains("internal error"), "{page}");
-    }
-
-    #[tokio::test]
-    async fn messages_are_escaped() {
-        let r = PageError::from(Error::invalid("invalid_name", Some("name"), "<script>alert(1)</script>")).into_response();
-        let page = body(r).await;
-        assert!(!page.contains("<script>alert"), "{page}");
-    }
 }
