@@ -69,6 +69,21 @@ fn api_connector(base: &str, issuer: &str, grant: &str) -> Value {
             "input_schema": { "type": "object", "additionalProperties": false, "properties": {} } }] })
 }
 
+/// Machine credentials whose token Ann made in the console: it carries her, so her personal
+/// grant applies to it.
+async fn anns_machine(t: &TestDb, ann: &Browser) -> Machine {
+    let r = ann.write(Method::POST, "/api/v1/tenants/acme/tokens", json!({ "name": "ann's agent" })).await;
+    assert_eq!(r.status(), 201);
+    let created: Value = r.json().await.unwrap();
+    let sc = common::cli(&t.url, &["service-credential", "create", "--tenant", "acme", "--name", "ci"]).await;
+    Machine {
+        client_id: sc[1].clone(),
+        client_secret: sc[2].clone(),
+        token: created["secret"].as_str().unwrap().to_owned(),
+        token_id: created["token"]["id"].as_str().unwrap().to_owned(),
+    }
+}
+
 #[tokio::test]
 async fn a_personal_grant_is_connected_once_refreshed_once_across_replicas_and_revoked_at_disconnect() {
     let t = TestDb::new().await;
@@ -94,17 +109,7 @@ async fn a_personal_grant_is_connected_once_refreshed_once_across_replicas_and_r
     let b = Served::start(cmd(&t, &keys)).await;
     let ann = dev_sign_in(&a, "ann@example.test").await;
     let mut responses: Vec<String> = Vec::new();
-    // A token made by Ann in the console carries her, so her personal grant applies to it.
-    let r = ann.write(Method::POST, "/api/v1/tenants/acme/tokens", json!({ "name": "ann's agent" })).await;
-    assert_eq!(r.status(), 201);
-    let created: Value = r.json().await.unwrap();
-    let sc = common::cli(&t.url, &["service-credential", "create", "--tenant", "acme", "--name", "ci"]).await;
-    let machine = Machine {
-        client_id: sc[1].clone(),
-        client_secret: sc[2].clone(),
-        token: created["secret"].as_str().unwrap().to_owned(),
-        token_id: created["token"]["id"].as_str().unwrap().to_owned(),
-    };
+    let machine = anns_machine(&t, &ann).await;
     let (mcp_a, mcp_b) = (format!("{}/t/acme/w/main/mcp", a.base), format!("{}/t/acme/w/main/mcp", b.base));
     let me = json!({ "address": "crm.me", "args": {} });
 
@@ -462,15 +467,7 @@ async fn an_authorization_response_must_name_the_recorded_issuer_exactly() {
     .await;
     let a = Served::start_on(cmd(&t, &keys), port).await;
     let ann = dev_sign_in(&a, "ann@example.test").await;
-    let r = ann.write(Method::POST, "/api/v1/tenants/acme/tokens", json!({ "name": "ann's agent" })).await;
-    let created: Value = r.json().await.unwrap();
-    let sc = common::cli(&t.url, &["service-credential", "create", "--tenant", "acme", "--name", "ci"]).await;
-    let machine = Machine {
-        client_id: sc[1].clone(),
-        client_secret: sc[2].clone(),
-        token: created["secret"].as_str().unwrap().to_owned(),
-        token_id: created["token"]["id"].as_str().unwrap().to_owned(),
-    };
+    let machine = anns_machine(&t, &ann).await;
     let mcp = format!("{}/t/acme/w/main/mcp", a.base);
     let (_, body, _) = tool(&mcp, &machine, "authorize_connector", json!({ "connector": "crm" })).await;
     let link = body["connect_url"].as_str().unwrap().to_owned();

@@ -23,6 +23,7 @@ mod disconnect;
 pub mod discovery;
 mod grants;
 pub mod http;
+mod issuer;
 mod registration;
 pub mod store;
 pub mod sweep;
@@ -333,38 +334,6 @@ fn claimed_error() -> Error {
     }
 }
 
-/// An authorization response whose `iss` failed the RFC 9207 check (carried out of the
-/// claim's transaction as its error, so the claim rolls back).
-#[derive(Debug)]
-struct IssRefused {
-    connector: String,
-    why: &'static str,
-}
-
-impl From<IssRefused> for Error {
-    fn from(r: IssRefused) -> Error {
-        Error::Forbidden { code: "issuer_mismatch", message: format!("{} (connector `{}`)", r.why, r.connector) }
-    }
-}
-
-/// Records an `issuer_mismatch` refusal as an ops failure (a mix-up attempt, or a
-/// misconfigured server, is something an operator must see); other errors pass unchanged.
-fn issuer_refused(state: &AppState, tenant: TenantId, e: Error) -> Error {
-    if let Error::Forbidden { code: "issuer_mismatch", message } = &e {
-        state.ops.record(crate::ops::Failure {
-            operation: "oauth.callback",
-            stage: "issuer".into(),
-            tenant: Some(tenant.0),
-            workspace: None,
-            status: crate::ops::Status::Failed,
-            code: "issuer_mismatch".into(),
-            message: message.clone(),
-            reference: None,
-        });
-    }
-    e
-}
-
 /// Completes a flow at the callback: claims it once, checks who came back, exchanges the code
 /// and seals the tokens as the connector's credential.
 pub async fn finish(
@@ -387,13 +356,13 @@ pub async fn finish(
             Box::pin(async move {
                 let flow = store::claim_flow(conn, tenant, hash, member).await?;
                 if let Some(f) = &flow {
-                    f.iss.check(iss).map_err(|why| IssRefused { connector: f.connector.clone(), why })?;
+                    f.iss.check(iss).map_err(|why| issuer::IssRefused { connector: f.connector.clone(), why })?;
                 }
                 Ok(flow)
             })
         })
         .await
-        .map_err(|e| issuer_refused(state, tenant, e))?
+        .map_err(|e| issuer::refused(state, tenant, e))?
         .ok_or_else(claimed_error)?;
     let owner = crate::vault::slots::parse_owner(&flow.owner).ok_or_else(claimed_error)?;
     let bound = crate::workspaces::bound_by_id(&state.db, tenant, flow.workspace).await?;

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use super::discovery::IssCheck;
+use super::issuer::IssCheck;
 use crate::{error::Result, ids::TenantId, vault::Owner};
 
 pub const FLOW_TTL_SECS: i64 = 900;
