@@ -209,10 +209,11 @@ impl Db {
         }
     }
 
-    /// The outcome of a statement run on [`Db::pool`] directly, with its error noted.
-    pub fn noted<T>(&self, outcome: std::result::Result<T, sqlx::Error>) -> Result<T> {
+    /// An outcome with its error noted (see [`Db::saw`]): for work run on [`Db::pool`] or a
+    /// lane directly.
+    pub fn noted<T, E: Into<Error>>(&self, outcome: std::result::Result<T, E>) -> Result<T> {
         outcome.map_err(|e| {
-            let e = Error::from(e);
+            let e = e.into();
             self.saw(&e);
             e
         })
@@ -296,11 +297,7 @@ impl Db {
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
     {
-        let result = self.attempt_once(scope, isolation, work).await;
-        if let Err(e) = &result {
-            self.saw(e);
-        }
-        result
+        self.noted(self.attempt_once(scope, isolation, work).await)
     }
 
     async fn attempt_once<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T>

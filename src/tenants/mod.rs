@@ -122,11 +122,7 @@ pub async fn list(db: &Db) -> Result<Vec<Tenant>> {
 
 /// Looks a tenant up by slug; a missing one is `not_found`.
 pub async fn by_slug(db: &Db, slug: &str) -> Result<Tenant> {
-    let found = store::by_slug(db.pool(), slug).await;
-    if let Err(e) = &found {
-        db.saw(e);
-    }
-    found?.ok_or(Error::NotFound { what: "tenant" })
+    db.noted(store::by_slug(db.pool(), slug).await)?.ok_or(Error::NotFound { what: "tenant" })
 }
 
 /// Moves a tenant to `status` (suspend, activate). Idempotent: setting the current status
