@@ -8,7 +8,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use serde_json::Value;
 
 use super::downstream::Failure;
-use crate::workspaces::config::http_api_connector::{HttpApi, HttpTool, Method};
+use crate::workspaces::config::http_api_description::{HttpApi, HttpTool, Method};
 
 /// A response body larger than this is refused rather than read into memory.
 pub const MAX_RESPONSE_BYTES: usize = 8 << 20;

@@ -121,7 +121,9 @@ impl Auth {
         let mut out = std::collections::BTreeSet::new();
         if let Auth::Slot { headers, basic, .. } = self {
             for template in headers.values() {
-                out.extend(super::http_api_connector::placeholders(template).unwrap_or_default().into_iter().map(str::to_owned));
+                out.extend(
+                    super::http_api_description::placeholders(template).unwrap_or_default().into_iter().map(str::to_owned),
+                );
             }
             if let Some(b) = basic {
                 out.insert(b.username.clone());

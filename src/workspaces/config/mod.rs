@@ -1,9 +1,9 @@
 //! The configuration document a workspace version holds: its connectors (how each is
-//! reached and authenticated, in `auth`; `http_api` connectors in `http_api_connector`), grants,
+//! reached and authenticated, in `auth`; `http_api` connectors in `http_api_description`), grants,
 //! pools and classification. Its validation is in `validate`.
 
 mod auth;
-pub mod http_api_connector;
+pub mod http_api_description;
 #[cfg(test)]
 mod tests;
 mod validate;
@@ -145,7 +145,7 @@ pub enum Connector {
         timeout_ms: Option<u64>,
     },
     /// An HTTP API whose tools are described as data.
-    HttpApi(http_api_connector::HttpApi),
+    HttpApi(http_api_description::HttpApi),
     /// Another workspace of the same tenant, found at call time: the one explicitly bound to
     /// this connector, else the one active primary workspace bound to `blueprint` (see
     /// `crate::peers`). Its tools are the target's, addressed `<this id>.<target connector>.<tool>`.

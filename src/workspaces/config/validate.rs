@@ -119,7 +119,7 @@ pub(super) fn check_auth(
                 } else if template.len() > 1024 || !template.bytes().all(|b| (0x20..0x7f).contains(&b)) {
                     bad(at, "a header template is at most 1024 visible ASCII characters");
                 } else {
-                    match super::http_api_connector::placeholders(template) {
+                    match super::http_api_description::placeholders(template) {
                         Err(message) => bad(at, message),
                         Ok(names) if names.is_empty() => {
                             bad(at, "takes no {field} from the slot: a secret never goes in configuration")
