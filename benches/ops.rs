@@ -128,7 +128,7 @@ fn writer_throughput() {
         let fp = ops::fingerprint("downstream.call", &stage, "unavailable");
         let seen = db
             .single_decision(gatehouse::db::Scope::Platform { reason: "bench" }, |conn, _| {
-                Box::pin(ops::store::get(conn, &fp))
+                Box::pin(ops::tx::get(conn, &fp))
             })
             .await
             .unwrap()

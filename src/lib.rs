@@ -89,7 +89,7 @@ pub struct Services {
     /// Workspaces' bound configurations, labelled the same way.
     pub bound: Arc<epochs::Cache<(ids::TenantId, String), Arc<workspaces::Bound>>>,
     /// Sealed credential slots (never their plaintext), labelled the same way.
-    pub credentials: Arc<epochs::Cache<gateway::credentials::SlotKey, Arc<Option<vault::store::Stored>>>>,
+    pub credentials: Arc<epochs::Cache<gateway::credentials::SlotKey, Arc<Option<vault::slots::Stored>>>>,
     /// Runs `execute_code` programs (this replica's slots and queue).
     pub code: Arc<code::Executor>,
     /// Downstream OAuth: its HTTP client and the grants this replica read (sealed), by epoch.

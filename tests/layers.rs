@@ -489,3 +489,28 @@ fn the_checker_sees_upward_imports_and_unplaced_modules() {
         ]
     );
 }
+
+/// Stores are private to their noun: no `store` module is declared `pub` in any form, so
+/// another noun can reach a store only through what its noun re-exports (its `tx` module:
+/// the statements another noun may run inside its own transaction).
+#[test]
+fn every_store_is_private_to_its_noun() {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    let mut public = Vec::new();
+    let mut stores = 0;
+    for file in files {
+        let source = strip(&fs::read_to_string(&file).unwrap());
+        for (n, line) in source.lines().enumerate() {
+            let line = line.trim();
+            if line.ends_with("mod store;") {
+                stores += 1;
+                if line != "mod store;" {
+                    public.push(format!("{}:{}: {line}", file.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(stores >= 20, "found only {stores} store modules: is the scan still reading src/?");
+    assert!(public.is_empty(), "store modules must be private to their noun:\n{}", public.join("\n"));
+}

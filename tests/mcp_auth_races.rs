@@ -113,9 +113,8 @@ async fn expired_tokens_are_pruned_on_write_through_their_index() {
         }
     };
     let prune = || {
-        s.t.db.serializable(gatehouse::db::Scope::Tenant(tenant), |conn, _| {
-            Box::pin(gatehouse::mcp_auth::store::prune(conn, tenant))
-        })
+        s.t.db
+            .serializable(gatehouse::db::Scope::Tenant(tenant), |conn, _| Box::pin(gatehouse::mcp_auth::tx::prune(conn, tenant)))
     };
     prune().await.unwrap();
     assert_eq!(count("SELECT count(*) FROM mcp_tokens WHERE token_hash::text LIKE '%6f6c64%'").await, 50, "100 pruned per write");
@@ -157,7 +156,7 @@ async fn expired_tokens_are_pruned_on_write_through_their_index() {
     let unused =
         s.t.db
             .serializable(gatehouse::db::Scope::Tenant(tenant), |conn, _| {
-                Box::pin(gatehouse::mcp_auth::store::prune_registrations(conn, tenant))
+                Box::pin(gatehouse::mcp_auth::tx::prune_registrations(conn, tenant))
             })
             .await
             .unwrap();

@@ -41,8 +41,8 @@ async fn count(conn: &mut PgConnection, sql: &str) -> i64 {
     sqlx::query_scalar(AssertSqlSafe(sql.to_owned())).fetch_one(conn).await.unwrap()
 }
 
-async fn issue(t: &TestDb, fingerprint: &str) -> ops::store::Issue {
-    t.db.single_decision(Scope::Platform { reason: "test" }, |conn, _| Box::pin(ops::store::get(conn, fingerprint)))
+async fn issue(t: &TestDb, fingerprint: &str) -> ops::Issue {
+    t.db.single_decision(Scope::Platform { reason: "test" }, |conn, _| Box::pin(ops::tx::get(conn, fingerprint)))
         .await
         .unwrap()
         .expect("the issue exists")
@@ -319,11 +319,11 @@ async fn every_prune_is_bounded_and_served_by_an_index() {
     // (statement, table, index, retention days when the statement takes them)
     let cases = [
         (gatehouse::gateway::activity::PRUNE, "activity", "activity_retention", Some(90_i32)),
-        (ops::store::PRUNE_FAILURES, "ops_failures", "ops_failures_retention", Some(90)),
-        (ops::store::PRUNE_ISSUES, "ops_issues", "ops_issues_retention", Some(180)),
-        (gatehouse::findings::store::STALE, "ops_findings", "ops_findings_quiet", Some(180)),
-        (gatehouse::sessions::store::PRUNE, "sessions", "sessions_expiry", None),
-        (gatehouse::kv::store::PRUNE, "kv_entries", "kv_entries_expiry", None),
+        (ops::PRUNE_FAILURES, "ops_failures", "ops_failures_retention", Some(90)),
+        (ops::PRUNE_ISSUES, "ops_issues", "ops_issues_retention", Some(180)),
+        (gatehouse::findings::STALE, "ops_findings", "ops_findings_quiet", Some(180)),
+        (gatehouse::sessions::PRUNE, "sessions", "sessions_expiry", None),
+        (gatehouse::kv::PRUNE, "kv_entries", "kv_entries_expiry", None),
     ];
     for (sql, table, index, days) in cases {
         let mut tx = conn.begin().await.unwrap();
@@ -432,7 +432,7 @@ async fn expired_sessions_are_pruned_at_their_boundary() {
         .await
         .unwrap();
     }
-    let pruned = t.db.single_decision(Scope::Global, |conn, _| Box::pin(gatehouse::sessions::store::prune(conn))).await.unwrap();
+    let pruned = t.db.single_decision(Scope::Global, |conn, _| Box::pin(gatehouse::sessions::tx::prune(conn))).await.unwrap();
     assert_eq!(pruned, 2);
     let left: Vec<String> = sqlx::query_scalar("SELECT subject FROM sessions").fetch_all(&mut conn).await.unwrap();
     assert_eq!(left, ["live"]);
@@ -473,7 +473,7 @@ async fn a_lost_activity_batch_becomes_an_ops_failure() {
         let (db, fp, ops) = (db.clone(), fp.clone(), ops.clone());
         async move {
             ops.flush().await;
-            db.single_decision(Scope::Platform { reason: "test" }, |conn, _| Box::pin(ops::store::get(conn, &fp)))
+            db.single_decision(Scope::Platform { reason: "test" }, |conn, _| Box::pin(ops::tx::get(conn, &fp)))
                 .await
                 .unwrap()
                 .is_some()

@@ -1,7 +1,7 @@
 //! The append-only admin log: who changed what, with before/after, in the same transaction
 //! as the change. The database refuses UPDATE and DELETE to the application role.
 
-pub mod store;
+mod store;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

@@ -301,7 +301,7 @@ impl FromRequestParts<AppState> for TenantCtx {
                 .serializable(Scope::Tenant(tenant.id), |conn, _| {
                     let principal = principal.clone();
                     Box::pin(async move {
-                        let Some(member) = members::store::by_principal(&mut *conn, tenant.id, &principal).await? else {
+                        let Some(member) = members::tx::by_principal(&mut *conn, tenant.id, &principal).await? else {
                             return Ok(None);
                         };
                         let permissions = members::permissions(conn, tenant.id, member.role).await?;

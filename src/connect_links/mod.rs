@@ -10,7 +10,7 @@
 pub mod cli;
 pub mod http;
 pub mod mail;
-pub mod store;
+mod store;
 
 use serde_json::json;
 use uuid::Uuid;

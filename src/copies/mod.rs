@@ -11,7 +11,7 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
 pub mod sweep;
 
 use chrono::{DateTime, Utc};
@@ -247,4 +247,9 @@ pub fn replica_id() -> &'static str {
         let suffix = Uuid::new_v4().simple().to_string();
         format!("{}:{}:{}", if host.is_empty() { "replica" } else { &host }, std::process::id(), &suffix[..8])
     })
+}
+
+/// What other nouns may run inside their own transaction; the store itself is private.
+pub mod tx {
+    pub use super::store::{close_ref, pending_for};
 }

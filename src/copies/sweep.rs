@@ -137,7 +137,7 @@ pub async fn wipe(
         if id == copied {
             return Ok("nothing");
         }
-        return Ok(if crate::forks::store::delete_disposable(conn, tenant, id).await? { "workspace_deleted" } else { "nothing" });
+        return Ok(if crate::forks::tx::delete_disposable(conn, tenant, id).await? { "workspace_deleted" } else { "nothing" });
     }
     if let Some(file) = copy_ref.strip_prefix("snapshot:") {
         return Ok(if remove_snapshot(&config.copies.snapshot_dir, file)? { "file_removed" } else { "nothing" });

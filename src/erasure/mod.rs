@@ -14,7 +14,7 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
 
 use serde::Serialize;
 use serde_json::json;

@@ -8,14 +8,14 @@
 
 pub mod http;
 pub mod invariants;
-pub mod store;
+mod store;
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-pub use store::{Finding, Observation, Rule};
+pub use store::{Finding, Observation, Rule, STALE};
 
 use crate::{
     admin_log::{self, Audit, Entry},

@@ -12,7 +12,7 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -121,7 +121,7 @@ async fn copy(
     db.serializable(Scope::Tenant(tenant), move |conn, _| {
         Box::pin(async move {
             copies::hold(&mut *conn, tenant, mv.id).await?;
-            let src = workspaces::store::bound(&mut *conn, tenant, source).await?.ok_or(Error::NotFound { what: "workspace" })?;
+            let src = workspaces::tx::bound(&mut *conn, tenant, source).await?.ok_or(Error::NotFound { what: "workspace" })?;
             if src.workspace.id.0 != mv.workspace {
                 return Err(Error::NotFound { what: "workspace" });
             }
@@ -134,7 +134,7 @@ async fn copy(
             let name: String = format!("{} (fork)", src.workspace.name).chars().take(200).collect();
             store::insert_fork(&mut *conn, tenant, fork_id, slug, &name, mv.workspace, ttl).await?;
             let digest = workspaces::digest(&src.document)?;
-            workspaces::store::insert_version(
+            workspaces::tx::insert_version(
                 &mut *conn,
                 tenant,
                 crate::ids::WorkspaceId(fork_id),
@@ -254,13 +254,13 @@ pub async fn expire(db: &Db, _config: &Config) -> Result<u64> {
             .serializable(Scope::Tenant(tenant), move |conn, _| {
                 Box::pin(async move {
                     let Some(slug) = store::lock_expired(&mut *conn, tenant, id).await? else { return Ok(false) };
-                    if copies::store::pending_for(&mut *conn, tenant, id).await? {
+                    if copies::tx::pending_for(&mut *conn, tenant, id).await? {
                         return Ok(false);
                     }
                     if !store::delete_disposable(&mut *conn, tenant, id).await? {
                         return Ok(false);
                     }
-                    let closed = copies::store::close_ref(&mut *conn, tenant, &copies::workspace_ref(id)).await?;
+                    let closed = copies::tx::close_ref(&mut *conn, tenant, &copies::workspace_ref(id)).await?;
                     let entry = Entry {
                         tenant: Some(tenant),
                         audit,
@@ -277,4 +277,9 @@ pub async fn expire(db: &Db, _config: &Config) -> Result<u64> {
         deleted += u64::from(done);
     }
     Ok(deleted)
+}
+
+/// What other nouns may run inside their own transaction; the store itself is private.
+pub mod tx {
+    pub use super::store::delete_disposable;
 }

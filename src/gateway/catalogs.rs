@@ -1,7 +1,7 @@
 //! The shared catalog cache in PostgreSQL: one row per (workspace, connector), holding the
 //! tools the connector's server listed, the configuration key they were fetched with, and
 //! when. Which rows are fresh travels with the request's one configuration query (see
-//! `workspaces::store::bound`), so a replica only reads a row it does not already hold.
+//! `workspaces::tx::bound`), so a replica only reads a row it does not already hold.
 
 use chrono::{DateTime, Utc};
 use rmcp::model::Tool;

@@ -8,7 +8,9 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
+
+pub use store::PRUNE;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

@@ -196,7 +196,7 @@ async fn member(state: &AppState, c: &Checked, session: &Session) -> Result<Memb
         .db
         .single_decision(Scope::Tenant(tenant), move |conn, _| {
             let principal = principal.clone();
-            Box::pin(async move { members::store::by_principal(conn, tenant, &principal).await })
+            Box::pin(async move { members::tx::by_principal(conn, tenant, &principal).await })
         })
         .await?
         .ok_or(Error::Forbidden { code: "not_a_member", message: "you are not a member of this tenant".into() })

@@ -17,7 +17,7 @@ pub mod clients;
 pub mod grants;
 pub mod http;
 pub mod metadata;
-pub mod store;
+mod store;
 pub mod token;
 
 use axum::{
@@ -288,6 +288,11 @@ pub struct ClientView {
 pub fn oauth_error(status: axum::http::StatusCode, code: &str, description: &str) -> Response {
     let body = serde_json::json!({ "error": code, "error_description": description });
     crate::extract::no_store((status, axum::Json(body)).into_response())
+}
+
+/// What other nouns may run inside their own transaction; the store itself is private.
+pub mod tx {
+    pub use super::store::{prune, prune_registrations};
 }
 
 #[cfg(test)]

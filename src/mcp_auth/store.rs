@@ -231,14 +231,13 @@ pub struct Grant {
     pub id: Uuid,
     pub client_id: String,
     pub resource: String,
-    pub member_id: Uuid,
     pub usable: bool,
 }
 
 /// The grant, and whether it can still mint tokens (grant and client unrevoked, member present).
 pub async fn grant(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<Option<Grant>> {
     let row = sqlx::query(
-        "SELECT g.id, c.client_id, g.resource, g.member_id,
+        "SELECT g.id, c.client_id, g.resource,
                 (g.revoked_at IS NULL AND c.revoked_at IS NULL AND m.id IS NOT NULL) AS usable
            FROM mcp_grants g
            JOIN mcp_clients c ON c.tenant_id = g.tenant_id AND c.id = g.client_ref
@@ -254,7 +253,6 @@ pub async fn grant(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Resul
         id: row.try_get("id")?,
         client_id: row.try_get("client_id")?,
         resource: row.try_get("resource")?,
-        member_id: row.try_get("member_id")?,
         usable: row.try_get("usable")?,
     }))
 }

@@ -1,7 +1,7 @@
 //! Members (people with a role in a tenant), their permissions, and invitations.
 
 pub mod http;
-pub mod store;
+mod store;
 
 use std::fmt;
 
@@ -397,6 +397,11 @@ impl Permission {
             )
         })
     }
+}
+
+/// What other nouns may run inside their own transaction; the store itself is private.
+pub mod tx {
+    pub use super::store::{by_principal, get, memberships_of, upsert};
 }
 
 #[cfg(test)]

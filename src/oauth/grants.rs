@@ -199,7 +199,7 @@ async fn refresh_once(
                             // Disconnected (or killed) meanwhile: keep nothing.
                             return Ok(());
                         }
-                        crate::vault::store::upsert(
+                        crate::vault::slots::tx::upsert(
                             &mut *conn,
                             tenant,
                             workspace,

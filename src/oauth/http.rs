@@ -70,7 +70,7 @@ async fn session_member(state: &AppState, headers: &HeaderMap, tenant: crate::id
         .db
         .single_decision(Scope::Tenant(tenant), |conn, _| {
             let principal = principal.clone();
-            Box::pin(async move { members::store::by_principal(conn, tenant, &principal).await })
+            Box::pin(async move { members::tx::by_principal(conn, tenant, &principal).await })
         })
         .await?;
     Ok(member.map(|m| m.id))

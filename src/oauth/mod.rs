@@ -25,7 +25,7 @@ mod grants;
 pub mod http;
 mod issuer;
 mod registration;
-pub mod store;
+mod store;
 pub mod sweep;
 
 use client_auth::{Creds, Method, Registration};
@@ -219,7 +219,7 @@ async fn check_member(state: &AppState, tenant: TenantId, member: Uuid, kind: Sl
         .db
         .serializable(Scope::Tenant(tenant), move |conn, _| {
             Box::pin(async move {
-                let Some(m) = members::store::get(&mut *conn, tenant, member).await? else { return Ok(false) };
+                let Some(m) = members::tx::get(&mut *conn, tenant, member).await? else { return Ok(false) };
                 let p = members::permissions(conn, tenant, m.role).await?;
                 Ok(match kind {
                     SlotKind::Shared => p.has(Permission::CredentialAdministration),
@@ -470,7 +470,7 @@ async fn store_grant(
         .db
         .serializable(Scope::Tenant(tenant), move |conn, _| {
             Box::pin(async move {
-                crate::vault::store::upsert(&mut *conn, tenant, workspace, connector, owner, ring.active(), envelope, fields, &audit.actor)
+                crate::vault::slots::tx::upsert(&mut *conn, tenant, workspace, connector, owner, ring.active(), envelope, fields, &audit.actor)
                     .await
                     .map_err(|e| e.on_constraint("credentials_member_fkey", || Error::NotFound { what: "member" }))?;
                 store::upsert_grant(&mut *conn, tenant, workspace, connector, owner, expires_in, client, label, &audit.actor).await?;

@@ -303,7 +303,7 @@ pub async fn kill(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, co
     .bind(owner.as_text())
     .execute(&mut *conn)
     .await?;
-    crate::vault::store::delete(conn, tenant, workspace, connector, owner).await?;
+    crate::vault::slots::tx::delete(conn, tenant, workspace, connector, owner).await?;
     Ok(done.rows_affected() == 1)
 }
 
@@ -317,7 +317,7 @@ pub async fn delete(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, 
             .bind(owner.as_text())
             .execute(&mut *conn)
             .await?;
-    crate::vault::store::delete(conn, tenant, workspace, connector, owner).await?;
+    crate::vault::slots::tx::delete(conn, tenant, workspace, connector, owner).await?;
     Ok(done.rows_affected() == 1)
 }
 

@@ -152,9 +152,9 @@ async fn sign_in(
                 {
                     members::accept_invitations(&mut *conn, &audit, p, &email, name, started_at).await?;
                 }
-                if bootstrap && tenants::store::count(&mut *conn).await? == 0 {
+                if bootstrap && tenants::tx::count(&mut *conn).await? == 0 {
                     let tenant = tenants::create_in(&mut *conn, &audit, DEFAULT_TENANT, "Default").await?;
-                    let (member, _) = members::store::upsert(&mut *conn, tenant.id, p, email, name, Role::Owner).await?;
+                    let (member, _) = members::tx::upsert(&mut *conn, tenant.id, p, email, name, Role::Owner).await?;
                     let after = Some(json!({ "member": member.id, "role": member.role, "bootstrap": true }));
                     let entry = Entry {
                         tenant: Some(tenant.id),
@@ -216,7 +216,7 @@ async fn memberships(state: &AppState, p: &Principal) -> Result<Vec<Value>> {
     let rows = state
         .db
         .serializable(Scope::Platform { reason: "list own memberships" }, move |conn, _| {
-            Box::pin(members::store::memberships_of(conn, p))
+            Box::pin(members::tx::memberships_of(conn, p))
         })
         .await?;
     Ok(rows.into_iter().map(|(_, slug, name, role)| json!({ "tenant": slug, "name": name, "role": role })).collect())

@@ -4,7 +4,7 @@
 //! external provider and through the built-in development provider.
 
 pub mod http;
-pub mod store;
+mod store;
 
 use std::{
     sync::Arc,

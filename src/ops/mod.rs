@@ -8,7 +8,9 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
+
+pub use store::{Issue, PRUNE_FAILURES, PRUNE_ISSUES};
 
 use std::{
     sync::{
@@ -321,6 +323,11 @@ pub async fn issues_page(
         Box::pin(store::list(conn, status, after, limit))
     })
     .await
+}
+
+/// What other nouns may run inside their own transaction; the store itself is private.
+pub mod tx {
+    pub use super::store::get;
 }
 
 #[cfg(test)]

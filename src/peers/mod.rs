@@ -12,7 +12,7 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -138,7 +138,7 @@ async fn peer_connector(
     slug: &str,
     connector: &str,
 ) -> Result<(workspaces::Bound, String)> {
-    let bound = workspaces::store::bound(&mut *conn, tenant, slug).await?.ok_or(Error::NotFound { what: "workspace" })?;
+    let bound = workspaces::tx::bound(&mut *conn, tenant, slug).await?.ok_or(Error::NotFound { what: "workspace" })?;
     match bound.document.connectors.get(connector) {
         Some(Connector::Peer { blueprint }) => {
             let blueprint = blueprint.clone();
@@ -159,7 +159,7 @@ pub async fn bind(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, connecto
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
             let (bound, _) = peer_connector(&mut *conn, tenant, slug, connector).await?;
-            let to = workspaces::store::bound(&mut *conn, tenant, target).await?.ok_or(Error::NotFound { what: "workspace" })?;
+            let to = workspaces::tx::bound(&mut *conn, tenant, target).await?.ok_or(Error::NotFound { what: "workspace" })?;
             let (from, to_id) = (bound.workspace.id.0, to.workspace.id.0);
             if from == to_id {
                 return Err(Error::Conflict { code: "peer_cycle", message: "a workspace cannot be its own peer".into() });
@@ -191,7 +191,7 @@ pub async fn bind(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, connecto
 pub async fn unbind(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, connector: &str) -> Result<()> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            let bound = workspaces::store::bound(&mut *conn, tenant, slug).await?.ok_or(Error::NotFound { what: "workspace" })?;
+            let bound = workspaces::tx::bound(&mut *conn, tenant, slug).await?.ok_or(Error::NotFound { what: "workspace" })?;
             let was = store::delete(&mut *conn, tenant, bound.workspace.id.0, connector)
                 .await?
                 .ok_or(Error::NotFound { what: "peer binding" })?;
@@ -225,7 +225,7 @@ pub struct PeerView {
 pub async fn list(db: &Db, tenant: TenantId, slug: &str) -> Result<Vec<PeerView>> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            let bound = workspaces::store::bound(&mut *conn, tenant, slug).await?.ok_or(Error::NotFound { what: "workspace" })?;
+            let bound = workspaces::tx::bound(&mut *conn, tenant, slug).await?.ok_or(Error::NotFound { what: "workspace" })?;
             let ws = bound.workspace.id.0;
             let mut out = Vec::new();
             for (id, c) in &bound.document.connectors {

@@ -8,7 +8,7 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
 
 use std::{path::Path, sync::LazyLock, time::Duration};
 

@@ -1,7 +1,9 @@
 //! Browser sessions: a 256-bit random id in an HttpOnly cookie, only its SHA-256 stored, with
 //! an idle and an absolute expiry, and a per-session CSRF token.
 
-pub mod store;
+mod store;
+
+pub use store::PRUNE;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -98,4 +100,9 @@ pub async fn sign_out(db: &Db, session: &Session, audit: &Audit) -> Result<()> {
         })
     })
     .await
+}
+
+/// What other nouns may run inside their own transaction; the store itself is private.
+pub mod tx {
+    pub use super::store::prune;
 }

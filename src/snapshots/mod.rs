@@ -15,7 +15,7 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
 
 use std::{collections::BTreeMap, path::PathBuf};
 
@@ -219,7 +219,7 @@ async fn read(
     db.serializable(Scope::Tenant(tenant), move |conn, _| {
         Box::pin(async move {
             copies::hold(&mut *conn, tenant, mv.id).await?;
-            let bound = workspaces::store::bound(&mut *conn, tenant, slug).await?.ok_or(Error::NotFound { what: "workspace" })?;
+            let bound = workspaces::tx::bound(&mut *conn, tenant, slug).await?.ok_or(Error::NotFound { what: "workspace" })?;
             let ws = mv.workspace;
             let catalogs = store::catalogs(&mut *conn, tenant, ws).await?;
             let mut shared = Vec::new();
@@ -360,7 +360,7 @@ async fn write(
             let name: String = format!("{} (restored)", snap.workspace).chars().take(200).collect();
             store::insert_provisioning(&mut *conn, tenant, id, slug, &name).await?;
             let digest = workspaces::digest(document)?;
-            workspaces::store::insert_version(&mut *conn, tenant, WorkspaceId(id), 1, document, &digest, &audit.actor).await?;
+            workspaces::tx::insert_version(&mut *conn, tenant, WorkspaceId(id), 1, document, &digest, &audit.actor).await?;
             for row in &snap.catalogs {
                 store::restore_catalog(&mut *conn, tenant, id, row).await?;
             }

@@ -2,7 +2,7 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -160,4 +160,9 @@ pub async fn set_status(db: &Db, audit: &Audit, slug: &str, status: Status) -> R
         })
     })
     .await
+}
+
+/// What other nouns may run inside their own transaction; the store itself is private.
+pub mod tx {
+    pub use super::store::count;
 }

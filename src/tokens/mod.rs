@@ -3,7 +3,7 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

@@ -13,7 +13,7 @@
 pub mod cli;
 pub mod http;
 pub mod slots;
-pub mod store;
+mod store;
 
 use std::{fmt, sync::Arc};
 

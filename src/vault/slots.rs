@@ -10,6 +10,7 @@ use serde_json::json;
 use uuid::Uuid;
 use zeroize::Zeroizing;
 
+pub use super::store::Stored;
 use super::{Aad, KeyRing, Owner, PURPOSE_CONNECTOR, Unreadable, store};
 use crate::{
     admin_log::{self, Audit, Entry},
@@ -95,7 +96,7 @@ fn field_meta(fields: &BTreeMap<String, String>) -> Vec<FieldMeta> {
         .collect()
 }
 
-fn metadata(connector: &str, kind: SlotKind, owner: Owner, row: Option<&store::Stored>) -> Metadata {
+fn metadata(connector: &str, kind: SlotKind, owner: Owner, row: Option<&Stored>) -> Metadata {
     Metadata {
         connector: connector.to_owned(),
         slot: kind.as_str(),
@@ -237,7 +238,7 @@ pub async fn show(db: &Db, slot: Slot<'_>, kind: SlotKind) -> Result<Metadata> {
 }
 
 /// The slot's sealed row and the epoch that labels it.
-pub async fn load(db: &Db, slot: Slot<'_>) -> Result<(Option<store::Stored>, i64)> {
+pub async fn load(db: &Db, slot: Slot<'_>) -> Result<(Option<Stored>, i64)> {
     db.single_decision(Scope::Tenant(slot.tenant), move |conn, _| {
         Box::pin(store::get(conn, slot.tenant, slot.workspace, slot.connector, slot.owner))
     })
@@ -245,7 +246,7 @@ pub async fn load(db: &Db, slot: Slot<'_>) -> Result<(Option<store::Stored>, i64
 }
 
 /// Opens a sealed row for its slot.
-pub fn open(ring: &KeyRing, slot: Slot<'_>, row: &store::Stored) -> Result<Fields, Unreadable> {
+pub fn open(ring: &KeyRing, slot: Slot<'_>, row: &Stored) -> Result<Fields, Unreadable> {
     let plaintext = ring.open(&slot.aad(), &row.envelope)?;
     serde_json::from_slice(&plaintext).map(Fields).map_err(|_| Unreadable)
 }
@@ -341,6 +342,12 @@ pub fn parse_owner(text: &str) -> Option<Owner> {
         "oauth_client" => Some(Owner::OauthClient),
         _ => text.strip_prefix("member:").and_then(|id| id.parse().ok()).map(Owner::Member),
     }
+}
+
+/// What other nouns may run inside their own transaction (OAuth's token exchange writes the
+/// slot it fills); the store itself is private.
+pub mod tx {
+    pub use crate::vault::store::{delete, upsert};
 }
 
 #[cfg(test)]

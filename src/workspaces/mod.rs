@@ -7,7 +7,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod lifecycle;
-pub mod store;
+mod store;
 pub mod tables;
 
 use chrono::{DateTime, Utc};
@@ -283,4 +283,9 @@ pub async fn configure(
         Ok(json!({ "classification": doc.classification, "grants": doc.grants, "pools": doc.pools }))
     })
     .await
+}
+
+/// What other nouns may run inside their own transaction; the store itself is private.
+pub mod tx {
+    pub use super::store::{bound, insert_version};
 }

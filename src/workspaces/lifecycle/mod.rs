@@ -8,7 +8,7 @@
 
 pub mod cli;
 pub mod http;
-pub mod store;
+mod store;
 
 use serde::Serialize;
 use serde_json::json;
@@ -160,7 +160,7 @@ pub async fn bind(
             let (blueprint_id, admitted) = blueprints::admitted(&mut *conn, tenant, blueprint, version).await?;
             let digest = workspaces::digest(&admitted.document)?;
             let next = current.bound_version + 1;
-            workspaces::store::insert_version(&mut *conn, tenant, current.id, next, &admitted.document, &digest, &audit.actor)
+            workspaces::tx::insert_version(&mut *conn, tenant, current.id, next, &admitted.document, &digest, &audit.actor)
                 .await
                 .map_err(|e| if e.code() == "binding_changed" { binding_changed() } else { e })?;
             let cas = store::BindCas {
