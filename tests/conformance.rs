@@ -12,10 +12,9 @@ mod common;
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
-    time::Duration,
 };
 
-use common::{TestDb, cli, eventually, gatehouse, provision};
+use common::{TestDb, cli, gatehouse, provision};
 use serde_json::{Value, json};
 
 const REVISIONS: [&str; 2] = ["2025-11-25", "2026-07-28"];
@@ -123,28 +122,9 @@ fn passes(verdicts: &BTreeMap<String, bool>) -> BTreeSet<String> {
     verdicts.iter().filter(|(_, passed)| **passed).map(|(name, _)| name.clone()).collect()
 }
 
-/// The conformance downstream on a free loopback port; killed when dropped.
-async fn downstream() -> (tokio::process::Child, u16) {
-    let port = common::free_port();
-    let child = common::python3()
-        .arg(peers().join("conformance_server.py"))
-        .arg(port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run python3 (the conformance downstream; scripts/test.sh installs its SDK)");
-    let up =
-        eventually(Duration::from_secs(30), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
-            .await;
-    assert!(up, "the conformance downstream did not start on {port}");
-    (child, port)
-}
-
 #[tokio::test]
 async fn every_ratchet_scenario_passes_through_a_native_pool() {
-    let (_downstream, port) = downstream().await;
-    let direct_url = format!("http://127.0.0.1:{port}/mcp");
+    let (_downstream, direct_url) = common::conformance_downstream().await;
 
     let t = TestDb::new().await;
     cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;

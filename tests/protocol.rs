@@ -128,3 +128,55 @@ async fn every_result_on_2026_07_28_carries_its_result_type_and_older_revisions_
     }
     assert_eq!(served.terminate().await, 0);
 }
+
+/// Progress and log notifications of a downstream call come back on the agent's response
+/// stream, in both of the SDK's modes, through `call_tool` and through a native pool; the
+/// progress token the agent gave is the one its notifications carry.
+#[tokio::test]
+async fn progress_and_log_notifications_reach_the_python_sdk_through_the_surface_and_a_native_pool() {
+    let (_downstream, url) = common::conformance_downstream().await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "conformance", &url).await;
+    // Reads, so call_tool makes them (the downstream does not annotate them).
+    let configure = json!({
+        "pools": { "native": { "tools": ["conformance"], "native": true } },
+        "classification": { "conformance.test_tool_with_progress": "read", "conformance.test_tool_with_logging": "read" },
+    });
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, configure.to_string()).unwrap();
+    cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    let machine = provision(&t.url, "acme").await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let base = format!("{}/t/acme/w/main/mcp", served.base);
+
+    let logs = json!(["Tool execution started", "Tool processing data", "Tool execution completed"]);
+    let steps = json!([[0.0, 100.0, "step 0"], [50.0, 100.0, "step 50"], [100.0, 100.0, "step 100"]]);
+    let wrapped = |tool: &str| json!({ "address": format!("conformance.{tool}"), "args": {} });
+    for mode in [None, Some("2026-07-28")] {
+        let calls = json!([
+            ["call_tool", wrapped("test_tool_with_progress"), { "progress": true }],
+            ["call_tool", wrapped("test_tool_with_logging")],
+            ["call_destructive_tool", wrapped("test_tool_with_progress"), { "progress": true }],
+        ]);
+        let out = python_agent_in(&base, &machine, mode, calls).await;
+        assert_eq!(out["calls"][0]["progress"], steps, "{mode:?}: {out}");
+        assert_eq!(out["calls"][0]["text"][0], "Tool with progress executed successfully", "{mode:?}: {out}");
+        assert_eq!(out["calls"][1]["logs"], logs, "{mode:?}: {out}");
+        assert_eq!(out["calls"][2]["progress"], steps, "{mode:?}: {out}");
+
+        let calls = json!([
+            ["test_tool_with_progress", {}, { "progress": true }],
+            ["test_tool_with_logging", {}],
+            // No token asked for: none is sent down, so the downstream reports none.
+            ["test_tool_with_progress", {}],
+        ]);
+        let out = python_agent_in(&format!("{base}/native"), &machine, mode, calls).await;
+        assert_eq!(out["calls"][0]["progress"], steps, "{mode:?}: {out}");
+        assert_eq!(out["calls"][1]["logs"], logs, "{mode:?}: {out}");
+        assert_eq!(out["calls"][1]["text"][0], "Tool with logging executed successfully", "{mode:?}: {out}");
+        assert!(out["calls"][2].get("progress").is_none(), "{mode:?}: {out}");
+    }
+    assert_eq!(served.terminate().await, 0);
+}

@@ -8,9 +8,14 @@
 //! writes the JSON-RPC response rmcp would have written, byte for byte (tested in
 //! `tests/gateway.rs`). Anything it does not recognise exactly (another method, a batch,
 //! `_meta`, an unknown field, the 2026 revision, a `Mcp-Method` header, an event-stream-only
-//! client…) is handed to rmcp unchanged, so the protocol's checks stay rmcp's.
+//! client…) is handed to rmcp unchanged, so the protocol's checks stay rmcp's. When the
+//! downstream sends log messages while the call runs, the answer becomes an event stream, as
+//! rmcp's would.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 
 use axum::{
     body::{Body, Bytes},
@@ -22,7 +27,10 @@ use rmcp::model::{JsonObject, ProtocolVersion, ServerResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::GatewayCtx;
+use super::{
+    GatewayCtx,
+    upstream::{Queue, Upstream},
+};
 use crate::{
     AppState,
     error::{Error, problem},
@@ -125,7 +133,7 @@ where
     match serde_json::from_slice::<CallRequest>(&bytes) {
         Ok(call) if call.jsonrpc == "2.0" && call.method == "tools/call" && (call.id.is_i64() || call.id.is_string()) => {
             DIRECT.fetch_add(1, Ordering::Relaxed);
-            answer(&state, parts, call).await
+            answer(state, parts, call).await
         }
         _ => {
             RMCP.fetch_add(1, Ordering::Relaxed);
@@ -138,7 +146,7 @@ where
     }
 }
 
-async fn answer(state: &AppState, mut parts: Parts, call: CallRequest<'_>) -> Response {
+async fn answer(state: AppState, mut parts: Parts, call: CallRequest<'_>) -> Response {
     // The request is answered here, so its context is taken, not copied.
     let Some(mut ctx) = parts.extensions.remove::<GatewayCtx>() else {
         return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
@@ -146,15 +154,90 @@ async fn answer(state: &AppState, mut parts: Parts, call: CallRequest<'_>) -> Re
     // What rmcp reports as a stateless request's client: its default implementation.
     let client = rmcp::model::Implementation::default();
     ctx.client = Some((client.name, client.version));
-    let result = super::call_tool(state, ctx, &call.params.name, call.params.arguments.unwrap_or_default()).await;
-    // The shape rmcp's handler gives a peer on a revision before 2026-07-28 (the only ones
-    // this path takes): no `resultType: "complete"`, structured content only as an object.
+    // The downstream's log messages for this call wait here until written to the agent.
+    let queue = Arc::new(Queue::default());
+    ctx.upstream = Some(Upstream::queue(queue.clone()));
+    let CallRequest { id, params: CallParams { name, arguments }, .. } = call;
+    let mut running = Box::pin(async move { super::call_tool(&state, ctx, &name, arguments.unwrap_or_default()).await });
+    let first = tokio::select! {
+        biased;
+        result = &mut running => {
+            let pending = queue.drain();
+            if pending.is_empty() {
+                return json_response(&id, result);
+            }
+            // Messages came just before the result: they go first, on an event stream.
+            let events = pending.iter().map(event).chain(std::iter::once(response_event(&id, result)));
+            return event_stream(futures::stream::iter(events.map(Ok::<_, std::convert::Infallible>).collect::<Vec<_>>()));
+        }
+        first = queue.next() => first,
+    };
+    // A message before the result: the answer becomes an event stream that carries the call's
+    // messages as they come, then the result.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let _ = tx.send(event(&first)).await;
+        let result = loop {
+            tokio::select! {
+                biased;
+                result = &mut running => break result,
+                message = queue.next() => { let _ = tx.send(event(&message)).await; }
+            }
+        };
+        for message in queue.drain() {
+            let _ = tx.send(event(&message)).await;
+        }
+        let _ = tx.send(response_event(&id, result)).await;
+    });
+    let events =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, std::convert::Infallible>(e), rx)) });
+    event_stream(events)
+}
+
+/// The result as rmcp's handler gives it to a peer on a revision before 2026-07-28 (the only
+/// ones this path takes): no `resultType: "complete"`, structured content only as an object.
+fn legacy(result: rmcp::model::CallToolResult) -> ServerResult {
     let mut result = ServerResult::CallToolResult(result);
     result.strip_result_type_for_legacy_peer();
     result.strip_non_object_output_for_legacy_peer();
-    let body = CallResponse { jsonrpc: "2.0", id: &call.id, result: &result };
+    result
+}
+
+fn json_response(id: &Value, result: rmcp::model::CallToolResult) -> Response {
+    let result = legacy(result);
+    let body = CallResponse { jsonrpc: "2.0", id, result: &result };
     match serde_json::to_vec(&body) {
         Ok(bytes) => ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Bytes::from(bytes)).into_response(),
         Err(e) => Error::Internal(anyhow::anyhow!("the result could not be serialized: {e}")).into_response(),
     }
+}
+
+/// One event of an event-stream answer.
+fn sse(json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 20);
+    out.extend_from_slice(b"event: message\ndata: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+fn event(message: &rmcp::model::ServerJsonRpcMessage) -> Bytes {
+    sse(&serde_json::to_vec(message).unwrap_or_default())
+}
+
+fn response_event(id: &Value, result: rmcp::model::CallToolResult) -> Bytes {
+    let result = legacy(result);
+    sse(&serde_json::to_vec(&CallResponse { jsonrpc: "2.0", id, result: &result }).unwrap_or_default())
+}
+
+fn event_stream(events: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static) -> Response {
+    let body = Body::from_stream(events);
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        body,
+    )
+        .into_response()
 }

@@ -2,8 +2,9 @@
 //! on the shared reqwest client, the answer read straight from the response (JSON, or an event
 //! stream up to the response with the request's id), no worker task or channel in between.
 //! It speaks what a gateway needs from a downstream: `initialize`, `tools/list`, `tools/call`,
-//! and the other requests a native pool relays as they are. Server-to-client requests and notifications on a response stream are
-//! ignored (the gateway offers no sampling, elicitation or roots), and so is progress.
+//! and the other requests a native pool relays as they are. A call's progress token goes down
+//! with it, and the progress and log notifications on its response stream go to the agent's
+//! ([`super::upstream`]); anything else on a response stream is ignored.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -12,7 +13,7 @@ use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
-use super::{downstream::Failure, sse::EventParser};
+use super::{downstream::Failure, sse::EventParser, upstream::Upstream};
 
 /// The revision this client asks for; a server may answer an older one, which is then used.
 pub const PROTOCOL: &str = "2025-11-25";
@@ -72,7 +73,7 @@ impl HttpSession {
             "capabilities": {},
             "clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
         });
-        let (result, session_id): (Value, _) = match session.exchange("initialize", params, "initialize result").await {
+        let (result, session_id): (Value, _) = match session.exchange("initialize", params, "initialize result", None).await {
             Ok(answer) => answer,
             Err(Trouble::Failed(f)) => return Err(f),
             Err(Trouble::SessionGone) => return Err(Failure::Unavailable("HTTP 404 to initialize".into())),
@@ -105,6 +106,7 @@ impl HttpSession {
         method: &str,
         params: impl Serialize,
         what: &str,
+        upstream: Option<&Upstream>,
     ) -> Result<(R, Option<HeaderValue>), Trouble> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let r = self.post(&Outgoing { jsonrpc: "2.0", id, method, params }).await?;
@@ -126,7 +128,7 @@ impl HttpSession {
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let malformed = |e: serde_json::Error| Failure::Unavailable(cap(&format!("a malformed {what}: {e}")));
         if streamed {
-            let message = Self::from_stream(r, id).await?;
+            let message = Self::from_stream(r, id, upstream).await?;
             return Ok((serde_json::from_value(Self::result(message, id)?).map_err(malformed)?, session_id));
         }
         let body = Self::from_body(r).await?;
@@ -153,8 +155,9 @@ impl HttpSession {
         Ok(body)
     }
 
-    /// Reads events until the response to `id`; anything else on the stream is skipped.
-    async fn from_stream(mut r: reqwest::Response, id: u64) -> Result<Value, Failure> {
+    /// Reads events until the response to `id`; the call's notifications before it go to
+    /// `upstream` (when there is one), anything else on the stream is skipped.
+    async fn from_stream(mut r: reqwest::Response, id: u64, upstream: Option<&Upstream>) -> Result<Value, Failure> {
         let mut parser = EventParser::new(MAX_RESPONSE_BYTES);
         let mut events = std::collections::VecDeque::new();
         loop {
@@ -171,6 +174,11 @@ impl HttpSession {
                     && (message.get("result").is_some() || message.get("error").is_some())
                 {
                     return Ok(message);
+                }
+                if let Some(upstream) = upstream
+                    && message.get("id").is_none()
+                {
+                    upstream.downstream_message(message).await;
                 }
             }
         }
@@ -189,8 +197,14 @@ impl HttpSession {
 
     /// One request on this session. `Err(None)` means the session is gone and the request
     /// was not processed.
-    async fn request<R: DeserializeOwned>(&self, method: &str, params: impl Serialize, what: &str) -> Result<R, Option<Failure>> {
-        match self.exchange(method, params, what).await {
+    async fn request<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: impl Serialize,
+        what: &str,
+        upstream: Option<&Upstream>,
+    ) -> Result<R, Option<Failure>> {
+        match self.exchange(method, params, what, upstream).await {
             Ok((result, _)) => Ok(result),
             Err(Trouble::SessionGone) => Err(None),
             Err(Trouble::Failed(f)) => Err(Some(f)),
@@ -206,7 +220,7 @@ impl HttpSession {
                 Some(c) => json!({ "cursor": c }),
                 None => json!({}),
             };
-            let mut page: Value = self.request("tools/list", params, "tool list").await?;
+            let mut page: Value = self.request("tools/list", params, "tool list", None).await?;
             let listed = page.get_mut("tools").map(Value::take).unwrap_or(Value::Array(Vec::new()));
             let listed: Vec<Tool> = serde_json::from_value(listed)
                 .map_err(|e| Some(Failure::Unavailable(cap(&format!("a malformed tool list: {e}")))))?;
@@ -227,11 +241,19 @@ impl HttpSession {
     /// Any other request a native pool relays (prompts, resources, completion, logging), its
     /// result as the server sent it.
     pub async fn relay(&self, method: &str, params: &Value) -> Result<Value, Option<Failure>> {
-        self.request(method, params, "result").await
+        self.request(method, params, "result", None).await
     }
 
-    pub async fn call_tool(&self, name: &str, arguments: &JsonObject) -> Result<CallToolResult, Option<Failure>> {
-        self.request("tools/call", CallParams { name, arguments }, "tool result").await
+    /// `tools/call`; with `upstream`, the agent's progress token goes down and the call's
+    /// notifications come back to the agent.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: &JsonObject,
+        upstream: Option<&Upstream>,
+    ) -> Result<CallToolResult, Option<Failure>> {
+        let meta = upstream.and_then(Upstream::progress_token).map(|token| CallMeta { progress_token: token });
+        self.request("tools/call", CallParams { name, arguments, meta }, "tool result", upstream).await
     }
 }
 
@@ -248,6 +270,14 @@ struct Outgoing<'a, P> {
 struct CallParams<'a> {
     name: &'a str,
     arguments: &'a JsonObject,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<CallMeta<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CallMeta<'a> {
+    progress_token: &'a rmcp::model::ProgressToken,
 }
 
 /// The parts of a response the usual answer needs.

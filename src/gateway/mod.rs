@@ -12,6 +12,7 @@ pub mod peer;
 pub mod sse;
 pub mod stash;
 pub mod surface;
+pub mod upstream;
 
 use std::{sync::Arc, time::Instant};
 
@@ -62,6 +63,9 @@ pub struct GatewayCtx {
     /// The workspaces this call came through by peer connectors, outermost first (empty for
     /// a call made at this workspace's own endpoint): bounds the depth and refuses cycles.
     pub peer_path: Vec<uuid::Uuid>,
+    /// The agent's response stream while this call is open (`None` where nothing is relayed:
+    /// listings, `execute_code`'s host calls).
+    pub upstream: Option<upstream::Upstream>,
 }
 
 impl GatewayCtx {
@@ -202,6 +206,7 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
         pool,
         client: None,
         peer_path: Vec::new(),
+        upstream: None,
     });
     Ok(parts)
 }
@@ -379,8 +384,27 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, McpError> {
         let mut ctx = gateway_ctx(&cx)?;
         ctx.client = cx.client_info().map(|c| (c.name.clone(), c.version.clone()));
+        // One downstream call's notifications are relayed: a native tool's, call_tool's and
+        // call_destructive_tool's (execute_code's host calls would interleave several).
+        let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
+        if native || matches!(request.name.as_ref(), "call_tool" | "call_destructive_tool") {
+            ctx.upstream = Some(upstream_of(&cx));
+        }
         Ok(call_tool(&self.state, ctx, &request.name, request.arguments.unwrap_or_default()).await.into())
     }
+}
+
+/// The request's response stream: its progress token, and the log messages it asks for (on
+/// 2026-07-28 the request names its level; before, `logging/setLevel` told the downstream).
+#[allow(deprecated)]
+fn upstream_of(cx: &RequestContext<RoleServer>) -> upstream::Upstream {
+    let per_request = cx.meta.protocol_version().is_some();
+    let logs = match cx.meta.log_level() {
+        Some(level) => upstream::Logs::AtLeast(level),
+        None if per_request => upstream::Logs::Off,
+        None => upstream::Logs::All,
+    };
+    upstream::Upstream::peer(cx.peer.clone(), cx.meta.get_progress_token(), logs)
 }
 
 /// One `tools/call` at the endpoint, recorded in the activity history: the handler of both

@@ -95,6 +95,8 @@ async fn enter(state: &AppState, ctx: &GatewayCtx, id: &str, blueprint: &str) ->
         pool: None,
         client: ctx.client.clone(),
         peer_path,
+        // The target runs in this process: its downstream's notifications reach the caller.
+        upstream: ctx.upstream.clone(),
     })
 }
 

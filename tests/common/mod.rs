@@ -373,6 +373,25 @@ pub fn python3() -> Command {
     Command::new(if venv.exists() { venv.into_os_string() } else { "python3".into() })
 }
 
+/// The conformance downstream (tests/peers/conformance_server.py, the official Python SDK)
+/// on a free loopback port: its child process (killed when dropped) and its MCP endpoint.
+pub async fn conformance_downstream() -> (Child, String) {
+    let port = free_port();
+    let child = python3()
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_server.py"))
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run python3 (the conformance downstream; scripts/test.sh installs its SDK)");
+    let up =
+        eventually(Duration::from_secs(30), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
+            .await;
+    assert!(up, "the conformance downstream did not start on {port}");
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
 /// Runs the official Python MCP SDK agent (tests/peers/agent.py) against `url`.
 pub async fn python_agent(url: &str, m: &Machine, calls: serde_json::Value) -> serde_json::Value {
     python_agent_in(url, m, None, calls).await

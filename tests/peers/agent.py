@@ -5,6 +5,10 @@
 Connects through the SDK's streamable HTTP client with the machine credentials, initializes,
 lists tools, makes each call of CALLS_JSON ([[name, arguments], ...]) and prints one JSON
 object: server name, negotiated protocol, tool names, and per call isError plus text blocks.
+Each call also reports the log messages (`logs`: their data) that arrived while it ran; a call
+given as [name, arguments, {"progress": true}] asks for progress and reports it (`progress`:
+[progress, total, message] per notification). In a 2026 mode the client opts in to log
+messages at `info` (that revision's per-request level).
 
 MODE is the SDK client's connect mode: absent, the handshake (`ClientSession.initialize`);
 `auto` (`server/discover`, falling back to the handshake) or a 2026 revision such as
@@ -20,8 +24,39 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 
+class Streams:
+    """What arrives on the response streams of one call: log messages and progress."""
+
+    def __init__(self) -> None:
+        self.logs: list = []
+        self.progress: list = []
+
+    async def log(self, params) -> None:
+        self.logs.append(params.data)
+
+    async def on_progress(self, progress: float, total: float | None, message: str | None) -> None:
+        self.progress.append([progress, total, message])
+
+    def call(self, spec: list):
+        """The call's name and arguments and its progress callback; starts its record afresh."""
+        self.logs, self.progress = [], []
+        options = spec[2] if len(spec) > 2 else {}
+        return spec[0], spec[1], (self.on_progress if options.get("progress") else None)
+
+    def report(self, result, spec: list) -> dict:
+        texts = [c.text for c in result.content if getattr(c, "text", None) is not None]
+        out = {"isError": bool(result.is_error), "text": texts}
+        if self.logs:
+            out["logs"] = self.logs
+        if len(spec) > 2 and spec[2].get("progress"):
+            out["progress"] = self.progress
+        return out
+
+
 async def modern(url: str, http, calls: list, mode: str) -> dict:
-    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+    streams = Streams()
+    transport = streamable_http_client(url, http_client=http)
+    async with Client(transport, mode=mode, logging_callback=streams.log, log_level="info") as client:
         tools = await client.list_tools()
         info = client.server_info
         out = {
@@ -30,10 +65,10 @@ async def modern(url: str, http, calls: list, mode: str) -> dict:
             "tools": [t.name for t in tools.tools],
             "calls": [],
         }
-        for name, arguments in calls:
-            result = await client.call_tool(name, arguments)
-            texts = [c.text for c in result.content if getattr(c, "text", None) is not None]
-            out["calls"].append({"isError": bool(result.is_error), "text": texts})
+        for spec in calls:
+            name, arguments, progress = streams.call(spec)
+            result = await client.call_tool(name, arguments, progress_callback=progress)
+            out["calls"].append(streams.report(result, spec))
         return out
 
 
@@ -47,8 +82,9 @@ async def main(url: str, calls: list, mode: str | None) -> None:
         if mode is not None:
             print(json.dumps(await modern(url, http, calls, mode)))
             return
+        record = Streams()
         async with streamable_http_client(url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1]) as session:
+            async with ClientSession(streams[0], streams[1], logging_callback=record.log) as session:
                 init = await session.initialize()
                 tools = await session.list_tools()
                 out = {
@@ -57,10 +93,10 @@ async def main(url: str, calls: list, mode: str | None) -> None:
                     "tools": [t.name for t in tools.tools],
                     "calls": [],
                 }
-                for name, arguments in calls:
-                    result = await session.call_tool(name, arguments)
-                    texts = [c.text for c in result.content if getattr(c, "text", None) is not None]
-                    out["calls"].append({"isError": bool(result.is_error), "text": texts})
+                for spec in calls:
+                    name, arguments, progress = record.call(spec)
+                    result = await session.call_tool(name, arguments, progress_callback=progress)
+                    out["calls"].append(record.report(result, spec))
                 print(json.dumps(out))
 
 

@@ -263,10 +263,10 @@ impl Downstreams {
         tenant: uuid::Uuid,
         key: &str,
         connector: &Connector,
-        tool: &str,
-        args: &JsonObject,
+        call: ToolCall<'_>,
         credential: Option<&Credential>,
     ) -> Result<CallToolResult, Failure> {
+        let ToolCall { tool, args, upstream } = call;
         let _slot = self.admit(tenant)?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         if let Connector::HttpApi(api) = connector {
@@ -282,7 +282,7 @@ impl Downstreams {
                 .session(key, connector, credential)
                 .await
                 .map_err(|failure| SessionError::Failed { failure, drop: false })?;
-            match session.call_tool(tool, args).await {
+            match session.call_tool(tool, args, upstream).await {
                 // The server forgot the session without processing the call: safe to send again.
                 Err(SessionError::Gone) => {
                     self.forget(key, credential).await;
@@ -290,7 +290,7 @@ impl Downstreams {
                         .session(key, connector, credential)
                         .await
                         .map_err(|failure| SessionError::Failed { failure, drop: false })?;
-                    session.call_tool(tool, args).await
+                    session.call_tool(tool, args, upstream).await
                 }
                 other => other,
             }
@@ -301,6 +301,15 @@ impl Downstreams {
             Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
         }
     }
+}
+
+/// One tool call as the downstream gets it: the tool, its arguments, and the agent's response
+/// stream while it runs (its progress token goes down, its notifications come back).
+#[derive(Clone, Copy)]
+pub struct ToolCall<'a> {
+    pub tool: &'a str,
+    pub args: &'a JsonObject,
+    pub upstream: Option<&'a super::upstream::Upstream>,
 }
 
 impl Downstreams {

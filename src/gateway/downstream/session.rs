@@ -15,7 +15,7 @@ use rmcp::{
 };
 
 use super::{Downstreams, Failure, MAX_SESSIONS, cap};
-use crate::gateway::{credentials::Credential, sse::SseClientTransport};
+use crate::gateway::{credentials::Credential, sse::SseClientTransport, upstream::Upstream};
 use crate::workspaces::{Connector, config::RemoteTransport};
 
 /// A session with a downstream MCP server: our lean streamable HTTP client, or rmcp's
@@ -73,9 +73,15 @@ impl Session {
         }
     }
 
-    pub(super) async fn call_tool(&self, tool: &str, args: &JsonObject) -> Result<CallToolResult, SessionError> {
+    /// A tool call; over the legacy SSE transport the call's notifications are not relayed.
+    pub(super) async fn call_tool(
+        &self,
+        tool: &str,
+        args: &JsonObject,
+        upstream: Option<&Upstream>,
+    ) -> Result<CallToolResult, SessionError> {
         match self {
-            Session::Http(s) => s.call_tool(tool, args).await.map_err(SessionError::from_http),
+            Session::Http(s) => s.call_tool(tool, args, upstream).await.map_err(SessionError::from_http),
             Session::Rmcp(s) => {
                 let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args.clone());
                 s.call_tool(params).await.map_err(SessionError::from_rmcp)

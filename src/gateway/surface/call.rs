@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     AppState,
-    gateway::{GatewayCtx, stash},
+    gateway::{GatewayCtx, downstream, stash},
     workspaces::{Connector, config::Class},
 };
 
@@ -113,7 +113,8 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
         out.classification = Some(class_name(class));
         return out;
     }
-    let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, name, tool_args, credential.as_ref()).await {
+    let call = downstream::ToolCall { tool: name, args: tool_args, upstream: ctx.upstream.as_ref() };
+    let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, call, credential.as_ref()).await {
         Ok(result) => {
             let body = serde_json::to_string(&result).unwrap_or_default();
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());

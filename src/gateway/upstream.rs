@@ -1,0 +1,164 @@
+//! The agent's response stream while one call is open: where the downstream's notifications
+//! for that call (progress, log messages) are written, as they arrive.
+//!
+//! A call answered by rmcp writes onto rmcp's stream for the request ([`Sink::Peer`]): its
+//! stateless server answers with an event stream as soon as anything but the response comes
+//! first. A call on the [`super::direct`] path has no rmcp service: its notifications wait in a
+//! [`Queue`] that the direct path turns into an event stream the moment the first one arrives.
+//!
+//! Progress tokens go down unchanged: each downstream request has its own response stream,
+//! so whatever comes back on it belongs to this call, and its token is rewritten to the
+//! agent's. Everything a downstream sends on the stream that is not for the agent (another
+//! token, an unknown notification) is dropped here.
+
+#![allow(deprecated)] // logging is deprecated by the 2026 revision, and relayed for the others
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex},
+};
+
+use rmcp::{
+    Peer, RoleServer,
+    model::{LoggingLevel, ProgressToken, ServerJsonRpcMessage, ServerNotification},
+};
+use serde_json::Value;
+
+/// Notifications held for the direct path before it gives up on a slow reader: beyond this
+/// many unread, new ones are dropped (progress and logs are advisory; the result never is).
+const QUEUE_CAP: usize = 256;
+
+/// Which log messages the agent asked for.
+#[derive(Clone, Copy, Debug)]
+pub enum Logs {
+    /// Handshake era: the downstream filters by the level `logging/setLevel` gave it.
+    All,
+    /// 2026-07-28: the request's `io.modelcontextprotocol/logLevel`, at or above which
+    /// messages are relayed.
+    AtLeast(LoggingLevel),
+    /// 2026-07-28 without a level: none (the revision says a server sends none then).
+    Off,
+}
+
+/// Where the notifications go.
+#[derive(Clone)]
+enum Sink {
+    Peer(Peer<RoleServer>),
+    Queue(Arc<Queue>),
+}
+
+/// The agent's response stream for one open call.
+#[derive(Clone)]
+pub struct Upstream {
+    sink: Sink,
+    /// The agent's progress token, sent down with the call.
+    progress: Option<ProgressToken>,
+    logs: Logs,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").field("progress", &self.progress).field("logs", &self.logs).finish_non_exhaustive()
+    }
+}
+
+/// Notifications of a direct-path call, waiting for the direct path to write them.
+#[derive(Default)]
+pub struct Queue {
+    items: Mutex<VecDeque<ServerJsonRpcMessage>>,
+    ready: tokio::sync::Notify,
+}
+
+impl Queue {
+    /// The next notification, once there is one.
+    pub async fn next(&self) -> ServerJsonRpcMessage {
+        loop {
+            let ready = self.ready.notified();
+            if let Some(message) = self.items.lock().unwrap_or_else(|p| p.into_inner()).pop_front() {
+                return message;
+            }
+            ready.await;
+        }
+    }
+
+    /// Every notification already waiting.
+    pub fn drain(&self) -> Vec<ServerJsonRpcMessage> {
+        self.items.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect()
+    }
+
+    fn push(&self, message: ServerJsonRpcMessage) {
+        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        if items.len() < QUEUE_CAP {
+            items.push_back(message);
+        }
+        drop(items);
+        self.ready.notify_one();
+    }
+}
+
+fn rank(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+impl Upstream {
+    /// The stream of a request rmcp serves.
+    pub fn peer(peer: Peer<RoleServer>, progress: Option<ProgressToken>, logs: Logs) -> Upstream {
+        Upstream { sink: Sink::Peer(peer), progress, logs }
+    }
+
+    /// The stream of a direct-path call (no progress token: such a call carries no `_meta`).
+    pub fn queue(queue: Arc<Queue>) -> Upstream {
+        Upstream { sink: Sink::Queue(queue), progress: None, logs: Logs::All }
+    }
+
+    /// The progress token to send down with the call, if the agent gave one.
+    pub fn progress_token(&self) -> Option<&ProgressToken> {
+        self.progress.as_ref()
+    }
+
+    /// The rmcp peer of the request, for relaying requests to the agent (sampling,
+    /// elicitation, roots) while the call is open; `None` on the direct path.
+    pub fn rmcp_peer(&self) -> Option<&Peer<RoleServer>> {
+        match &self.sink {
+            Sink::Peer(peer) => Some(peer),
+            Sink::Queue(_) => None,
+        }
+    }
+
+    /// A message the downstream sent on the call's response stream other than the response:
+    /// relayed to the agent when it is a progress notification (with the agent's token) or a
+    /// log message the agent asked for; anything else is dropped.
+    pub async fn downstream_message(&self, message: Value) {
+        let Ok(ServerJsonRpcMessage::Notification(mut note)) = serde_json::from_value::<ServerJsonRpcMessage>(message) else {
+            return;
+        };
+        match &mut note.notification {
+            ServerNotification::ProgressNotification(n) => match &self.progress {
+                Some(token) => n.params.progress_token = token.clone(),
+                None => return,
+            },
+            ServerNotification::LoggingMessageNotification(n) => match self.logs {
+                Logs::All => {}
+                Logs::AtLeast(level) if rank(n.params.level) >= rank(level) => {}
+                Logs::AtLeast(_) | Logs::Off => return,
+            },
+            _ => return,
+        }
+        match &self.sink {
+            Sink::Peer(peer) => {
+                // The agent may have gone; the call still completes and is recorded.
+                let _ = peer.send_notification(note.notification).await;
+            }
+            Sink::Queue(queue) => queue.push(ServerJsonRpcMessage::Notification(note)),
+        }
+    }
+}
