@@ -75,6 +75,31 @@ pub struct Config {
     pub mcp_access_token_ttl_secs: u64,
     /// The copy ledger, its recovery sweep, forks and snapshot files (`GATEHOUSE_COPY_*`).
     pub copies: CopiesConfig,
+    /// The replica registry and acknowledged invalidation (`GATEHOUSE_REPLICA_*`).
+    pub replicas: ReplicaConfig,
+}
+
+/// Leases of the replica registry (issue 20): how a replica earns the right to answer from its
+/// caches without reading the epoch per request, and how long a change waits for replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// A replica's lease in the registry (`GATEHOUSE_REPLICA_LEASE_MS`, default 5 s).
+    pub lease_ms: u64,
+    /// How often a replica renews it (`GATEHOUSE_REPLICA_RENEW_MS`, default 1 s).
+    pub renew_ms: u64,
+    /// How much earlier than the database a replica considers its own lease over, on its own
+    /// monotonic clock (`GATEHOUSE_REPLICA_MARGIN_MS`, default 1 s): it fences itself first.
+    pub margin_ms: u64,
+    /// How long a change that moved an epoch waits for every live replica's acknowledgement
+    /// before answering 503 `replicas_unconfirmed` (`GATEHOUSE_REPLICA_ACK_WAIT_MS`, default
+    /// 10 s; longer than the lease, so a silent replica's lease lapses first).
+    pub ack_wait_ms: u64,
+}
+
+impl Default for ReplicaConfig {
+    fn default() -> Self {
+        ReplicaConfig { lease_ms: 5_000, renew_ms: 1_000, margin_ms: 1_000, ack_wait_ms: 10_000 }
+    }
 }
 
 /// Settings of the copy ledger (issue 7 §3–4).
@@ -293,6 +318,22 @@ impl Config {
         let mcp_access_token_ttl_secs = number("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", 3600, 1, 86_400);
         let copy_lease_ms = number("GATEHOUSE_COPY_LEASE_MS", 300_000, 100, 86_400_000);
         let copy_sweep_ms = number("GATEHOUSE_COPY_SWEEP_MS", 30_000, 50, 3_600_000);
+        let r = ReplicaConfig::default();
+        let replicas = ReplicaConfig {
+            lease_ms: number("GATEHOUSE_REPLICA_LEASE_MS", r.lease_ms, 200, 600_000),
+            renew_ms: number("GATEHOUSE_REPLICA_RENEW_MS", r.renew_ms, 20, 600_000),
+            margin_ms: number("GATEHOUSE_REPLICA_MARGIN_MS", r.margin_ms, 10, 600_000),
+            ack_wait_ms: number("GATEHOUSE_REPLICA_ACK_WAIT_MS", r.ack_wait_ms, 100, 3_600_000),
+        };
+        if replicas.renew_ms + replicas.margin_ms >= replicas.lease_ms {
+            bad(
+                "GATEHOUSE_REPLICA_RENEW_MS",
+                "with GATEHOUSE_REPLICA_MARGIN_MS must be shorter than GATEHOUSE_REPLICA_LEASE_MS".into(),
+            );
+        }
+        if replicas.ack_wait_ms <= replicas.lease_ms {
+            bad("GATEHOUSE_REPLICA_ACK_WAIT_MS", "must be longer than GATEHOUSE_REPLICA_LEASE_MS".into());
+        }
         let mut mcp_redirect_uris = Vec::new();
         for uri in get("GATEHOUSE_MCP_REDIRECT_URIS").unwrap_or_default().split(',').map(str::trim).filter(|u| !u.is_empty()) {
             match url::Url::parse(uri) {
@@ -366,6 +407,7 @@ impl Config {
             mcp_redirect_uris,
             mcp_access_token_ttl_secs,
             copies,
+            replicas,
         };
         if problems.is_empty() { Ok(config) } else { Err(ConfigError(problems)) }
     }
@@ -395,6 +437,23 @@ mod tests {
         assert!(c.dev_sign_in());
         assert_eq!(c.token_cap, 100);
         assert_eq!(c.code, CodeConfig::default(), "the issue's limits are the defaults");
+        assert_eq!(c.replicas, ReplicaConfig::default());
+    }
+
+    #[test]
+    fn replica_leases_must_leave_room_for_renewal_and_the_wait() {
+        let short = load(&[("GATEHOUSE_REPLICA_LEASE_MS", "1000"), ("GATEHOUSE_REPLICA_RENEW_MS", "900")]).unwrap_err();
+        assert!(short.0.iter().any(|p| p.var == "GATEHOUSE_REPLICA_RENEW_MS"), "{short}");
+        let wait = load(&[("GATEHOUSE_REPLICA_ACK_WAIT_MS", "5000")]).unwrap_err();
+        assert!(wait.0.iter().any(|p| p.var == "GATEHOUSE_REPLICA_ACK_WAIT_MS"), "{wait}");
+        let ok = load(&[
+            ("GATEHOUSE_REPLICA_LEASE_MS", "1500"),
+            ("GATEHOUSE_REPLICA_RENEW_MS", "250"),
+            ("GATEHOUSE_REPLICA_MARGIN_MS", "400"),
+            ("GATEHOUSE_REPLICA_ACK_WAIT_MS", "3000"),
+        ])
+        .unwrap();
+        assert_eq!(ok.replicas, ReplicaConfig { lease_ms: 1500, renew_ms: 250, margin_ms: 400, ack_wait_ms: 3000 });
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! epoch read *before* deriving it, and reuses it only while one primary-key read of the
 //! epoch answers the same number. So a cached answer is never staler than the request that
 //! uses it: a revoked token is refused on the very next request on every replica, exactly as
-//! without the cache. Entries also expire after [`MAX_AGE`], which keeps `last_used_at`
+//! without the cache. A replica that holds a live lease in the registry and listens for epoch
+//! changes skips even that read (see [`read`]). Entries also expire after [`MAX_AGE`], which keeps `last_used_at`
 //! current and bounds what a missed trigger could ever cost.
 
 use std::{
@@ -32,10 +33,21 @@ pub const MAX_AGE: Duration = Duration::from_secs(60);
 /// Entries per cache; past it the cache starts over (a miss costs one lookup).
 const CAPACITY: usize = 16_384;
 
-/// The tenant's current epoch: one primary-key read, outside any transaction (shared with
-/// concurrent requests, see [`read_at`]).
+/// The tenant's current epoch as far as any request may tell: while this replica is trusted
+/// (registered, listening, inside its lease; see [`crate::db::replica`]), the epoch it
+/// applied, with no database round trip — every change that moved the epoch waited for this
+/// replica's acknowledgement, or for its lease to lapse, before it returned. Otherwise one
+/// primary-key read, outside any transaction (shared with concurrent requests, see
+/// [`read_at`]), whose answer this replica also takes note of.
 pub async fn read(db: &Db, tenant: TenantId) -> Result<Option<i64>> {
-    Ok(read_at(db, tenant).await?.map(|(epoch, _)| epoch))
+    if let Some(epoch) = db.replica().applied(tenant) {
+        return Ok(Some(epoch));
+    }
+    let read = read_at(db, tenant).await?.map(|(epoch, _)| epoch);
+    if let Some(epoch) = read {
+        db.replica().learn(tenant, epoch);
+    }
+    Ok(read)
 }
 
 /// The tenant's current epoch and the database clock (for cached answers that also carry an

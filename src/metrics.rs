@@ -44,6 +44,25 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         "Activity rows waiting to be written.",
         &[("", state.activity.queued() as u64)],
     );
+    let replica = state.db.replica();
+    metric(
+        &mut out,
+        "gatehouse_replica_trusted",
+        "gauge",
+        "1 while this replica holds a live lease and listens, so the hot path uses applied epochs; 0 while it reads them per request.",
+        &[("", u64::from(replica.trusted()))],
+    );
+    metric(
+        &mut out,
+        "gatehouse_replica_events_total",
+        "counter",
+        "Replica registry events: registrations, trust losses, epoch changes applied from notifications.",
+        &[
+            ("{event=\"registered\"}", load(&replica.registrations)),
+            ("{event=\"distrusted\"}", load(&replica.distrusts)),
+            ("{event=\"applied\"}", load(&replica.notifications)),
+        ],
+    );
     let ops = state.ops.counts();
     metric(
         &mut out,

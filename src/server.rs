@@ -79,7 +79,9 @@ pub fn sign_in(config: &Config) -> anyhow::Result<(Arc<RelyingParty>, Option<Arc
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let started = Instant::now();
     let database = Database::open(&config).await?;
-    let db = Db::connect(&database.owner_url, config.db_max_connections).await?;
+    let db = Db::connect(&database.owner_url, config.db_max_connections)
+        .await?
+        .with_ack_wait(Duration::from_millis(config.replicas.ack_wait_ms));
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("cannot listen on {}", config.listen))?;
     let grace = Duration::from_millis(config.shutdown_grace_ms);
     let listen = listener.local_addr()?;
@@ -116,6 +118,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let reap_sweeper = tokio::spawn(crate::reap::run(state.db.clone(), state.config.copies.snapshot_dir.clone()));
     // Scheduled invariant checks (one replica per round) and the stale-findings sweep.
     let invariants = tokio::spawn(crate::findings::invariants::run(state.db.clone()));
+    // The replica registry: a lease, the LISTEN connection and the acknowledgements that let
+    // the hot path use applied epochs instead of reading them per request (issue 20).
+    let registry = tokio::spawn(crate::db::replica::run(state.db.clone(), state.config.replicas, listen.to_string()));
     let app = crate::http::router(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
@@ -149,6 +154,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     copy_sweeper.abort();
     reap_sweeper.abort();
     invariants.abort();
+    registry.abort();
+    crate::db::replica::leave(&db).await;
     match tokio::time::timeout(grace, server).await {
         Ok(joined) => joined.context("server task failed")?.context("server failed")?,
         Err(_) => tracing::warn!("drain deadline passed; closing remaining connections"),

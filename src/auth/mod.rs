@@ -198,6 +198,7 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
         role: role.as_deref().map(Role::parse).transpose()?,
     };
     let epoch: i64 = row.try_get("epoch")?;
+    state.db.replica().learn(machine.tenant.id, epoch);
     state.machines.put(key, machine.clone(), epoch);
     Ok((machine, epoch))
 }

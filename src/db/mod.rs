@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod embedded;
 pub mod migrate;
+pub mod replica;
 
 use std::{marker::PhantomData, time::Duration};
 
@@ -55,6 +56,10 @@ pub struct Db {
     lanes: std::sync::Arc<Lanes>,
     /// Requests waiting for a shared read of their tenant's epoch (see [`crate::epochs`]).
     epoch_batch: std::sync::Arc<batch::Batch>,
+    /// This process's place in the replica registry and the epochs it applied.
+    replica: std::sync::Arc<replica::Replica>,
+    /// How long a transaction that moved an epoch waits for the replicas' acknowledgements.
+    ack_wait: Duration,
 }
 
 /// Dedicated connections for the one-statement reads every request makes (the tenant epoch):
@@ -145,7 +150,26 @@ impl Db {
             .connect_with(options)
             .await?;
         let lanes = Lanes { conns: (0..LANES).map(|_| tokio::sync::Mutex::new(None)).collect(), next: Default::default() };
-        Ok(Db { pool, losses, lanes: std::sync::Arc::new(lanes), epoch_batch: Default::default() })
+        Ok(Db {
+            pool,
+            losses,
+            lanes: std::sync::Arc::new(lanes),
+            epoch_batch: Default::default(),
+            replica: Default::default(),
+            ack_wait: Duration::from_millis(crate::config::ReplicaConfig::default().ack_wait_ms),
+        })
+    }
+
+    /// The same handle, with changes that move an epoch waiting at most `ack_wait` for the
+    /// replicas' acknowledgements (`GATEHOUSE_REPLICA_ACK_WAIT_MS`).
+    pub fn with_ack_wait(mut self, ack_wait: Duration) -> Self {
+        self.ack_wait = ack_wait;
+        self
+    }
+
+    /// This process's place in the replica registry (see [`replica`]).
+    pub fn replica(&self) -> &replica::Replica {
+        &self.replica
     }
 
     /// Runs one autocommit read on a dedicated lane connection (opened on first use, as
@@ -308,11 +332,60 @@ impl Db {
             Isolation::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
             Isolation::ReadCommitted => "BEGIN ISOLATION LEVEL READ COMMITTED",
         };
-        let mut tx = self.pool.begin_with(begin).await?;
-        apply_scope(&mut tx, scope).await?;
-        let value = work(&mut tx, PhantomData).await?;
-        tx.commit().await?;
+        // The transaction is ours to end (not sqlx's), so its COMMIT can share a round trip
+        // with reading which epochs it moved. Should this future be dropped or fail halfway,
+        // the guard closes the connection instead of returning it mid-transaction.
+        let mut open = OpenTx(Some(self.pool.acquire().await?));
+        let conn = open.conn()?;
+        conn.execute(begin).await?;
+        apply_scope(conn, scope).await?;
+        let value = match work(conn, PhantomData).await {
+            Ok(value) => value,
+            Err(e) => {
+                if conn.execute("ROLLBACK").await.is_ok() {
+                    open.finish();
+                }
+                return Err(e);
+            }
+        };
+        // One simple-protocol message: the note the epoch trigger left (see the `replicas`
+        // migration), then COMMIT. The note is transaction-local, so it is gone afterwards.
+        let rows = conn.fetch_all(COMMIT_NOTING_EPOCHS).await?;
+        open.finish();
+        let noted: Option<String> = match rows.first() {
+            Some(row) => sqlx::Row::try_get(row, 0)?,
+            None => None,
+        };
+        let moved = replica::parse_notes(noted.as_deref().unwrap_or(""));
+        // Committed: whatever moved an epoch returns only once every live replica applied it.
+        replica::wait_for_acks(self, &moved, self.ack_wait).await?;
         Ok(value)
+    }
+}
+
+/// Reads the epochs the transaction moved and commits, in one round trip.
+const COMMIT_NOTING_EPOCHS: &str = "SELECT current_setting('gatehouse.bumped', true); COMMIT";
+
+/// A pooled connection inside a transaction this helper began. Unless [`OpenTx::finish`] ran
+/// (COMMIT or ROLLBACK answered), dropping it closes the connection: a transaction left open,
+/// or in an unknown state, never goes back to the pool.
+struct OpenTx(Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
+
+impl OpenTx {
+    fn conn(&mut self) -> Result<&mut PgConnection> {
+        self.0.as_deref_mut().ok_or_else(|| Error::Internal(anyhow::anyhow!("the transaction's connection is gone")))
+    }
+
+    fn finish(&mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for OpenTx {
+    fn drop(&mut self) {
+        if let Some(conn) = &mut self.0 {
+            conn.close_on_drop();
+        }
     }
 }
 
