@@ -13,8 +13,9 @@ CREATE TABLE replicas (
     registered_at timestamptz NOT NULL DEFAULT now()
 );
 
--- What each replica has applied. Keyed by tenant first like every tenant row; the rows are
--- replica bookkeeping, reachable only through the functions below (platform context).
+-- What each replica has applied. Keyed by tenant first and scoped like every tenant row (a
+-- tenant may read its own, e.g. to see which replicas have applied its changes); written only
+-- through the functions below, in the platform context.
 CREATE TABLE replica_acks (
     tenant_id uuid NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
     replica_id uuid NOT NULL REFERENCES replicas (id) ON DELETE CASCADE,
@@ -22,9 +23,8 @@ CREATE TABLE replica_acks (
     PRIMARY KEY (tenant_id, replica_id)
 );
 CREATE INDEX replica_acks_replica ON replica_acks (replica_id);
-ALTER TABLE replica_acks ENABLE ROW LEVEL SECURITY;
-ALTER TABLE replica_acks FORCE ROW LEVEL SECURITY;
-CREATE POLICY replica_acks_platform ON replica_acks USING (gatehouse_is_platform()) WITH CHECK (gatehouse_is_platform());
+SELECT gatehouse_scope_to_tenant('replica_acks');
+GRANT SELECT ON replica_acks TO gatehouse_app;
 
 -- Every epoch change, whoever makes it: a notification for the replicas (delivered at commit,
 -- so never for a change that rolled back) and a transaction-local note of the tenant's new
