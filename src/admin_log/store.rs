@@ -8,18 +8,18 @@ use crate::{error::Result, ids::TenantId};
 
 /// Appends one row; call inside the transaction that makes the change it describes.
 pub async fn record(conn: &mut PgConnection, entry: Entry<'_>) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO admin_log (id, tenant_id, actor, action, target, before, after, request_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        Uuid::now_v7(),
+        entry.tenant.map(|t| t.0),
+        entry.audit.actor,
+        entry.action,
+        entry.target,
+        entry.before,
+        entry.after,
+        entry.audit.request_id,
     )
-    .bind(Uuid::now_v7())
-    .bind(entry.tenant.map(|t| t.0))
-    .bind(&entry.audit.actor)
-    .bind(entry.action)
-    .bind(&entry.target)
-    .bind(&entry.before)
-    .bind(&entry.after)
-    .bind(&entry.audit.request_id)
     .execute(conn)
     .await?;
     Ok(())
@@ -28,14 +28,15 @@ pub async fn record(conn: &mut PgConnection, entry: Entry<'_>) -> Result<()> {
 /// A tenant's rows (or, with `None` in platform context, the platform's), newest first,
 /// keyset-paged by id (ids are time-ordered).
 pub async fn list(conn: &mut PgConnection, tenant: Option<TenantId>, before: Option<Uuid>, limit: i64) -> Result<Vec<Record>> {
-    Ok(sqlx::query_as::<_, Record>(
+    Ok(sqlx::query_as!(
+        Record,
         "SELECT id, tenant_id, actor, action, target, before, after, request_id, at FROM admin_log
          WHERE tenant_id IS NOT DISTINCT FROM $1 AND ($2::uuid IS NULL OR id < $2)
          ORDER BY id DESC LIMIT $3",
+        tenant.map(|t| t.0),
+        before,
+        limit,
     )
-    .bind(tenant.map(|t| t.0))
-    .bind(before)
-    .bind(limit)
     .fetch_all(conn)
     .await?)
 }
@@ -62,22 +63,23 @@ pub async fn list_filtered(
     before: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<Record>> {
-    Ok(sqlx::query_as::<_, Record>(
+    Ok(sqlx::query_as!(
+        Record,
         "SELECT id, tenant_id, actor, action, target, before, after, request_id, at FROM admin_log
          WHERE tenant_id IS NOT DISTINCT FROM $1 AND ($2::uuid IS NULL OR id < $2)
            AND ($4::text IS NULL OR actor = $4) AND ($5::text IS NULL OR starts_with(action, $5))
            AND ($6::text IS NULL OR target = $6)
            AND ($7::timestamptz IS NULL OR at >= $7) AND ($8::timestamptz IS NULL OR at < $8)
          ORDER BY id DESC LIMIT $3",
+        tenant.map(|t| t.0),
+        before,
+        limit,
+        filter.actor,
+        filter.action_prefix,
+        filter.target,
+        filter.since,
+        filter.until,
     )
-    .bind(tenant.map(|t| t.0))
-    .bind(before)
-    .bind(limit)
-    .bind(&filter.actor)
-    .bind(&filter.action_prefix)
-    .bind(&filter.target)
-    .bind(filter.since)
-    .bind(filter.until)
     .fetch_all(conn)
     .await?)
 }

@@ -1,28 +1,13 @@
 //! Key-value SQL. "Live" means not expired by the database clock.
 
 use serde_json::Value;
-use sqlx::{PgConnection, Row, postgres::PgRow};
+use sqlx::PgConnection;
 
 use super::{Entry, PRUNE_BATCH};
 use crate::{error::Result, ids::TenantId};
 
-/// The condition "not expired by the database clock", spliced into static SQL.
-macro_rules! live {
-    () => {
-        "(expires_at IS NULL OR expires_at > now())"
-    };
-}
-
-fn entry(row: &PgRow) -> Result<Entry> {
-    Ok(Entry {
-        key: row.try_get("key")?,
-        value: row.try_get("value")?,
-        expires_at: row.try_get("expires_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-/// The prune statement (`$1` tenant, `$2` batch). A MATERIALIZED CTE runs the locking
+/// The prune statement (`$1` tenant, `$2` batch). Kept a runtime string: `tests/ops.rs`
+/// explains this same text to check its plan. A MATERIALIZED CTE runs the locking
 /// sub-select once. As an IN (…) sub-plan it may be rescanned per outer row, and each rescan
 /// skips the rows this statement already deleted, so the batch would grow without bound.
 pub const PRUNE: &str = "WITH doomed AS MATERIALIZED (
@@ -37,19 +22,19 @@ pub async fn prune(conn: &mut PgConnection, tenant: TenantId) -> Result<u64> {
     Ok(done.rows_affected())
 }
 
+// "Live" below is `(expires_at IS NULL OR expires_at > now())`, written out in each statement
+// (the query macros take one literal).
+
 pub async fn get(conn: &mut PgConnection, tenant: TenantId, key: &str) -> Result<Option<Entry>> {
-    sqlx::query(concat!(
-        "SELECT key, value, expires_at, updated_at FROM kv_entries WHERE tenant_id = $1 AND key = $2 AND ",
-        live!(),
-        ""
-    ))
-    .bind(tenant)
-    .bind(key)
+    Ok(sqlx::query_as!(
+        Entry,
+        "SELECT key, value, expires_at, updated_at FROM kv_entries
+         WHERE tenant_id = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > now())",
+        tenant.0,
+        key,
+    )
     .fetch_optional(conn)
-    .await?
-    .as_ref()
-    .map(entry)
-    .transpose()
+    .await?)
 }
 
 /// Inserts or replaces; returns the new entry and the live value it replaced.
@@ -60,23 +45,23 @@ pub async fn upsert(
     value: &Value,
     ttl_ms: Option<i64>,
 ) -> Result<(Entry, Option<Value>)> {
-    let row = sqlx::query(concat!(
-        "WITH old AS (SELECT value FROM kv_entries WHERE tenant_id = $1 AND key = $2 AND ",
-        live!(),
-        ")
-         INSERT INTO kv_entries (tenant_id, key, value, expires_at)
-         VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
-         ON CONFLICT (tenant_id, key) DO UPDATE
-             SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
-         RETURNING key, value, expires_at, updated_at, (SELECT value FROM old) AS before"
-    ))
-    .bind(tenant)
-    .bind(key)
-    .bind(value)
-    .bind(ttl_ms)
+    let row = sqlx::query!(
+        r#"WITH old AS (SELECT value FROM kv_entries
+                        WHERE tenant_id = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > now()))
+           INSERT INTO kv_entries (tenant_id, key, value, expires_at)
+           VALUES ($1, $2, $3, now() + $4::bigint * interval '1 millisecond')
+           ON CONFLICT (tenant_id, key) DO UPDATE
+               SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
+           RETURNING key, value, expires_at, updated_at, (SELECT value FROM old) AS "before?""#,
+        tenant.0,
+        key,
+        value,
+        ttl_ms,
+    )
     .fetch_one(conn)
     .await?;
-    Ok((entry(&row)?, row.try_get("before")?))
+    let entry = Entry { key: row.key, value: row.value, expires_at: row.expires_at, updated_at: row.updated_at };
+    Ok((entry, row.before))
 }
 
 /// Inserts only when no live row holds the key (an expired one is replaced).
@@ -87,18 +72,18 @@ pub async fn insert_if_absent(
     value: &Value,
     ttl_ms: Option<i64>,
 ) -> Result<bool> {
-    let row = sqlx::query(
+    let row = sqlx::query_scalar!(
         "INSERT INTO kv_entries (tenant_id, key, value, expires_at)
-         VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
+         VALUES ($1, $2, $3, now() + $4::bigint * interval '1 millisecond')
          ON CONFLICT (tenant_id, key) DO UPDATE
              SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
              WHERE kv_entries.expires_at IS NOT NULL AND kv_entries.expires_at <= now()
          RETURNING 1",
+        tenant.0,
+        key,
+        value,
+        ttl_ms,
     )
-    .bind(tenant)
-    .bind(key)
-    .bind(value)
-    .bind(ttl_ms)
     .fetch_optional(conn)
     .await?;
     Ok(row.is_some())
@@ -113,18 +98,16 @@ pub async fn update_if_equal(
     next: &Value,
     ttl_ms: Option<i64>,
 ) -> Result<bool> {
-    let row = sqlx::query(concat!(
-        "UPDATE kv_entries SET value = $4, expires_at = now() + $5 * interval '1 millisecond', updated_at = now()
-         WHERE tenant_id = $1 AND key = $2 AND value = $3 AND ",
-        live!(),
-        "
-         RETURNING 1"
-    ))
-    .bind(tenant)
-    .bind(key)
-    .bind(expected)
-    .bind(next)
-    .bind(ttl_ms)
+    let row = sqlx::query_scalar!(
+        "UPDATE kv_entries SET value = $4, expires_at = now() + $5::bigint * interval '1 millisecond', updated_at = now()
+         WHERE tenant_id = $1 AND key = $2 AND value = $3 AND (expires_at IS NULL OR expires_at > now())
+         RETURNING 1",
+        tenant.0,
+        key,
+        expected,
+        next,
+        ttl_ms,
+    )
     .fetch_optional(conn)
     .await?;
     Ok(row.is_some())
@@ -132,18 +115,17 @@ pub async fn update_if_equal(
 
 /// Deletes the live row (only when it equals `expected`, if given); returns its value.
 pub async fn delete(conn: &mut PgConnection, tenant: TenantId, key: &str, expected: Option<&Value>) -> Result<Option<Value>> {
-    let row = sqlx::query(concat!(
-        "DELETE FROM kv_entries WHERE tenant_id = $1 AND key = $2 AND ",
-        live!(),
-        " AND ($3::jsonb IS NULL OR value = $3)
-         RETURNING value"
-    ))
-    .bind(tenant)
-    .bind(key)
-    .bind(expected)
+    Ok(sqlx::query_scalar!(
+        "DELETE FROM kv_entries
+         WHERE tenant_id = $1 AND key = $2 AND (expires_at IS NULL OR expires_at > now())
+           AND ($3::jsonb IS NULL OR value = $3)
+         RETURNING value",
+        tenant.0,
+        key,
+        expected,
+    )
     .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|r| r.try_get("value")).transpose()?)
+    .await?)
 }
 
 pub async fn list(
@@ -154,21 +136,18 @@ pub async fn list(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<Entry>> {
-    sqlx::query(concat!(
+    Ok(sqlx::query_as!(
+        Entry,
         "SELECT key, value, expires_at, updated_at FROM kv_entries
-         WHERE tenant_id = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3) AND ($4::text IS NULL OR key > $4) AND ",
-        live!(),
-        "
-         ORDER BY key LIMIT $5"
-    ))
-    .bind(tenant)
-    .bind(prefix)
-    .bind(upper)
-    .bind(after)
-    .bind(limit)
+         WHERE tenant_id = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3) AND ($4::text IS NULL OR key > $4)
+           AND (expires_at IS NULL OR expires_at > now())
+         ORDER BY key LIMIT $5",
+        tenant.0,
+        prefix,
+        upper,
+        after,
+        limit,
+    )
     .fetch_all(conn)
-    .await?
-    .iter()
-    .map(entry)
-    .collect()
+    .await?)
 }

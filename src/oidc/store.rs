@@ -1,6 +1,6 @@
 //! Pending sign-in flows: stored for ten minutes, claimed once at the callback.
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::{
     db::{Db, Scope},
@@ -26,22 +26,22 @@ pub async fn insert(
     nonce: &str,
     next: &str,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "WITH doomed AS MATERIALIZED (SELECT state_hash FROM oidc_flows WHERE expires_at <= now() LIMIT 100 FOR UPDATE SKIP LOCKED)
          DELETE FROM oidc_flows f USING doomed WHERE f.state_hash = doomed.state_hash",
     )
     .execute(&mut *conn)
     .await?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO oidc_flows (state_hash, browser_hash, pkce_verifier, nonce, next_path, expires_at)
          VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8))",
+        state_hash,
+        browser_hash,
+        verifier,
+        nonce,
+        next,
+        FLOW_TTL_SECS as f64,
     )
-    .bind(state_hash)
-    .bind(browser_hash)
-    .bind(verifier)
-    .bind(nonce)
-    .bind(next)
-    .bind(FLOW_TTL_SECS as f64)
     .execute(conn)
     .await?;
     Ok(())
@@ -50,24 +50,17 @@ pub async fn insert(
 /// Claims the flow by compare-and-set: only an unclaimed, unexpired flow started by this
 /// browser. A replayed or foreign callback gets `None`.
 pub async fn claim(conn: &mut PgConnection, state_hash: &[u8], browser_hash: &[u8]) -> Result<Option<Flow>> {
-    let row = sqlx::query(
-        "UPDATE oidc_flows SET claimed_at = now()
-         WHERE state_hash = $1 AND browser_hash = $2 AND claimed_at IS NULL AND expires_at > now()
-         RETURNING pkce_verifier, nonce, next_path, claimed_at",
+    // `claimed_at` is nullable in the table but just set by this statement.
+    Ok(sqlx::query_as!(
+        Flow,
+        r#"UPDATE oidc_flows SET claimed_at = now()
+           WHERE state_hash = $1 AND browser_hash = $2 AND claimed_at IS NULL AND expires_at > now()
+           RETURNING pkce_verifier, nonce, next_path, claimed_at AS "started_at!""#,
+        state_hash,
+        browser_hash,
     )
-    .bind(state_hash)
-    .bind(browser_hash)
     .fetch_optional(conn)
-    .await?;
-    row.map(|r| {
-        Ok(Flow {
-            pkce_verifier: r.try_get("pkce_verifier")?,
-            nonce: r.try_get("nonce")?,
-            next_path: r.try_get("next_path")?,
-            started_at: r.try_get("claimed_at")?,
-        })
-    })
-    .transpose()
+    .await?)
 }
 
 /// Stores a started flow (its own transaction).

@@ -1,35 +1,45 @@
 //! Session SQL.
 
-use sqlx::{PgConnection, Row, postgres::PgRow};
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
 
 use super::Principal;
 use super::{PRUNE_BATCH, Session};
 use crate::error::Result;
 
-macro_rules! columns {
-    () => {
-        "id_hash, issuer, subject, email, display_name, csrf_token, created_at, idle_expires_at, absolute_expires_at"
-    };
+/// A `sessions` row as the statements here return it.
+struct Row {
+    id_hash: Vec<u8>,
+    issuer: String,
+    subject: String,
+    email: Option<String>,
+    display_name: Option<String>,
+    csrf_token: String,
+    created_at: DateTime<Utc>,
+    idle_expires_at: DateTime<Utc>,
+    absolute_expires_at: DateTime<Utc>,
 }
 
-fn session(row: &PgRow) -> Result<Session> {
-    Ok(Session {
-        id_hash: row.try_get("id_hash")?,
-        principal: Principal { issuer: row.try_get("issuer")?, subject: row.try_get("subject")? },
-        email: row.try_get("email")?,
-        display_name: row.try_get("display_name")?,
-        csrf_token: row.try_get("csrf_token")?,
-        created_at: row.try_get("created_at")?,
-        idle_expires_at: row.try_get("idle_expires_at")?,
-        absolute_expires_at: row.try_get("absolute_expires_at")?,
-    })
+impl From<Row> for Session {
+    fn from(row: Row) -> Session {
+        Session {
+            id_hash: row.id_hash,
+            principal: Principal { issuer: row.issuer, subject: row.subject },
+            email: row.email,
+            display_name: row.display_name,
+            csrf_token: row.csrf_token,
+            created_at: row.created_at,
+            idle_expires_at: row.idle_expires_at,
+            absolute_expires_at: row.absolute_expires_at,
+        }
+    }
 }
 
 /// Deletes at most `$1` expired sessions, oldest first, through `sessions_expiry`. The idle
 /// expiry alone decides: it is never past the absolute one (set below it, extended with
 /// `least(…, absolute_expires_at)`), so a session past its absolute expiry is past its idle one
 /// too, and the condition stays one index range (an `OR` on the unindexed absolute expiry
-/// would scan the table).
+/// would scan the table). Kept a runtime string: `tests/ops.rs` explains this same text.
 pub const PRUNE: &str = "WITH doomed AS MATERIALIZED (
          SELECT id_hash FROM sessions WHERE idle_expires_at <= now()
          ORDER BY idle_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
@@ -50,60 +60,71 @@ pub async fn insert(
     idle_secs: i64,
     absolute_secs: i64,
 ) -> Result<Session> {
-    let row = sqlx::query(concat!(
+    let row = sqlx::query_as!(
+        Row,
         "INSERT INTO sessions (id_hash, issuer, subject, email, display_name, csrf_token, idle_expires_at, absolute_expires_at)
          VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::float8), now() + make_interval(secs => $8::float8))
-         RETURNING ",
-        columns!()
-    ))
-    .bind(id_hash)
-    .bind(&p.issuer)
-    .bind(&p.subject)
-    .bind(email)
-    .bind(name)
-    .bind(csrf)
-    .bind(idle_secs as f64)
-    .bind(absolute_secs as f64)
+         RETURNING id_hash, issuer, subject, email, display_name, csrf_token, created_at, idle_expires_at, absolute_expires_at",
+        id_hash,
+        p.issuer,
+        p.subject,
+        email,
+        name,
+        csrf,
+        idle_secs as f64,
+        absolute_secs as f64,
+    )
     .fetch_one(conn)
     .await?;
-    session(&row)
+    Ok(row.into())
 }
 
 /// Reads a live session; extends its idle expiry (never past the absolute one) when it was
 /// last extended more than a minute ago.
 pub async fn touch(conn: &mut PgConnection, id_hash: &[u8], idle_secs: i64) -> Result<Option<Session>> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        columns!(),
-        ", last_seen_at < now() - interval '1 minute' AS stale FROM sessions
-         WHERE id_hash = $1 AND idle_expires_at > now() AND absolute_expires_at > now()"
-    ))
-    .bind(id_hash)
+    let row = sqlx::query!(
+        r#"SELECT id_hash, issuer, subject, email, display_name, csrf_token, created_at, idle_expires_at, absolute_expires_at,
+                  last_seen_at < now() - interval '1 minute' AS "stale!"
+           FROM sessions
+           WHERE id_hash = $1 AND idle_expires_at > now() AND absolute_expires_at > now()"#,
+        id_hash,
+    )
     .fetch_optional(&mut *conn)
     .await?;
     let Some(row) = row else { return Ok(None) };
-    if row.try_get::<bool, _>("stale")? {
-        sqlx::query(
+    if row.stale {
+        sqlx::query!(
             "UPDATE sessions SET last_seen_at = now(),
                  idle_expires_at = least(now() + make_interval(secs => $2::float8), absolute_expires_at)
              WHERE id_hash = $1",
+            id_hash,
+            idle_secs as f64,
         )
-        .bind(id_hash)
-        .bind(idle_secs as f64)
         .execute(conn)
         .await?;
     }
-    session(&row).map(Some)
+    Ok(Some(
+        Row {
+            id_hash: row.id_hash,
+            issuer: row.issuer,
+            subject: row.subject,
+            email: row.email,
+            display_name: row.display_name,
+            csrf_token: row.csrf_token,
+            created_at: row.created_at,
+            idle_expires_at: row.idle_expires_at,
+            absolute_expires_at: row.absolute_expires_at,
+        }
+        .into(),
+    ))
 }
 
 pub async fn delete(conn: &mut PgConnection, id_hash: &[u8]) -> Result<bool> {
-    Ok(sqlx::query("DELETE FROM sessions WHERE id_hash = $1").bind(id_hash).execute(conn).await?.rows_affected() == 1)
+    Ok(sqlx::query!("DELETE FROM sessions WHERE id_hash = $1", id_hash).execute(conn).await?.rows_affected() == 1)
 }
 
 pub async fn end_for_principal(conn: &mut PgConnection, p: &Principal) -> Result<u64> {
-    Ok(sqlx::query("DELETE FROM sessions WHERE issuer = $1 AND subject = $2")
-        .bind(&p.issuer)
-        .bind(&p.subject)
+    Ok(sqlx::query!("DELETE FROM sessions WHERE issuer = $1 AND subject = $2", p.issuer, p.subject)
         .execute(conn)
         .await?
         .rows_affected())

@@ -1,72 +1,88 @@
 //! Tenant SQL.
 
-use sqlx::{PgConnection, PgExecutor, Row, postgres::PgRow};
-use uuid::Uuid;
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgExecutor};
 
 use super::{Status, Tenant};
 use crate::error::Result;
 use crate::ids::TenantId;
 
-macro_rules! columns {
-    () => {
-        "id, slug, name, status, created_at, updated_at"
-    };
+/// A `tenants` row before its status is parsed.
+struct Row {
+    id: TenantId,
+    slug: String,
+    name: String,
+    status: String,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
 }
 
-fn from_row(row: PgRow) -> Result<Tenant> {
-    Ok(Tenant {
-        id: TenantId(row.try_get::<Uuid, _>("id")?),
-        slug: row.try_get("slug")?,
-        name: row.try_get("name")?,
-        status: Status::parse(row.try_get("status")?)?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
+impl TryFrom<Row> for Tenant {
+    type Error = crate::error::Error;
+
+    fn try_from(row: Row) -> Result<Tenant> {
+        Ok(Tenant {
+            id: row.id,
+            slug: row.slug,
+            name: row.name,
+            status: Status::parse(&row.status)?,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
 }
 
 pub async fn insert(conn: &mut PgConnection, id: TenantId, slug: &str, name: &str) -> Result<Tenant> {
-    let row = sqlx::query(concat!("INSERT INTO tenants (id, slug, name) VALUES ($1, $2, $3) RETURNING ", columns!()))
-        .bind(id)
-        .bind(slug)
-        .bind(name)
-        .fetch_one(conn)
-        .await?;
-    from_row(row)
+    sqlx::query_as!(
+        Row,
+        r#"INSERT INTO tenants (id, slug, name) VALUES ($1, $2, $3)
+           RETURNING id AS "id: TenantId", slug, name, status, created_at, updated_at"#,
+        id.0,
+        slug,
+        name,
+    )
+    .fetch_one(conn)
+    .await?
+    .try_into()
 }
 
 pub async fn list(conn: &mut PgConnection) -> Result<Vec<Tenant>> {
-    sqlx::query(concat!("SELECT ", columns!(), " FROM tenants ORDER BY slug"))
+    sqlx::query_as!(Row, r#"SELECT id AS "id: TenantId", slug, name, status, created_at, updated_at FROM tenants ORDER BY slug"#)
         .fetch_all(conn)
         .await?
         .into_iter()
-        .map(from_row)
+        .map(Tenant::try_from)
         .collect()
 }
 
 pub async fn by_slug<'e>(executor: impl PgExecutor<'e>, slug: &str) -> Result<Option<Tenant>> {
-    sqlx::query(concat!("SELECT ", columns!(), " FROM tenants WHERE slug = $1"))
-        .bind(slug)
-        .fetch_optional(executor)
-        .await?
-        .map(from_row)
-        .transpose()
+    sqlx::query_as!(
+        Row,
+        r#"SELECT id AS "id: TenantId", slug, name, status, created_at, updated_at FROM tenants WHERE slug = $1"#,
+        slug,
+    )
+    .fetch_optional(executor)
+    .await?
+    .map(Tenant::try_from)
+    .transpose()
 }
 
 /// Compare-and-set on the status the caller read; `None` when it changed meanwhile.
 pub async fn update_status(conn: &mut PgConnection, id: TenantId, from: Status, to: Status) -> Result<Option<Tenant>> {
-    sqlx::query(concat!(
-        "UPDATE tenants SET status = $3, updated_at = now() WHERE id = $1 AND status = $2 RETURNING ",
-        columns!()
-    ))
-    .bind(id)
-    .bind(from.as_str())
-    .bind(to.as_str())
+    sqlx::query_as!(
+        Row,
+        r#"UPDATE tenants SET status = $3, updated_at = now() WHERE id = $1 AND status = $2
+           RETURNING id AS "id: TenantId", slug, name, status, created_at, updated_at"#,
+        id.0,
+        from.as_str(),
+        to.as_str(),
+    )
     .fetch_optional(conn)
     .await?
-    .map(from_row)
+    .map(Tenant::try_from)
     .transpose()
 }
 
 pub async fn count(conn: &mut PgConnection) -> Result<i64> {
-    Ok(sqlx::query_scalar("SELECT count(*) FROM tenants").fetch_one(conn).await?)
+    Ok(sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM tenants"#).fetch_one(conn).await?)
 }
