@@ -14,7 +14,6 @@ use axum::{
     http::{HeaderMap, Method, header, request::Parts},
 };
 use serde::Serialize;
-use sqlx::Row;
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
@@ -178,26 +177,30 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
         }
     }
     state.machines.count(false);
-    let row = sqlx::query("SELECT * FROM gatehouse_authenticate_machine_at($1, $2, $3)")
-        .bind(client_id)
-        .bind(secret_digest)
-        .bind(token_digest)
-        .fetch_optional(state.db.pool())
-        .await;
+    // A function's result columns carry no nullability the macros can see: the aliases state
+    // it (the tenant and epoch are always there; the rest depend on the credential's kind).
+    let row = sqlx::query!(
+        r#"SELECT tenant_id AS "tenant_id!: TenantId", tenant_slug AS "tenant_slug!", tenant_status AS "tenant_status!",
+                  credential_id AS "credential_id!", token_id AS "token_id!", principal_issuer, principal_subject,
+                  member_id, member_role, epoch AS "epoch!"
+             FROM gatehouse_authenticate_machine_at($1, $2, $3)"#,
+        client_id,
+        secret_digest,
+        token_digest,
+    )
+    .fetch_optional(state.db.pool())
+    .await;
     let row = state.db.noted(row)?.ok_or(Error::Unauthorized)?;
-    let issuer: Option<String> = row.try_get("principal_issuer")?;
-    let subject: Option<String> = row.try_get("principal_subject")?;
-    let role: Option<String> = row.try_get("member_role")?;
     let machine = MachineRow {
-        tenant: TenantRef { id: TenantId(row.try_get("tenant_id")?), slug: row.try_get("tenant_slug")? },
-        status: row.try_get("tenant_status")?,
-        credential_id: row.try_get("credential_id")?,
-        token_id: row.try_get("token_id")?,
-        principal: issuer.zip(subject).map(|(issuer, subject)| Principal { issuer, subject }),
-        member_id: row.try_get("member_id")?,
-        role: role.as_deref().map(Role::parse).transpose()?,
+        tenant: TenantRef { id: row.tenant_id, slug: row.tenant_slug },
+        status: row.tenant_status,
+        credential_id: row.credential_id,
+        token_id: row.token_id,
+        principal: row.principal_issuer.zip(row.principal_subject).map(|(issuer, subject)| Principal { issuer, subject }),
+        member_id: row.member_id,
+        role: row.member_role.as_deref().map(Role::parse).transpose()?,
     };
-    let epoch: i64 = row.try_get("epoch")?;
+    let epoch = row.epoch;
     state.db.replica().learn(machine.tenant.id, epoch);
     state.machines.put(key, machine.clone(), epoch);
     Ok((machine, epoch))

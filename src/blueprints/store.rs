@@ -1,7 +1,7 @@
 //! Blueprint SQL, tenant first in every function.
 
-use sqlx::{PgConnection, Row, postgres::PgRow};
-use uuid::Uuid;
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
 
 use super::{Blueprint, Version};
 use crate::ids::BlueprintId;
@@ -11,39 +11,41 @@ use crate::{
     workspaces::Document,
 };
 
-fn blueprint(row: &PgRow) -> Result<Blueprint> {
-    Ok(Blueprint {
-        id: BlueprintId(row.try_get("id")?),
-        slug: row.try_get("slug")?,
-        name: row.try_get("name")?,
-        created_by: row.try_get("created_by")?,
-        created_at: row.try_get("created_at")?,
-        latest_version: row.try_get("latest_version")?,
-    })
+/// A `blueprint_versions` row joined to its blueprint's slug, before the document is read.
+/// The statements that write a version return it from a CTE, whose columns the macros cannot
+/// trace to the table, so their aliases state each column's nullability.
+struct VersionRow {
+    blueprint: String,
+    version: i32,
+    digest: String,
+    admission: String,
+    reason: Option<String>,
+    created_by: String,
+    created_at: DateTime<Utc>,
+    decided_by: Option<String>,
+    decided_at: Option<DateTime<Utc>>,
+    document: serde_json::Value,
 }
 
-fn version(row: &PgRow) -> Result<Version> {
-    let document: serde_json::Value = row.try_get("document")?;
-    let document: Document =
-        serde_json::from_value(document).map_err(|e| anyhow::anyhow!("stored blueprint document unreadable: {e}"))?;
-    Ok(Version {
-        blueprint: row.try_get("slug")?,
-        version: row.try_get("version")?,
-        digest: row.try_get("digest")?,
-        admission: row.try_get("admission")?,
-        reason: row.try_get("reason")?,
-        created_by: row.try_get("created_by")?,
-        created_at: row.try_get("created_at")?,
-        decided_by: row.try_get("decided_by")?,
-        decided_at: row.try_get("decided_at")?,
-        document,
-    })
-}
+impl TryFrom<VersionRow> for Version {
+    type Error = Error;
 
-macro_rules! version_columns {
-    () => {
-        "b.slug, v.version, v.digest, v.admission, v.reason, v.created_by, v.created_at, v.decided_by, v.decided_at, v.document"
-    };
+    fn try_from(row: VersionRow) -> Result<Version> {
+        let document: Document =
+            serde_json::from_value(row.document).map_err(|e| anyhow::anyhow!("stored blueprint document unreadable: {e}"))?;
+        Ok(Version {
+            blueprint: row.blueprint,
+            version: row.version,
+            digest: row.digest,
+            admission: row.admission,
+            reason: row.reason,
+            created_by: row.created_by,
+            created_at: row.created_at,
+            decided_by: row.decided_by,
+            decided_at: row.decided_at,
+            document,
+        })
+    }
 }
 
 pub async fn insert(
@@ -54,50 +56,46 @@ pub async fn insert(
     name: &str,
     created_by: &str,
 ) -> Result<Blueprint> {
-    let row = sqlx::query(
-        "INSERT INTO blueprints (tenant_id, id, slug, name, created_by) VALUES ($1, $2, $3, $4, $5)
-         RETURNING id, slug, name, created_by, created_at, NULL::integer AS latest_version",
+    Ok(sqlx::query_as!(
+        Blueprint,
+        r#"INSERT INTO blueprints (tenant_id, id, slug, name, created_by) VALUES ($1, $2, $3, $4, $5)
+           RETURNING id AS "id: BlueprintId", slug, name, created_by, created_at, NULL::integer AS "latest_version?""#,
+        tenant.0,
+        id.0,
+        slug,
+        name,
+        created_by,
     )
-    .bind(tenant)
-    .bind(id.0)
-    .bind(slug)
-    .bind(name)
-    .bind(created_by)
     .fetch_one(conn)
-    .await?;
-    blueprint(&row)
+    .await?)
 }
 
 pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<Blueprint>> {
-    sqlx::query(
-        "SELECT b.id, b.slug, b.name, b.created_by, b.created_at,
-                (SELECT max(v.version) FROM blueprint_versions v WHERE v.tenant_id = b.tenant_id AND v.blueprint_id = b.id)
-                    AS latest_version
-           FROM blueprints b WHERE b.tenant_id = $1 ORDER BY b.slug",
+    Ok(sqlx::query_as!(
+        Blueprint,
+        r#"SELECT b.id AS "id: BlueprintId", b.slug, b.name, b.created_by, b.created_at,
+                  (SELECT max(v.version) FROM blueprint_versions v WHERE v.tenant_id = b.tenant_id AND v.blueprint_id = b.id)
+                      AS "latest_version?"
+             FROM blueprints b WHERE b.tenant_id = $1 ORDER BY b.slug"#,
+        tenant.0,
     )
-    .bind(tenant)
     .fetch_all(conn)
-    .await?
-    .iter()
-    .map(blueprint)
-    .collect()
+    .await?)
 }
 
 /// The blueprint `slug` with its latest version number (the one a new version follows).
 pub async fn by_slug(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<Blueprint>> {
-    sqlx::query(
-        "SELECT b.id, b.slug, b.name, b.created_by, b.created_at,
-                (SELECT max(v.version) FROM blueprint_versions v WHERE v.tenant_id = b.tenant_id AND v.blueprint_id = b.id)
-                    AS latest_version
-           FROM blueprints b WHERE b.tenant_id = $1 AND b.slug = $2",
+    Ok(sqlx::query_as!(
+        Blueprint,
+        r#"SELECT b.id AS "id: BlueprintId", b.slug, b.name, b.created_by, b.created_at,
+                  (SELECT max(v.version) FROM blueprint_versions v WHERE v.tenant_id = b.tenant_id AND v.blueprint_id = b.id)
+                      AS "latest_version?"
+             FROM blueprints b WHERE b.tenant_id = $1 AND b.slug = $2"#,
+        tenant.0,
+        slug,
     )
-    .bind(tenant)
-    .bind(slug)
     .fetch_optional(conn)
-    .await?
-    .as_ref()
-    .map(blueprint)
-    .transpose()
+    .await?)
 }
 
 /// Inserts version `version`; a version number taken meanwhile answers 412.
@@ -111,39 +109,42 @@ pub async fn insert_version(
     created_by: &str,
 ) -> Result<Version> {
     let doc = serde_json::to_value(document).map_err(anyhow::Error::from)?;
-    let row = sqlx::query(concat!(
-        "WITH v AS (
-             INSERT INTO blueprint_versions (tenant_id, blueprint_id, version, document, digest, created_by)
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING *)
-         SELECT ",
-        version_columns!(),
-        " FROM v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id"
-    ))
-    .bind(tenant)
-    .bind(blueprint.0)
-    .bind(version)
-    .bind(doc)
-    .bind(digest)
-    .bind(created_by)
+    sqlx::query_as!(
+        VersionRow,
+        r#"WITH v AS (
+               INSERT INTO blueprint_versions (tenant_id, blueprint_id, version, document, digest, created_by)
+               VALUES ($1, $2, $3, $4, $5, $6) RETURNING *)
+           SELECT b.slug AS "blueprint!", v.version AS "version!", v.digest AS "digest!", v.admission AS "admission!",
+                  v.reason AS "reason?", v.created_by AS "created_by!", v.created_at AS "created_at!",
+                  v.decided_by AS "decided_by?", v.decided_at AS "decided_at?", v.document AS "document!"
+             FROM v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id"#,
+        tenant.0,
+        blueprint.0,
+        version,
+        doc,
+        digest,
+        created_by,
+    )
     .fetch_one(conn)
     .await
-    .map_err(|e| Error::from(e).on_constraint("blueprint_versions_pkey", super::version_taken))?;
-    self::version(&row)
+    .map_err(|e| Error::from(e).on_constraint("blueprint_versions_pkey", super::version_taken))?
+    .try_into()
 }
 
 pub async fn versions(conn: &mut PgConnection, tenant: TenantId, blueprint: BlueprintId) -> Result<Vec<Version>> {
-    sqlx::query(concat!(
-        "SELECT ",
-        version_columns!(),
-        " FROM blueprint_versions v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id
-          WHERE v.tenant_id = $1 AND v.blueprint_id = $2 ORDER BY v.version"
-    ))
-    .bind(tenant)
-    .bind(blueprint.0)
+    sqlx::query_as!(
+        VersionRow,
+        "SELECT b.slug AS blueprint, v.version, v.digest, v.admission, v.reason, v.created_by, v.created_at,
+                v.decided_by, v.decided_at, v.document
+           FROM blueprint_versions v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id
+          WHERE v.tenant_id = $1 AND v.blueprint_id = $2 ORDER BY v.version",
+        tenant.0,
+        blueprint.0,
+    )
     .fetch_all(conn)
     .await?
-    .iter()
-    .map(version)
+    .into_iter()
+    .map(Version::try_from)
     .collect()
 }
 
@@ -154,22 +155,31 @@ pub async fn version_of(
     slug: &str,
     number: i32,
 ) -> Result<Option<(BlueprintId, Version)>> {
-    let row = sqlx::query(concat!(
-        "SELECT b.id AS blueprint_id, ",
-        version_columns!(),
-        "
-           FROM blueprint_versions v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id
-          WHERE v.tenant_id = $1 AND b.slug = $2 AND v.version = $3"
-    ))
-    .bind(tenant)
-    .bind(slug)
-    .bind(number)
+    let row = sqlx::query!(
+        r#"SELECT b.id AS "blueprint_id: BlueprintId", b.slug, v.version, v.digest, v.admission, v.reason, v.created_by,
+                  v.created_at, v.decided_by, v.decided_at, v.document
+             FROM blueprint_versions v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id
+            WHERE v.tenant_id = $1 AND b.slug = $2 AND v.version = $3"#,
+        tenant.0,
+        slug,
+        number,
+    )
     .fetch_optional(conn)
     .await?;
-    match row {
-        Some(row) => Ok(Some((BlueprintId(row.try_get::<Uuid, _>("blueprint_id")?), version(&row)?))),
-        None => Ok(None),
-    }
+    let Some(row) = row else { return Ok(None) };
+    let version = VersionRow {
+        blueprint: row.slug,
+        version: row.version,
+        digest: row.digest,
+        admission: row.admission,
+        reason: row.reason,
+        created_by: row.created_by,
+        created_at: row.created_at,
+        decided_by: row.decided_by,
+        decided_at: row.decided_at,
+        document: row.document,
+    };
+    Ok(Some((row.blueprint_id, version.try_into()?)))
 }
 
 /// The admission decision: `pending → to`, only while still pending (the compare-and-set).
@@ -182,23 +192,24 @@ pub async fn decide(
     reason: Option<&str>,
     decided_by: &str,
 ) -> Result<Option<Version>> {
-    sqlx::query(concat!(
-        "WITH v AS (
-             UPDATE blueprint_versions SET admission = $4, reason = $5, decided_by = $6, decided_at = now()
-              WHERE tenant_id = $1 AND blueprint_id = $2 AND version = $3 AND admission = 'pending' RETURNING *)
-         SELECT ",
-        version_columns!(),
-        " FROM v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id"
-    ))
-    .bind(tenant)
-    .bind(blueprint.0)
-    .bind(number)
-    .bind(to)
-    .bind(reason)
-    .bind(decided_by)
+    sqlx::query_as!(
+        VersionRow,
+        r#"WITH v AS (
+               UPDATE blueprint_versions SET admission = $4, reason = $5, decided_by = $6, decided_at = now()
+                WHERE tenant_id = $1 AND blueprint_id = $2 AND version = $3 AND admission = 'pending' RETURNING *)
+           SELECT b.slug AS "blueprint!", v.version AS "version!", v.digest AS "digest!", v.admission AS "admission!",
+                  v.reason AS "reason?", v.created_by AS "created_by!", v.created_at AS "created_at!",
+                  v.decided_by AS "decided_by?", v.decided_at AS "decided_at?", v.document AS "document!"
+             FROM v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id"#,
+        tenant.0,
+        blueprint.0,
+        number,
+        to,
+        reason,
+        decided_by,
+    )
     .fetch_optional(conn)
     .await?
-    .as_ref()
-    .map(version)
+    .map(Version::try_from)
     .transpose()
 }

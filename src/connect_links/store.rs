@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{PgConnection, Row, postgres::PgRow};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::{error::Result, ids::TenantId};
@@ -27,27 +27,6 @@ pub struct Link {
     pub revoked_by: Option<String>,
 }
 
-const COLUMNS: &str = "id, workspace_id, connector_id, email, status, created_by, created_at, expires_at, \
-     expires_at <= now() AS expired, used_at, account_label, revoked_at, revoked_by";
-
-fn link(row: &PgRow) -> Result<Link> {
-    Ok(Link {
-        id: row.try_get("id")?,
-        workspace_id: row.try_get("workspace_id")?,
-        connector: row.try_get("connector_id")?,
-        email: row.try_get("email")?,
-        status: row.try_get("status")?,
-        created_by: row.try_get("created_by")?,
-        created_at: row.try_get("created_at")?,
-        expires_at: row.try_get("expires_at")?,
-        expired: row.try_get("expired")?,
-        used_at: row.try_get("used_at")?,
-        account_label: row.try_get("account_label")?,
-        revoked_at: row.try_get("revoked_at")?,
-        revoked_by: row.try_get("revoked_by")?,
-    })
-}
-
 #[allow(clippy::too_many_arguments)]
 pub async fn insert(
     conn: &mut PgConnection,
@@ -60,107 +39,113 @@ pub async fn insert(
     ttl_secs: i64,
     created_by: &str,
 ) -> Result<Link> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO connect_links (tenant_id, id, workspace_id, connector_id, email, token_hash, created_by, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8::float8)) RETURNING {COLUMNS}"
-    )))
-    .bind(tenant)
-    .bind(id)
-    .bind(workspace)
-    .bind(connector)
-    .bind(email)
-    .bind(token_hash)
-    .bind(created_by)
-    .bind(ttl_secs as f64)
+    let row = sqlx::query_as!(
+        Link,
+        r#"INSERT INTO connect_links (tenant_id, id, workspace_id, connector_id, email, token_hash, created_by, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8::float8))
+         RETURNING id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
+                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by"#,
+        tenant.0,
+        id,
+        workspace,
+        connector,
+        email,
+        token_hash,
+        created_by,
+        ttl_secs as f64,
+    )
     .fetch_one(conn)
     .await?;
-    link(&row)
+    Ok(row)
 }
 
 /// Newest first; `history` includes used, revoked and expired links.
 pub async fn list(conn: &mut PgConnection, tenant: TenantId, history: bool, limit: i64) -> Result<Vec<Link>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM connect_links
+    Ok(sqlx::query_as!(
+        Link,
+        r#"SELECT id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
+                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by FROM connect_links
           WHERE tenant_id = $1 AND ($2 OR (status = 'outstanding' AND expires_at > now()))
-          ORDER BY created_at DESC, id DESC LIMIT $3"
-    )))
-    .bind(tenant)
-    .bind(history)
-    .bind(limit)
+          ORDER BY created_at DESC, id DESC LIMIT $3"#,
+        tenant.0,
+        history,
+        limit,
+    )
     .fetch_all(conn)
-    .await?
-    .iter()
-    .map(link)
-    .collect()
+    .await?)
 }
 
 pub async fn get(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<Option<Link>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM connect_links WHERE tenant_id = $1 AND id = $2")))
-        .bind(tenant)
-        .bind(id)
-        .fetch_optional(conn)
-        .await?
-        .as_ref()
-        .map(link)
-        .transpose()
+    Ok(sqlx::query_as!(
+        Link,
+        r#"SELECT id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
+                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by
+           FROM connect_links WHERE tenant_id = $1 AND id = $2"#,
+        tenant.0,
+        id,
+    )
+    .fetch_optional(conn)
+    .await?)
 }
 
 pub async fn by_token(conn: &mut PgConnection, tenant: TenantId, token_hash: &[u8]) -> Result<Option<Link>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM connect_links WHERE tenant_id = $1 AND token_hash = $2")))
-        .bind(tenant)
-        .bind(token_hash)
-        .fetch_optional(conn)
-        .await?
-        .as_ref()
-        .map(link)
-        .transpose()
+    Ok(sqlx::query_as!(
+        Link,
+        r#"SELECT id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
+                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by
+           FROM connect_links WHERE tenant_id = $1 AND token_hash = $2"#,
+        tenant.0,
+        token_hash,
+    )
+    .fetch_optional(conn)
+    .await?)
 }
 
 /// outstanding → revoked.
 pub async fn revoke(conn: &mut PgConnection, tenant: TenantId, id: Uuid, by: &str) -> Result<Option<Link>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE connect_links SET status = 'revoked', revoked_at = now(), revoked_by = $3
-          WHERE tenant_id = $1 AND id = $2 AND status = 'outstanding' RETURNING {COLUMNS}"
-    )))
-    .bind(tenant)
-    .bind(id)
-    .bind(by)
+    Ok(sqlx::query_as!(
+        Link,
+        r#"UPDATE connect_links SET status = 'revoked', revoked_at = now(), revoked_by = $3
+          WHERE tenant_id = $1 AND id = $2 AND status = 'outstanding'
+         RETURNING id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
+                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by"#,
+        tenant.0,
+        id,
+        by,
+    )
     .fetch_optional(conn)
-    .await?
-    .as_ref()
-    .map(link)
-    .transpose()
+    .await?)
 }
 
 /// outstanding and unexpired → used: of racing consumers exactly one gets the row.
 pub async fn consume(conn: &mut PgConnection, tenant: TenantId, id: Uuid, label: &str) -> Result<Option<Link>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE connect_links SET status = 'used', used_at = now(), account_label = $3
-          WHERE tenant_id = $1 AND id = $2 AND status = 'outstanding' AND expires_at > now() RETURNING {COLUMNS}"
-    )))
-    .bind(tenant)
-    .bind(id)
-    .bind(label)
+    Ok(sqlx::query_as!(
+        Link,
+        r#"UPDATE connect_links SET status = 'used', used_at = now(), account_label = $3
+          WHERE tenant_id = $1 AND id = $2 AND status = 'outstanding' AND expires_at > now()
+         RETURNING id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
+                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by"#,
+        tenant.0,
+        id,
+        label,
+    )
     .fetch_optional(conn)
-    .await?
-    .as_ref()
-    .map(link)
-    .transpose()
+    .await?)
 }
 
 /// used → outstanding (never revoked → anything).
 pub async fn restore(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<Option<Link>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE connect_links SET status = 'outstanding', used_at = NULL, account_label = NULL
-          WHERE tenant_id = $1 AND id = $2 AND status = 'used' RETURNING {COLUMNS}"
-    )))
-    .bind(tenant)
-    .bind(id)
+    Ok(sqlx::query_as!(
+        Link,
+        r#"UPDATE connect_links SET status = 'outstanding', used_at = NULL, account_label = NULL
+          WHERE tenant_id = $1 AND id = $2 AND status = 'used'
+         RETURNING id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
+                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by"#,
+        tenant.0,
+        id,
+    )
     .fetch_optional(conn)
-    .await?
-    .as_ref()
-    .map(link)
-    .transpose()
+    .await?)
 }
 
 /// One mail waiting in (or delivered from) the outbox.
@@ -176,47 +161,40 @@ pub struct Mail {
 
 pub async fn enqueue(conn: &mut PgConnection, tenant: TenantId, to: &str, subject: &str, body: &str) -> Result<Uuid> {
     let id = Uuid::now_v7();
-    sqlx::query("INSERT INTO mail_outbox (tenant_id, id, to_address, subject, body) VALUES ($1, $2, $3, $4, $5)")
-        .bind(tenant)
-        .bind(id)
-        .bind(to)
-        .bind(subject)
-        .bind(body)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO mail_outbox (tenant_id, id, to_address, subject, body) VALUES ($1, $2, $3, $4, $5)",
+        tenant.0,
+        id,
+        to,
+        subject,
+        body,
+    )
+    .execute(conn)
+    .await?;
     Ok(id)
 }
 
 pub async fn mark_sent(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<bool> {
-    let done = sqlx::query("UPDATE mail_outbox SET sent_at = now() WHERE tenant_id = $1 AND id = $2 AND sent_at IS NULL")
-        .bind(tenant)
-        .bind(id)
-        .execute(conn)
-        .await?;
+    let done = sqlx::query!(
+        "UPDATE mail_outbox SET sent_at = now() WHERE tenant_id = $1 AND id = $2 AND sent_at IS NULL",
+        tenant.0,
+        id,
+    )
+    .execute(conn)
+    .await?;
     Ok(done.rows_affected() == 1)
 }
 
 /// Mail not yet delivered by SMTP (or, with `all`, every mail), newest first.
 pub async fn outbox(conn: &mut PgConnection, tenant: TenantId, all: bool, limit: i64) -> Result<Vec<Mail>> {
-    sqlx::query(
-        "SELECT id, to_address, subject, body, created_at, sent_at FROM mail_outbox
-          WHERE tenant_id = $1 AND ($2 OR sent_at IS NULL) ORDER BY created_at DESC, id DESC LIMIT $3",
+    Ok(sqlx::query_as!(
+        Mail,
+        r#"SELECT id, to_address AS "to", subject, body, created_at, sent_at FROM mail_outbox
+          WHERE tenant_id = $1 AND ($2 OR sent_at IS NULL) ORDER BY created_at DESC, id DESC LIMIT $3"#,
+        tenant.0,
+        all,
+        limit,
     )
-    .bind(tenant)
-    .bind(all)
-    .bind(limit)
     .fetch_all(conn)
-    .await?
-    .iter()
-    .map(|row| {
-        Ok(Mail {
-            id: row.try_get("id")?,
-            to: row.try_get("to_address")?,
-            subject: row.try_get("subject")?,
-            body: row.try_get("body")?,
-            created_at: row.try_get("created_at")?,
-            sent_at: row.try_get("sent_at")?,
-        })
-    })
-    .collect()
+    .await?)
 }

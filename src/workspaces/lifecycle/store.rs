@@ -1,7 +1,7 @@
 //! Lifecycle SQL: the conditional updates that decide transitions and binds.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::{
@@ -25,25 +25,16 @@ pub struct Current {
 }
 
 pub async fn current(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<Current>> {
-    let row = sqlx::query(
-        "SELECT id, status, bound_version, revision, erasure_epoch, reap_claimed_at, blueprint_id, blueprint_version
-           FROM workspaces WHERE tenant_id = $1 AND slug = $2",
+    Ok(sqlx::query_as!(
+        Current,
+        r#"SELECT id AS "id: WorkspaceId", status, bound_version, revision, erasure_epoch, reap_claimed_at, blueprint_id,
+                  blueprint_version
+             FROM workspaces WHERE tenant_id = $1 AND slug = $2"#,
+        tenant.0,
+        slug,
     )
-    .bind(tenant)
-    .bind(slug)
     .fetch_optional(conn)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    Ok(Some(Current {
-        id: WorkspaceId(row.try_get("id")?),
-        status: row.try_get("status")?,
-        bound_version: row.try_get("bound_version")?,
-        revision: row.try_get("revision")?,
-        erasure_epoch: row.try_get("erasure_epoch")?,
-        reap_claimed_at: row.try_get("reap_claimed_at")?,
-        blueprint_id: row.try_get("blueprint_id")?,
-        blueprint_version: row.try_get("blueprint_version")?,
-    }))
+    .await?)
 }
 
 /// The transition's compare-and-set: `to` only from one of `from`, never while a reap is
@@ -55,7 +46,8 @@ pub async fn transition(
     from: &[&str],
     to: &str,
 ) -> Result<Option<Workspace>> {
-    // `w.*`: the columns the workspace reader takes, whatever other columns the table grows.
+    // `w.*`: the columns the workspace reader takes, whatever other columns the table grows
+    // (so this and `bind` stay runtime statements, read by that shared reader).
     sqlx::query(
         "UPDATE workspaces AS w SET status = $4, revision = revision + 1, updated_at = now()
           WHERE tenant_id = $1 AND slug = $2 AND status = ANY($3) AND reap_claimed_at IS NULL
