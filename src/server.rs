@@ -148,6 +148,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down: draining in-flight requests");
     let _ = stop_tx.send(true);
+    // Open GET streams never finish on their own.
+    crate::gateway::listen::close_all();
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }

@@ -180,3 +180,96 @@ async fn progress_and_log_notifications_reach_the_python_sdk_through_the_surface
     }
     assert_eq!(served.terminate().await, 0);
 }
+
+/// Applies `patch` to acme/main's configuration with the CLI.
+async fn configure(t: &TestDb, patch: Value) {
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, patch.to_string()).unwrap();
+    cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+}
+
+/// Reads the event stream until a line satisfies `stop`; every line read, in order.
+async fn read_until(r: &mut reqwest::Response, stop: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut buffer = String::new();
+    let deadline = std::time::Duration::from_secs(30);
+    loop {
+        let chunk = tokio::time::timeout(deadline, r.chunk()).await.expect("an event within 30 s").unwrap().expect("open");
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find('\n') {
+            let line = buffer[..end].to_owned();
+            buffer.drain(..=end);
+            let done = stop(&line);
+            lines.push(line);
+            if done {
+                return lines;
+            }
+        }
+    }
+}
+
+/// The handshake gives a session id; the GET stream on it says `tools/list_changed` when a
+/// configuration change alters the native pool's tools for this caller, and only then.
+#[tokio::test]
+async fn the_get_stream_says_list_changed_when_grants_change_what_a_caller_sees_and_only_then() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let native = format!("{}/t/acme/w/main/mcp/native", served.base);
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } } });
+    let r = s
+        .machine
+        .headers(http().post(&native))
+        .header("accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let session = r.headers().get("mcp-session-id").expect("a session id").to_str().unwrap().to_owned();
+    assert!(session.len() >= 16 && session.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{session}");
+
+    let mut stream = s
+        .machine
+        .headers(http().get(&native))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert!(stream.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+
+    // Another pool changes the configuration, not what this pool shows: no list_changed.
+    configure(
+        &s.t,
+        json!({ "pools": {
+        "native": { "tools": ["everything"], "native": true }, "other": { "tools": ["everything"] } } }),
+    )
+    .await;
+    let lines = read_until(&mut stream, |l| l == ": checked").await;
+    assert!(!lines.iter().any(|l| l.contains("list_changed")), "{lines:?}");
+
+    // A grant narrows this caller's tools: list_changed.
+    configure(&s.t, json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"] }] })).await;
+    let lines = read_until(&mut stream, |l| l.contains("list_changed")).await;
+    let event = lines.last().unwrap().strip_prefix("data: ").unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(event).unwrap(),
+        json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" })
+    );
+
+    // On 2026-07-28 there is no GET stream.
+    let r = s
+        .machine
+        .headers(http().get(&native))
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    drop(stream);
+    assert_eq!(served.terminate().await, 0);
+}

@@ -97,7 +97,10 @@ fn plain(headers: &HeaderMap) -> bool {
             v < ProtocolVersion::V_2026_07_28.as_str() && ProtocolVersion::KNOWN_VERSIONS.iter().any(|k| k.as_str() == v)
         }),
     };
-    let other_mcp_headers = headers.keys().any(|k| k.as_str().starts_with("mcp-") && k.as_str() != "mcp-protocol-version");
+    // The session id is the one this endpoint gave at `initialize`; nothing looks it up.
+    let other_mcp_headers = headers
+        .keys()
+        .any(|k| k.as_str().starts_with("mcp-") && !matches!(k.as_str(), "mcp-protocol-version" | super::listen::SESSION_ID));
     json_body && accepts_json && accepts_sse && handshake_era && !other_mcp_headers
 }
 
@@ -109,6 +112,13 @@ where
     B::Error: Into<axum::BoxError>,
 {
     use tower::ServiceExt;
+    if request.method() == Method::GET && event_stream_wanted(request.headers()) {
+        let (mut parts, _) = request.into_parts();
+        let Some(ctx) = parts.extensions.remove::<GatewayCtx>() else {
+            return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
+        };
+        return super::listen::stream(state, ctx);
+    }
     if request.method() != Method::POST || !plain(request.headers()) {
         if request.method() == Method::POST {
             RMCP.fetch_add(1, Ordering::Relaxed);
@@ -137,13 +147,41 @@ where
         }
         _ => {
             RMCP.fetch_add(1, Ordering::Relaxed);
-            rmcp()
+            let initialize = serde_json::from_slice::<MethodOnly>(&bytes).is_ok_and(|m| m.method == Some("initialize"))
+                && !parts.headers.contains_key(super::listen::SESSION_ID);
+            let mut response = rmcp()
                 .oneshot(Request::from_parts(parts, Body::from(bytes)))
                 .await
                 .unwrap_or_else(|never| match never {})
-                .map(Body::new)
+                .map(Body::new);
+            // A handshake gets a session id, which names the connection (the GET stream)
+            // and nothing more: every replica serves every request of it.
+            if initialize && response.status() == StatusCode::OK {
+                response.headers_mut().insert(super::listen::SESSION_ID, super::listen::session_id());
+            }
+            response
         }
     }
+}
+
+/// Just a request's method, to see an `initialize`.
+#[derive(Deserialize)]
+struct MethodOnly<'a> {
+    #[serde(borrow, default)]
+    method: Option<&'a str>,
+}
+
+/// A GET the endpoint serves itself: one that asks for an event stream on a handshake-era
+/// revision (2026-07-28 has no GET stream; rmcp answers 405 to it and to any other GET).
+fn event_stream_wanted(headers: &HeaderMap) -> bool {
+    let sse = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|e| e.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/event-stream")));
+    let handshake_era =
+        headers.get("mcp-protocol-version").is_none_or(|v| v.to_str().is_ok_and(|v| v < ProtocolVersion::V_2026_07_28.as_str()));
+    sse && handshake_era
 }
 
 async fn answer(state: AppState, mut parts: Parts, call: CallRequest<'_>) -> Response {

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod direct;
 pub mod downstream;
 pub mod http_api_connector;
+pub mod listen;
 pub mod mcp_client;
 pub mod peer;
 pub mod sse;
