@@ -1094,3 +1094,59 @@ async fn a_restarted_downstream_gets_a_new_session_transparently() {
     assert!(!err && body == "Echo: four", "a forgotten session is replaced without an error: {body}");
     assert_eq!(served.terminate().await, 0);
 }
+
+/// A body that says it is JSON but is no JSON-RPC message is answered 400 with the JSON-RPC
+/// error the transport asks for, on either revision's headers; another media type stays 415.
+#[tokio::test]
+async fn a_body_that_is_not_json_rpc_answers_400_with_a_json_rpc_error() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    let deep = format!("{}{}", "[".repeat(20_000), "]".repeat(20_000));
+    let bodies: [(&str, Vec<u8>, i64, Value); 5] = [
+        ("malformed", b"{\"jsonrpc\":\"2.0\",\"id\":1,".to_vec(), -32700, Value::Null),
+        (
+            "invalid UTF-8",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"x\":\"\xff\"}".to_vec(),
+            -32700,
+            Value::Null,
+        ),
+        ("20,000-deep nesting", deep.into_bytes(), -32700, Value::Null),
+        ("no JSON-RPC version", br#"{"id":7,"method":"tools/list"}"#.to_vec(), -32600, json!(7)),
+        ("an empty batch", b"[]".to_vec(), -32600, Value::Null),
+    ];
+    for revision in ["2025-11-25", "2026-07-28"] {
+        for (what, body, code, id) in &bodies {
+            let r = s
+                .machine
+                .headers(http().post(&url))
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", revision)
+                .body(body.clone())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "{revision} {what}");
+            assert_eq!(r.headers()["content-type"], "application/json", "{revision} {what}");
+            let answer: Value = r.json().await.unwrap();
+            assert_eq!(answer["jsonrpc"], "2.0", "{revision} {what}: {answer}");
+            assert_eq!(answer["error"]["code"], *code, "{revision} {what}: {answer}");
+            assert_eq!(answer["id"], *id, "{revision} {what}: {answer}");
+        }
+    }
+    let r = s
+        .machine
+        .headers(http().post(&url))
+        .header("content-type", "text/plain")
+        .header("accept", "application/json, text/event-stream")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    // A well-formed call still goes through.
+    let r = common::mcp_post(&url, &s.machine, "tools/call", json!({ "name": "skills", "arguments": {} })).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(served.terminate().await, 0);
+}

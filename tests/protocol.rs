@@ -273,3 +273,168 @@ async fn the_get_stream_says_list_changed_when_grants_change_what_a_caller_sees_
     drop(stream);
     assert_eq!(served.terminate().await, 0);
 }
+
+/// A native pool's relayed results (prompts, resources, completion) on 2026-07-28 carry
+/// `resultType`; its lists carry caching hints, private once grants filter them per caller;
+/// `server/discover` declares what the downstream does. On 2025-11-25 nothing of it shows.
+#[tokio::test]
+async fn a_native_pools_relayed_results_are_what_each_revision_says() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let native = format!("{}/t/acme/w/main/mcp/native", served.base);
+
+    let (status, discovered) = modern(&native, &s.machine, "server/discover", None, json!({})).await;
+    assert_eq!(status, 200, "{discovered}");
+    for capability in ["tools", "prompts", "resources", "completions"] {
+        assert!(discovered["result"]["capabilities"][capability].is_object(), "{capability}: {discovered}");
+    }
+
+    let completion = json!({
+        "ref": { "type": "ref/prompt", "name": "completable-prompt" },
+        "argument": { "name": "department", "value": "Eng" }
+    });
+    let requests = [
+        ("prompts/list", None, json!({})),
+        ("resources/list", None, json!({})),
+        ("resources/templates/list", None, json!({})),
+        ("prompts/get", Some("simple-prompt"), json!({ "name": "simple-prompt" })),
+        ("completion/complete", Some("completable-prompt"), completion),
+    ];
+    let lists = ["prompts/list", "resources/list", "resources/templates/list"];
+    let mut uri = None;
+    for (method, name, params) in &requests {
+        let (status, body) = modern(&native, &s.machine, method, *name, params.clone()).await;
+        assert_eq!(status, 200, "{method}: {body}");
+        assert_eq!(body["result"]["resultType"], "complete", "{method}: {body}");
+        if lists.contains(method) {
+            // The downstream (spoken to at 2025-11-25) gives no hints: stale at once, and
+            // the same for every caller of this workspace without grants.
+            assert_eq!((&body["result"]["ttlMs"], &body["result"]["cacheScope"]), (&json!(0), &json!("public")), "{body}");
+        }
+        if *method == "resources/list" {
+            uri = body["result"]["resources"][0]["uri"].as_str().map(str::to_owned);
+        }
+        if *method == "completion/complete" {
+            assert_eq!(body["result"]["completion"]["values"], json!(["Engineering"]), "{body}");
+        }
+
+        let r = common::mcp_post(&native, &s.machine, method, params.clone()).await;
+        assert_eq!(r.status(), 200, "{method}");
+        let body: Value = r.json().await.unwrap();
+        assert!(body["result"].is_object(), "{method}: {body}");
+        for field in ["resultType", "ttlMs", "cacheScope"] {
+            assert!(body["result"].get(field).is_none(), "{method} on 2025-11-25 has {field}: {body}");
+        }
+    }
+    let uri = uri.expect("server-everything lists resources");
+    let (status, read) = modern(&native, &s.machine, "resources/read", Some(&uri), json!({ "uri": uri })).await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(read["result"]["resultType"], "complete", "{read}");
+
+    // Grants filter what each caller sees: the lists and reads are the caller's own.
+    let grants = json!({ "grants": [{ "to": "machines", "tools": ["everything"] }] });
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, grants.to_string()).unwrap();
+    cli(&s.t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    for method in lists {
+        let (status, body) = modern(&native, &s.machine, method, None, json!({})).await;
+        assert_eq!(status, 200, "{method}: {body}");
+        assert_eq!(body["result"]["cacheScope"], "private", "{method}: {body}");
+    }
+    let (_, read) = modern(&native, &s.machine, "resources/read", Some(&uri), json!({ "uri": uri })).await;
+    assert_eq!(read["result"]["cacheScope"], "private", "{read}");
+    assert_eq!(served.terminate().await, 0);
+}
+
+/// A native pool lists its tools in one order on every replica and after a restart, whatever
+/// order the downstream lists them in (by name).
+#[tokio::test]
+async fn a_native_pools_tools_list_is_in_one_order_across_replicas_and_restarts() {
+    let s = setup().await;
+    let names = |body: Value| -> Vec<String> {
+        body["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (a, b) = (Served::start(gatehouse(Some(&s.t.url))).await, Served::start(gatehouse(Some(&s.t.url))).await);
+        for served in [&a, &b] {
+            let url = format!("{}/t/acme/w/main/mcp/native", served.base);
+            let r = common::mcp_post(&url, &s.machine, "tools/list", json!({})).await;
+            seen.push(names(r.json().await.unwrap()));
+            let (_, modern_list) = modern(&url, &s.machine, "tools/list", None, json!({})).await;
+            seen.push(names(modern_list));
+        }
+        assert_eq!(a.terminate().await, 0);
+        assert_eq!(b.terminate().await, 0);
+    }
+    let mut sorted = seen[0].clone();
+    sorted.sort();
+    assert!(sorted.len() > 3, "{sorted:?}");
+    for list in &seen {
+        assert_eq!(list, &sorted);
+    }
+}
+
+/// A downstream's JSON-RPC error through a native pool stays that error, with its code, data
+/// and, on 2026-07-28, the HTTP status the revision gives it; on 2025-11-25 (the direct path)
+/// a JSON-RPC error with 200. The six-tool surface still answers a `downstream_error` result.
+#[tokio::test]
+async fn a_downstreams_json_rpc_error_stays_that_error_through_a_native_pool() {
+    let port = common::free_port();
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/refusing_server.py");
+    let _refusing = common::python3()
+        .arg(script)
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let up = common::eventually(std::time::Duration::from_secs(30), || async move {
+        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+    })
+    .await;
+    assert!(up, "the refusing downstream did not start");
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "refusing", &format!("http://127.0.0.1:{port}/mcp")).await;
+    let pools = json!({ "pools": { "native": { "tools": ["refusing"], "native": true } } });
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, pools.to_string()).unwrap();
+    cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    let machine = provision(&t.url, "acme").await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let base = format!("{}/t/acme/w/main/mcp", served.base);
+    let native = format!("{base}/native");
+
+    for (code, status) in [(-32020, 400), (-32021, 400), (-32022, 400), (-32602, 200)] {
+        let params = json!({ "name": "refuse", "arguments": { "code": code } });
+        let (got, body) = modern(&native, &machine, "tools/call", Some("refuse"), params.clone()).await;
+        assert_eq!(got, status, "{code}: {body}");
+        assert_eq!(body["error"]["code"], code, "{body}");
+        assert_eq!(body["error"]["data"], json!({ "asked": code }), "{body}");
+        assert!(body.get("result").is_none(), "{body}");
+
+        let r = common::mcp_post(&native, &machine, "tools/call", params).await;
+        assert_eq!(r.status(), 200, "{code}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], code, "{body}");
+        assert_eq!(body["error"]["message"], format!("refused with {code}"), "{body}");
+    }
+    // The surface's call_tool is the gateway's own tool: its answer is a result.
+    let call = json!({ "name": "call_tool", "arguments": { "address": "refusing.refuse", "args": { "code": -32021 } } });
+    let (got, body) = modern(&base, &machine, "tools/call", Some("call_tool"), call).await;
+    assert_eq!(got, 200, "{body}");
+    assert_eq!(body["result"]["isError"], true, "{body}");
+
+    // A resource no downstream has: -32602 on 2026-07-28 with its URI, the handshake era's
+    // -32002 before it.
+    let missing = json!({ "uri": "test://absent" });
+    let (got, body) = modern(&native, &machine, "resources/read", Some("test://absent"), missing.clone()).await;
+    assert_eq!((got, &body["error"]["code"]), (200, &json!(-32602)), "{body}");
+    let r = common::mcp_post(&native, &machine, "resources/read", missing).await;
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"]["code"] == -32002 || body["error"]["code"] == -32602, "{body}");
+    assert_eq!(served.terminate().await, 0);
+}

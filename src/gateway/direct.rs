@@ -65,17 +65,27 @@ struct CallParams {
 struct CallResponse<'a> {
     jsonrpc: &'static str,
     id: &'a Value,
-    result: &'a ServerResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a ServerResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a rmcp::ErrorData>,
 }
 
-/// Whether the request's headers let rmcp serve it statelessly with no checks beyond the
-/// ones this path repeats: JSON in, a client that accepts both JSON and event streams, no
-/// session, and a handshake-era revision (or none) with no SEP-2243 headers.
-fn plain(headers: &HeaderMap) -> bool {
-    let json_body = headers
+/// A call's answer: its result, or the downstream's JSON-RPC error (a native pool's).
+type Answered = Result<rmcp::model::CallToolResult, rmcp::ErrorData>;
+
+/// Whether the request says its body is JSON (any other body is rmcp's to refuse, with 415).
+fn json_body(headers: &HeaderMap) -> bool {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"));
+        .is_some_and(|v| v.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Whether the headers of a JSON POST let rmcp serve it statelessly with no checks beyond the
+/// ones this path repeats: a client that accepts both JSON and event streams, no session, and
+/// a handshake-era revision (or none) with no SEP-2243 headers.
+fn plain(headers: &HeaderMap) -> bool {
     // Only the plain spelling of Accept is taken here (no weights, no parameters); rmcp judges
     // every other spelling.
     let mut accepts_json = false;
@@ -101,10 +111,12 @@ fn plain(headers: &HeaderMap) -> bool {
     let other_mcp_headers = headers
         .keys()
         .any(|k| k.as_str().starts_with("mcp-") && !matches!(k.as_str(), "mcp-protocol-version" | super::listen::SESSION_ID));
-    json_body && accepts_json && accepts_sse && handshake_era && !other_mcp_headers
+    accepts_json && accepts_sse && handshake_era && !other_mcp_headers
 }
 
 /// The endpoint: a plain `tools/call` here, everything else by rmcp (`rmcp` makes its service).
+/// A JSON body that is no JSON-RPC message is answered here too, as the protocol says
+/// ([`super::jsonrpc`]); rmcp would answer it 415.
 pub async fn endpoint<S, B>(state: AppState, rmcp: impl FnOnce() -> S, request: Request) -> Response
 where
     S: tower::Service<Request, Response = axum::http::Response<B>, Error = std::convert::Infallible>,
@@ -119,12 +131,13 @@ where
         };
         return super::listen::stream(state, ctx);
     }
-    if request.method() != Method::POST || !plain(request.headers()) {
+    if request.method() != Method::POST || !json_body(request.headers()) {
         if request.method() == Method::POST {
             RMCP.fetch_add(1, Ordering::Relaxed);
         }
         return rmcp().oneshot(request).await.unwrap_or_else(|never| match never {}).map(Body::new);
     }
+    let direct = plain(request.headers());
     let (parts, body) = request.into_parts();
     let bytes = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(bytes) => bytes,
@@ -140,28 +153,30 @@ where
             return problem(StatusCode::BAD_REQUEST, "bad_request", "the request body could not be read", None);
         }
     };
-    match serde_json::from_slice::<CallRequest>(&bytes) {
-        Ok(call) if call.jsonrpc == "2.0" && call.method == "tools/call" && (call.id.is_i64() || call.id.is_string()) => {
-            DIRECT.fetch_add(1, Ordering::Relaxed);
-            answer(state, parts, call).await
-        }
-        _ => {
-            RMCP.fetch_add(1, Ordering::Relaxed);
-            let initialize = serde_json::from_slice::<MethodOnly>(&bytes).is_ok_and(|m| m.method == Some("initialize"))
-                && !parts.headers.contains_key(super::listen::SESSION_ID);
-            let mut response = rmcp()
-                .oneshot(Request::from_parts(parts, Body::from(bytes)))
-                .await
-                .unwrap_or_else(|never| match never {})
-                .map(Body::new);
-            // A handshake gets a session id, which names the connection (the GET stream)
-            // and nothing more: every replica serves every request of it.
-            if initialize && response.status() == StatusCode::OK {
-                response.headers_mut().insert(super::listen::SESSION_ID, super::listen::session_id());
-            }
-            response
-        }
+    if direct
+        && let Ok(call) = serde_json::from_slice::<CallRequest>(&bytes)
+        && call.jsonrpc == "2.0"
+        && call.method == "tools/call"
+        && (call.id.is_i64() || call.id.is_string())
+    {
+        DIRECT.fetch_add(1, Ordering::Relaxed);
+        return answer(state, parts, call).await;
     }
+    RMCP.fetch_add(1, Ordering::Relaxed);
+    // Checked only here, off the direct path: a body it took is a JSON-RPC request.
+    if let Some(refusal) = super::jsonrpc::refusal(&bytes) {
+        return refusal.into_response();
+    }
+    let initialize = serde_json::from_slice::<MethodOnly>(&bytes).is_ok_and(|m| m.method == Some("initialize"))
+        && !parts.headers.contains_key(super::listen::SESSION_ID);
+    let mut response =
+        rmcp().oneshot(Request::from_parts(parts, Body::from(bytes))).await.unwrap_or_else(|never| match never {}).map(Body::new);
+    // A handshake gets a session id, which names the connection (the GET stream)
+    // and nothing more: every replica serves every request of it.
+    if initialize && response.status() == StatusCode::OK {
+        response.headers_mut().insert(super::listen::SESSION_ID, super::listen::session_id());
+    }
+    response
 }
 
 /// Just a request's method, to see an `initialize`.
@@ -232,18 +247,24 @@ async fn answer(state: AppState, mut parts: Parts, call: CallRequest<'_>) -> Res
     event_stream(events)
 }
 
-/// The result as rmcp's handler gives it to a peer on a revision before 2026-07-28 (the only
-/// ones this path takes): no `resultType: "complete"`, structured content only as an object.
-fn legacy(result: rmcp::model::CallToolResult) -> ServerResult {
-    let mut result = ServerResult::CallToolResult(result);
-    result.strip_result_type_for_legacy_peer();
-    result.strip_non_object_output_for_legacy_peer();
-    result
+/// The answer as rmcp's handler gives it to a peer on a revision before 2026-07-28 (the only
+/// ones this path takes): no `resultType: "complete"`, structured content only as an object;
+/// a JSON-RPC error as such (HTTP 200).
+fn legacy(answered: Answered) -> (Option<ServerResult>, Option<rmcp::ErrorData>) {
+    match answered {
+        Ok(result) => {
+            let mut result = ServerResult::CallToolResult(result);
+            result.strip_result_type_for_legacy_peer();
+            result.strip_non_object_output_for_legacy_peer();
+            (Some(result), None)
+        }
+        Err(error) => (None, Some(error)),
+    }
 }
 
-fn json_response(id: &Value, result: rmcp::model::CallToolResult) -> Response {
-    let result = legacy(result);
-    let body = CallResponse { jsonrpc: "2.0", id, result: &result };
+fn json_response(id: &Value, answered: Answered) -> Response {
+    let (result, error) = legacy(answered);
+    let body = CallResponse { jsonrpc: "2.0", id, result: result.as_ref(), error: error.as_ref() };
     match serde_json::to_vec(&body) {
         Ok(bytes) => ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], Bytes::from(bytes)).into_response(),
         Err(e) => Error::Internal(anyhow::anyhow!("the result could not be serialized: {e}")).into_response(),
@@ -263,9 +284,10 @@ fn event(message: &rmcp::model::ServerJsonRpcMessage) -> Bytes {
     sse(&serde_json::to_vec(message).unwrap_or_default())
 }
 
-fn response_event(id: &Value, result: rmcp::model::CallToolResult) -> Bytes {
-    let result = legacy(result);
-    sse(&serde_json::to_vec(&CallResponse { jsonrpc: "2.0", id, result: &result }).unwrap_or_default())
+fn response_event(id: &Value, answered: Answered) -> Bytes {
+    let (result, error) = legacy(answered);
+    sse(&serde_json::to_vec(&CallResponse { jsonrpc: "2.0", id, result: result.as_ref(), error: error.as_ref() })
+        .unwrap_or_default())
 }
 
 fn event_stream(events: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static) -> Response {

@@ -190,7 +190,10 @@ impl HttpSession {
         }
         if let Some(error) = message.get("error") {
             let text = error.get("message").and_then(Value::as_str).unwrap_or("the server refused the request");
-            return Err(Failure::Rejected(cap(text)));
+            return Err(match error.get("code").and_then(Value::as_i64).and_then(|c| i32::try_from(c).ok()) {
+                Some(code) => Failure::json_rpc(code, text, error.get("data").cloned()),
+                None => Failure::Rejected(cap(text)),
+            });
         }
         message.get_mut("result").map(Value::take).ok_or_else(|| Failure::Unavailable("a response without a result".into()))
     }

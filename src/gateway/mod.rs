@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod direct;
 pub mod downstream;
 pub mod http_api_connector;
+pub mod jsonrpc;
 pub mod listen;
 pub mod mcp_client;
 pub mod peer;
@@ -27,10 +28,10 @@ use axum::{
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ErrorCode,
-        GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-        ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, DiscoverResult,
+        ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult,
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig,
     },
     service::RequestContext,
     transport::{StreamableHttpServerConfig, StreamableHttpService, streamable_http_server::session::never::NeverSessionManager},
@@ -268,8 +269,14 @@ fn native_ctx(cx: &RequestContext<RoleServer>, method: &str) -> Result<GatewayCt
     }
 }
 
-/// A relayed answer as the typed result rmcp sends.
-fn relayed<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, McpError> {
+/// A relayed answer as the typed result rmcp sends. A downstream spoken to at a handshake-era
+/// revision sends no `resultType`, which 2026-07-28 requires on every result: a result that
+/// names none is complete. rmcp strips `"complete"` again for peers on older revisions, so
+/// they see the downstream's shape unchanged.
+fn relayed<T: serde::de::DeserializeOwned>(mut value: serde_json::Value) -> Result<T, McpError> {
+    if let serde_json::Value::Object(map) = &mut value {
+        map.entry("resultType").or_insert_with(|| serde_json::Value::String(ResultType::COMPLETE.as_str().to_owned()));
+    }
     serde_json::from_value(value)
         .map_err(|e| McpError::internal_error(format!("the downstream's answer is not a valid result: {e}"), None))
 }
@@ -277,6 +284,11 @@ fn relayed<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T
 /// A request's params as JSON, to relay them.
 fn params(request: impl serde::Serialize) -> Result<serde_json::Value, McpError> {
     serde_json::to_value(request).map_err(|e| McpError::invalid_params(e.to_string(), None))
+}
+
+/// Whether the request is on 2026-07-28 or later, whose cacheable results carry caching hints.
+fn hinted(cx: &RequestContext<RoleServer>) -> bool {
+    cx.protocol_version().is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
 }
 
 impl ServerHandler for Gateway {
@@ -302,13 +314,25 @@ impl ServerHandler for Gateway {
         Ok(info)
     }
 
+    /// `server/discover` (2026-07-28): what `initialize` declares, for a native pool its
+    /// downstreams' capabilities and instructions.
+    async fn discover(&self, cx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
+        let mut result = DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), self.get_info());
+        if let Ok(ctx) = native_ctx(&cx, "server/discover") {
+            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx)).await;
+            result.capabilities = relayed(capabilities)?;
+            result.instructions = instructions;
+        }
+        Ok(result)
+    }
+
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let ctx = native_ctx(&cx, "prompts/list")?;
-        relayed(Box::pin(surface::native_list(&self.state, &ctx, "prompts/list", "prompts")).await)
+        relayed(Box::pin(surface::native_list(&self.state, &ctx, "prompts/list", "prompts", hinted(&cx))).await)
     }
 
     async fn get_prompt(
@@ -327,7 +351,7 @@ impl ServerHandler for Gateway {
         cx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let ctx = native_ctx(&cx, "resources/list")?;
-        relayed(Box::pin(surface::native_list(&self.state, &ctx, "resources/list", "resources")).await)
+        relayed(Box::pin(surface::native_list(&self.state, &ctx, "resources/list", "resources", hinted(&cx))).await)
     }
 
     async fn list_resource_templates(
@@ -337,7 +361,7 @@ impl ServerHandler for Gateway {
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let ctx = native_ctx(&cx, "resources/templates/list")?;
         let method = "resources/templates/list";
-        relayed(Box::pin(surface::native_list(&self.state, &ctx, method, "resourceTemplates")).await)
+        relayed(Box::pin(surface::native_list(&self.state, &ctx, method, "resourceTemplates", hinted(&cx))).await)
     }
 
     async fn read_resource(
@@ -346,7 +370,11 @@ impl ServerHandler for Gateway {
         cx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let ctx = native_ctx(&cx, "resources/read")?;
-        let answer = Box::pin(surface::native_request(&self.state, &ctx, "resources/read", params(request)?)).await?;
+        let mut answer = Box::pin(surface::native_request(&self.state, &ctx, "resources/read", params(request)?)).await?;
+        // The downstream's own hints stand, but a read filtered per caller is theirs alone.
+        if hinted(&cx) && surface::per_caller(&ctx) && answer.is_object() {
+            answer["cacheScope"] = serde_json::Value::String("private".into());
+        }
         Ok(ReadResourceResponse::Complete(relayed(answer)?))
     }
 
@@ -391,7 +419,7 @@ impl ServerHandler for Gateway {
         if native || matches!(request.name.as_ref(), "call_tool" | "call_destructive_tool") {
             ctx.upstream = Some(upstream_of(&cx));
         }
-        Ok(call_tool(&self.state, ctx, &request.name, request.arguments.unwrap_or_default()).await.into())
+        Ok(call_tool(&self.state, ctx, &request.name, request.arguments.unwrap_or_default()).await?.into())
     }
 }
 
@@ -409,19 +437,30 @@ fn upstream_of(cx: &RequestContext<RoleServer>) -> upstream::Upstream {
 }
 
 /// One `tools/call` at the endpoint, recorded in the activity history: the handler of both
-/// rmcp's path and the [`direct`] one.
-pub async fn call_tool(state: &AppState, ctx: GatewayCtx, name: &str, args: rmcp::model::JsonObject) -> CallToolResult {
+/// rmcp's path and the [`direct`] one. Through a native pool, a downstream's JSON-RPC error is
+/// answered as that error (its code, message and data); the six-tool surface's own tools
+/// answer it as a `downstream_error` result.
+pub async fn call_tool(
+    state: &AppState,
+    ctx: GatewayCtx,
+    name: &str,
+    args: rmcp::model::JsonObject,
+) -> Result<CallToolResult, McpError> {
     let started = Instant::now();
-    let outcome = if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
+    let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
+    let mut outcome = if native {
         Box::pin(surface::native_call(state, &ctx, name, args)).await
     } else {
         surface::dispatch(state, &ctx, name, args).await
     };
     state.activity.record(activity::Row::of_call(&ctx, name, &outcome, started, "mcp"));
+    if native && let Some(error) = outcome.jsonrpc.take() {
+        return Err(error);
+    }
     let mut result = outcome.result;
     // A result passed through from a downstream on a handshake-era revision carries no
     // `resultType`, which 2026-07-28 requires on every result. rmcp (and the direct path)
     // strip it again for peers on older revisions, so they see no change.
     result.result_type.get_or_insert(ResultType::COMPLETE);
-    result
+    Ok(result)
 }

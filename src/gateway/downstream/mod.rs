@@ -50,6 +50,10 @@ pub enum Failure {
     Timeout(u64),
     /// The downstream answered with a JSON-RPC error (its own message, capped).
     Rejected(String),
+    /// The downstream answered with a JSON-RPC error carrying its code (message capped, data
+    /// kept when small): a native pool answers it as that error ([`Failure::json_rpc`]);
+    /// elsewhere it is a `downstream_error` like [`Failure::Rejected`].
+    JsonRpc(rmcp::ErrorData),
     /// The tenant already has its share of downstream calls in flight on this replica.
     RateLimited,
     /// The connector's credential slot cannot be used (missing, unreadable, vault off).
@@ -63,6 +67,13 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// A downstream's JSON-RPC error, bounded: the message capped, `data` dropped when larger
+    /// than [`ERROR_DATA_CAP`] serialized.
+    pub fn json_rpc(code: i32, message: &str, data: Option<serde_json::Value>) -> Failure {
+        let data = data.filter(|d| serde_json::to_vec(d).is_ok_and(|b| b.len() <= ERROR_DATA_CAP));
+        Failure::JsonRpc(rmcp::ErrorData::new(rmcp::model::ErrorCode(code), cap(message), data))
+    }
+
     /// The failure as an API error (all retryable but a rejection).
     pub fn into_error(self) -> crate::error::Error {
         let (code, message, retry_after_ms) = match self {
@@ -74,6 +85,7 @@ impl Failure {
                 ("rate_limited", "this tenant has too many calls in flight; retry shortly".to_owned(), Some(250))
             }
             Failure::Rejected(message) | Failure::BadArguments(message) => ("downstream_error", message, None),
+            Failure::JsonRpc(error) => ("downstream_error", error.message.into_owned(), None),
             Failure::Auth(problem) => return problem.into_error(),
             Failure::Peer { code, message } => return crate::error::Error::Conflict { code, message },
         };
@@ -110,6 +122,9 @@ impl std::fmt::Debug for Downstreams {
         f.write_str("Downstreams")
     }
 }
+
+/// The largest `data` of a downstream's JSON-RPC error relayed, serialized.
+pub const ERROR_DATA_CAP: usize = 4096;
 
 fn cap(text: &str) -> String {
     text.chars().take(512).collect()

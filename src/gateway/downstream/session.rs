@@ -239,7 +239,7 @@ fn session_key(key: &str, credential: Option<&Credential>) -> String {
 
 fn service_failure(e: ServiceError) -> Failure {
     match e {
-        ServiceError::McpError(data) => Failure::Rejected(cap(&data.message)),
+        ServiceError::McpError(data) => Failure::json_rpc(data.code.0, &data.message, data.data),
         ServiceError::Timeout { timeout } => Failure::Timeout(timeout.as_millis() as u64),
         other => Failure::Unavailable(cap(&other.to_string())),
     }

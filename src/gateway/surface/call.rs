@@ -129,6 +129,7 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
                 tool: None,
                 classification: None,
                 result_bytes: body.len().min(i32::MAX as usize) as i32,
+                jsonrpc: None,
             }
         }
         Err(f) => {

@@ -14,7 +14,7 @@ mod skills;
 mod tools;
 
 pub use call::{Writes, call_with, result_page_within};
-pub use native::{native_call, native_list, native_request, native_server, native_tools};
+pub use native::{Hints, native_call, native_list, native_request, native_server, native_tools, per_caller};
 pub use search::{DESCRIBE_MAX, describe, search};
 pub use skills::{INSTRUCTIONS, skill};
 pub use tools::{tools, tools_for};
@@ -54,6 +54,9 @@ pub struct Outcome {
     pub result_bytes: i32,
     /// The result was stashed: `result` says how to page it.
     pub stashed: bool,
+    /// The downstream's own JSON-RPC error, which a native pool answers as that error (the
+    /// six-tool surface answers `result`, a `downstream_error`).
+    pub jsonrpc: Option<rmcp::ErrorData>,
 }
 
 impl Outcome {
@@ -68,6 +71,7 @@ impl Outcome {
             classification: None,
             result_bytes: bytes,
             stashed: false,
+            jsonrpc: None,
         }
     }
 
@@ -84,6 +88,7 @@ impl Outcome {
             classification: None,
             result_bytes: 0,
             stashed: false,
+            jsonrpc: None,
         }
     }
 
@@ -133,6 +138,11 @@ fn failure(f: Failure) -> Outcome {
             Some(json!({ "retryable": true })),
         ),
         Failure::Rejected(message) => Outcome::error("downstream_error", message, None),
+        Failure::JsonRpc(error) => {
+            let mut out = Outcome::error("downstream_error", error.message.to_string(), None);
+            out.jsonrpc = Some(error);
+            out
+        }
         Failure::BadArguments(message) => Outcome::error("invalid_args", message, None),
         Failure::Auth(p) => Outcome::error(p.code, p.message, None),
         Failure::Peer { code, message } => Outcome::error(code, message, None),

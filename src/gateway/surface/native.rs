@@ -20,8 +20,14 @@ const MAX_PAGES: usize = 64;
 /// A native pool's tools: the downstream tools themselves under their original names, with
 /// the gateway's fail-closed classification as their annotations. A name two connectors share
 /// is served from the first connector (by id) only.
+///
+/// The list is sorted by name, so every replica, before and after a restart, lists the same
+/// tools in the same order whatever order the downstreams list theirs in (a client that caches
+/// the list, or a prompt cache keyed on it, sees no change where nothing changed).
 pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Vec<Tool> {
-    native_index(state, ctx).await.into_iter().map(|(_, _, t)| t).collect()
+    let mut tools: Vec<Tool> = native_index(state, ctx).await.into_iter().map(|(_, _, t)| t).collect();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    tools
 }
 
 async fn native_index(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, Tool, Tool)> {
@@ -122,10 +128,46 @@ pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option
     (capabilities, (!instructions.is_empty()).then(|| instructions.join("\n\n")))
 }
 
+/// Whether what the caller sees here depends on who the caller is: the workspace has grants,
+/// or a relayed connector runs on each member's own credential. Such a list or read may only
+/// be cached by the caller's own client (`cacheScope: "private"`).
+pub fn per_caller(ctx: &GatewayCtx) -> bool {
+    ctx.bound.document.grants.is_some() || relayed(ctx).iter().any(|(_, c)| c.auth().personal())
+}
+
+/// The caching hints (2026-07-28) of a list drawn from several downstreams' pages: it is fresh
+/// no longer than the shortest-lived page (a page without `ttlMs` is stale at once), and
+/// shareable only if every page is and the list is the same for every caller.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Hints {
+    pub ttl_ms: u64,
+    pub private: bool,
+}
+
+impl Hints {
+    pub fn new(per_caller: bool) -> Hints {
+        Hints { ttl_ms: u64::MAX, private: per_caller }
+    }
+
+    /// Narrows the hints by one page's own.
+    pub fn page(&mut self, page: &Value) {
+        self.ttl_ms = self.ttl_ms.min(page["ttlMs"].as_u64().unwrap_or(0));
+        self.private |= page["cacheScope"] == "private";
+    }
+
+    /// The hints as the result's fields (no page at all: stale at once).
+    pub fn write(&self, result: &mut Value) {
+        result["ttlMs"] = Value::from(if self.ttl_ms == u64::MAX { 0 } else { self.ttl_ms });
+        result["cacheScope"] = Value::String(if self.private { "private" } else { "public" }.into());
+    }
+}
+
 /// `prompts/list`, `resources/list` or `resources/templates/list` over the pooled connectors
 /// that declare the capability, every page of each; `field` is the list's member. With
-/// several connectors a prompt's name carries its connector id (`id.name`).
-pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field: &str) -> Value {
+/// several connectors a prompt's name carries its connector id (`id.name`). `hinted`: the
+/// caller is on 2026-07-28, so the list carries its caching hints ([`Hints`]).
+pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field: &str, hinted: bool) -> Value {
+    let mut hints = Hints::new(per_caller(ctx));
     let capability = if field == "prompts" { "prompts" } else { "resources" };
     let connectors = declaring(state, ctx, capability).await;
     let several = connectors.len() > 1;
@@ -134,7 +176,10 @@ pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field
         let mut params = serde_json::json!({});
         for _ in 0..MAX_PAGES {
             let mut page = match relay(state, ctx, id, c, method, &params).await {
-                Ok(page) => page,
+                Ok(page) => {
+                    hints.page(&page);
+                    page
+                }
                 Err(f) => {
                     tracing::info!(connector = %id, method, failure = ?f, "native pool: a connector's list is left out");
                     break;
@@ -153,7 +198,11 @@ pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field
             }
         }
     }
-    serde_json::json!({ field: items })
+    let mut result = serde_json::json!({ field: items });
+    if hinted {
+        hints.write(&mut result);
+    }
+    result
 }
 
 /// The connector a prompt name belongs to and its name there: with one connector the name as
@@ -175,6 +224,7 @@ fn prompt_owner<'c>(connectors: &[(&'c String, &'c Connector)], name: &str) -> O
 pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mut params: Value) -> Result<Value, ErrorData> {
     let refused = |f: Failure| match f {
         Failure::Rejected(message) => ErrorData::invalid_params(message, None),
+        Failure::JsonRpc(error) => error,
         other => ErrorData::internal_error(other.into_error().to_string(), None),
     };
     match method {
@@ -230,10 +280,39 @@ async fn first_answer(
         }
     }
     match last {
+        // The downstream's own error (`-32002` before 2026-07-28, which rmcp answers a 2026
+        // peer as `-32602`), with the URI in `data` where it gave none.
+        Some(Failure::JsonRpc(mut error)) => {
+            error.data.get_or_insert_with(|| serde_json::json!({ "uri": params["uri"] }));
+            Err(error)
+        }
         Some(Failure::Rejected(message)) | Some(Failure::BadArguments(message)) => {
             Err(ErrorData::invalid_params(message, Some(serde_json::json!({ "uri": params["uri"] }))))
         }
         Some(other) => Err(ErrorData::internal_error(other.into_error().to_string(), None)),
         None => Err(ErrorData::invalid_params("Resource not found", Some(serde_json::json!({ "uri": params["uri"] })))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::Hints;
+
+    #[test]
+    fn a_list_is_as_fresh_as_its_stalest_page_and_private_if_any_part_is() {
+        let mut hints = Hints::new(false);
+        hints.page(&json!({ "ttlMs": 60_000, "cacheScope": "public" }));
+        hints.page(&json!({ "ttlMs": 5_000 }));
+        assert_eq!(hints, Hints { ttl_ms: 5_000, private: false });
+        hints.page(&json!({ "prompts": [] }));
+        assert_eq!(hints.ttl_ms, 0, "a page without hints is stale at once");
+        hints.page(&json!({ "ttlMs": 1, "cacheScope": "private" }));
+        assert!(hints.private);
+
+        let mut result = json!({});
+        Hints::new(true).write(&mut result);
+        assert_eq!(result, json!({ "ttlMs": 0, "cacheScope": "private" }));
     }
 }
