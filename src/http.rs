@@ -159,12 +159,12 @@ async fn healthz() -> impl IntoResponse {
 /// replica was idle) condemns the pool's older connections and asks once more on a fresh one,
 /// so readiness follows the database as soon as it is back.
 async fn readyz(State(state): State<AppState>) -> Response {
-    let mut current = migrate::is_current(state.db.pool()).await;
+    let mut current = migrate::is_current(&state.db).await;
     if let Err(e) = &current
         && e.is_connection_loss()
     {
         state.db.saw(e);
-        current = migrate::is_current(state.db.pool()).await;
+        current = migrate::is_current(&state.db).await;
     }
     match current {
         Ok(true) => Json(json!({ "status": "ready" })).into_response(),

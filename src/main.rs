@@ -154,9 +154,7 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<Outcome
             println!("migrations applied");
             return Ok(Outcome::Ok);
         }
-        let db = Db::connect(&database.owner_url, 2)
-            .await?
-            .with_ack_wait(std::time::Duration::from_millis(config.replicas.ack_wait_ms));
+        let db = database.connect(&config, 2).await?;
         let outcome = dispatch(&db, &config, command).await;
         db.pool().close().await;
         outcome

@@ -33,8 +33,17 @@ impl Database {
                 Database { owner_url: cluster.owner_url(embedded::DATABASE), cluster: Some(cluster) }
             }
         };
-        migrate::run(&database.owner_url).await.context("cannot apply migrations")?;
+        // Behind a transaction pooler the migrator's advisory lock needs a session of its
+        // own: `GATEHOUSE_MIGRATE_URL` goes to the primary directly.
+        migrate::run(config.migrate_url.as_ref().unwrap_or(&database.owner_url)).await.context("cannot apply migrations")?;
         Ok(database)
+    }
+
+    /// The application pool on this database, through the configured pooler.
+    pub async fn connect(&self, config: &Config, max_connections: u32) -> crate::error::Result<Db> {
+        Ok(Db::connect_through(&self.owner_url, max_connections, config.db_pooler, config.migrate_url.as_ref())
+            .await?
+            .with_ack_wait(Duration::from_millis(config.replicas.ack_wait_ms)))
     }
 
     /// Stops the embedded cluster if we were its last user.
@@ -79,9 +88,7 @@ pub fn sign_in(config: &Config) -> anyhow::Result<(Arc<RelyingParty>, Option<Arc
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let started = Instant::now();
     let database = Database::open(&config).await?;
-    let db = Db::connect(&database.owner_url, config.db_max_connections)
-        .await?
-        .with_ack_wait(Duration::from_millis(config.replicas.ack_wait_ms));
+    let db = database.connect(&config, config.db_max_connections).await?;
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("cannot listen on {}", config.listen))?;
     let grace = Duration::from_millis(config.shutdown_grace_ms);
     let listen = listener.local_addr()?;

@@ -179,18 +179,25 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
     state.machines.count(false);
     // A function's result columns carry no nullability the macros can see: the aliases state
     // it (the tenant and epoch are always there; the rest depend on the credential's kind).
-    let row = sqlx::query!(
-        r#"SELECT tenant_id AS "tenant_id!: TenantId", tenant_slug AS "tenant_slug!", tenant_status AS "tenant_status!",
+    let row = state
+        .db
+        .read(|conn, _| {
+            Box::pin(async move {
+                Ok(sqlx::query!(
+                    r#"SELECT tenant_id AS "tenant_id!: TenantId", tenant_slug AS "tenant_slug!", tenant_status AS "tenant_status!",
                   credential_id AS "credential_id!", token_id AS "token_id!", principal_issuer, principal_subject,
                   member_id, member_role, epoch AS "epoch!"
              FROM gatehouse_authenticate_machine_at($1, $2, $3)"#,
-        client_id,
-        secret_digest,
-        token_digest,
-    )
-    .fetch_optional(state.db.pool())
-    .await;
-    let row = state.db.noted(row)?.ok_or(Error::Unauthorized)?;
+                    client_id,
+                    secret_digest,
+                    token_digest,
+                )
+                .fetch_optional(conn)
+                .await?)
+            })
+        })
+        .await?
+        .ok_or(Error::Unauthorized)?;
     let machine = MachineRow {
         tenant: TenantRef { id: row.tenant_id, slug: row.tenant_slug },
         status: row.tenant_status,

@@ -20,8 +20,15 @@ pub async fn run(owner_url: &Secret) -> Result<()> {
 }
 
 /// True when every migration this binary knows is applied (readiness).
-pub async fn is_current(pool: &sqlx::PgPool) -> Result<bool> {
-    let applied: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version").fetch_all(pool).await?;
+pub async fn is_current(db: &super::Db) -> Result<bool> {
+    let applied: Vec<i64> = db
+        .read(|conn, _| {
+            Box::pin(async move {
+                Ok(sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+                    .fetch_all(conn)
+                    .await?)
+            })
+        })
+        .await?;
     Ok(MIGRATOR.iter().filter(|m| m.migration_type.is_up_migration()).all(|m| applied.binary_search(&m.version).is_ok()))
 }

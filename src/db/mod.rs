@@ -16,7 +16,7 @@ use sqlx::{
 };
 
 use crate::{
-    config::Secret,
+    config::{Pooler, Secret},
     error::{Error, Result},
     ids::TenantId,
 };
@@ -60,6 +60,10 @@ pub struct Db {
     replica: std::sync::Arc<replica::Replica>,
     /// How long a transaction that moved an epoch waits for the replicas' acknowledgements.
     ack_wait: Duration,
+    pooler: Pooler,
+    /// Where a session of its own is opened (the replica's `LISTEN`): `GATEHOUSE_MIGRATE_URL`
+    /// behind a transaction pooler, else the pool's own server.
+    session: std::sync::Arc<PgConnectOptions>,
 }
 
 /// Dedicated connections for the one-statement reads every request makes (the tenant epoch):
@@ -121,11 +125,33 @@ impl Db {
     /// Connects the application pool. Whatever role `url` names (owner, superuser), each
     /// connection switches to [`APP_ROLE`] before it is used, so row-level security holds.
     pub async fn connect(url: &Secret, max_connections: u32) -> Result<Self> {
-        let options: PgConnectOptions = url
-            .expose()
-            .parse()
-            .map_err(|_| Error::invalid("invalid_database_url", None, "DATABASE_URL is not a valid PostgreSQL URL"))?;
-        let options = options.application_name("gatehouse");
+        Self::connect_through(url, max_connections, Pooler::Session, None).await
+    }
+
+    /// [`Db::connect`] through `pooler`; `session_url` (a direct URL, for what needs a session
+    /// of its own) defaults to `url`.
+    pub async fn connect_through(
+        url: &Secret,
+        max_connections: u32,
+        pooler: Pooler,
+        session_url: Option<&Secret>,
+    ) -> Result<Self> {
+        let parse = |url: &Secret, var: &str| {
+            url.expose()
+                .parse::<PgConnectOptions>()
+                .map(|o| o.application_name("gatehouse"))
+                .map_err(|_| Error::invalid("invalid_database_url", None, format!("{var} is not a valid PostgreSQL URL")))
+        };
+        let mut options = parse(url, "DATABASE_URL")?;
+        let session = match session_url {
+            Some(direct) => parse(direct, "GATEHOUSE_MIGRATE_URL")?,
+            None => options.clone(),
+        };
+        if pooler == Pooler::Transaction {
+            // A cached statement would be named on a server session this connection may never
+            // see again; uncached ones are prepared in the transaction that runs them.
+            options = options.statement_cache_capacity(0);
+        }
         let losses = std::sync::Arc::new(Losses::new());
         let judge = losses.clone();
         let pool = PgPoolOptions::new()
@@ -140,10 +166,14 @@ impl Db {
                 let stale = judge.predates_loss(meta.age);
                 Box::pin(async move { Ok(!stale) })
             })
-            .after_connect(|conn, _meta| {
+            .after_connect(move |conn, _meta| {
                 Box::pin(async move {
-                    // Spelled out: SQL must be a static string. Keep in step with APP_ROLE.
-                    conn.execute("SET ROLE gatehouse_app").await?;
+                    // Behind a transaction pooler a session setting would stay on a server
+                    // session other clients get next; each transaction sets the role instead.
+                    if pooler == Pooler::Session {
+                        // Spelled out: SQL must be a static string. Keep in step with APP_ROLE.
+                        conn.execute("SET ROLE gatehouse_app").await?;
+                    }
                     Ok(())
                 })
             })
@@ -157,7 +187,43 @@ impl Db {
             epoch_batch: Default::default(),
             replica: Default::default(),
             ack_wait: Duration::from_millis(crate::config::ReplicaConfig::default().ack_wait_ms),
+            pooler,
+            session: std::sync::Arc::new(session),
         })
+    }
+
+    /// How the pool reaches the server.
+    pub fn pooler(&self) -> Pooler {
+        self.pooler
+    }
+
+    /// Options for a connection that needs a server session of its own (`LISTEN`): never
+    /// through a transaction pooler.
+    pub fn session_options(&self) -> PgConnectOptions {
+        (*self.session).clone()
+    }
+
+    /// Runs `work`, an idempotent read, outside any transaction helper: on a pooled
+    /// connection as it is, or, behind a transaction pooler (where a statement outside a
+    /// transaction is not pinned to one server session), inside a transaction of its own.
+    pub async fn read<'a, T, F>(&self, work: F) -> Result<T>
+    where
+        F: for<'c> FnOnce(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + 'a,
+    {
+        let mut conn = self.noted(self.pool.acquire().await)?;
+        match self.pooler {
+            Pooler::Session => self.noted(work(&mut conn, PhantomData).await),
+            Pooler::Transaction => {
+                // Dropped mid-way, the connection closes rather than return mid-transaction.
+                let mut open = OpenTx(Some(conn));
+                let conn = open.conn()?;
+                self.noted(conn.execute(BEGIN_READ_COMMITTED_POOLED).await)?;
+                let value = self.noted(work(&mut *conn, PhantomData).await)?;
+                self.noted(conn.execute("COMMIT").await)?;
+                open.finish();
+                Ok(value)
+            }
+        }
     }
 
     /// The same handle, with changes that move an epoch waiting at most `ack_wait` for the
@@ -197,11 +263,24 @@ impl Db {
                     let opened = self.losses.now_ns();
                     let connected = <PgConnection as sqlx::Connection>::connect_with(&*self.pool.connect_options()).await;
                     let mut conn = self.noted(connected)?;
-                    self.noted(conn.execute("SET ROLE gatehouse_app").await)?;
+                    if self.pooler == Pooler::Session {
+                        self.noted(conn.execute("SET ROLE gatehouse_app").await)?;
+                    }
                     &mut empty.insert((conn, opened)).0
                 }
             };
-            let result = work(conn).await;
+            let result = match self.pooler {
+                Pooler::Session => work(conn).await,
+                // An error drops the lane's connection (below), so a transaction left open
+                // never outlives it.
+                Pooler::Transaction => match conn.execute(BEGIN_READ_COMMITTED_POOLED).await {
+                    Ok(_) => match work(conn).await {
+                        Ok(value) => conn.execute("COMMIT").await.map(|_| value).map_err(Error::from),
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e.into()),
+                },
+            };
             if let Err(e) = &result {
                 *slot = None;
                 self.saw(e);
@@ -328,9 +407,13 @@ impl Db {
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
     {
-        let begin = match isolation {
-            Isolation::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
-            Isolation::ReadCommitted => "BEGIN ISOLATION LEVEL READ COMMITTED",
+        // The role is set for the transaction too (a no-op where the session already has
+        // it), so no transaction depends on session state.
+        let begin = match (isolation, self.pooler) {
+            (Isolation::Serializable, Pooler::Session) => "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL ROLE gatehouse_app",
+            (Isolation::ReadCommitted, Pooler::Session) => "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL ROLE gatehouse_app",
+            (Isolation::Serializable, Pooler::Transaction) => BEGIN_SERIALIZABLE_POOLED,
+            (Isolation::ReadCommitted, Pooler::Transaction) => BEGIN_READ_COMMITTED_POOLED,
         };
         // The transaction is ours to end (not sqlx's), so its COMMIT can share a round trip
         // with reading which epochs it moved. Should this future be dropped or fail halfway,
@@ -362,6 +445,14 @@ impl Db {
         Ok(value)
     }
 }
+
+/// How a transaction begins behind a transaction pooler, in one round trip: its isolation,
+/// the application role for this transaction only, and `DEALLOCATE ALL`. The server session
+/// may have served another client's transaction before, with statements prepared under names
+/// this connection's own counter will reach too (and, as statements are not cached here,
+/// never reuses): dropping them first keeps the names unique.
+const BEGIN_SERIALIZABLE_POOLED: &str = "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL ROLE gatehouse_app; DEALLOCATE ALL";
+const BEGIN_READ_COMMITTED_POOLED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL ROLE gatehouse_app; DEALLOCATE ALL";
 
 /// Reads the epochs the transaction moved and commits, in one round trip.
 const COMMIT_NOTING_EPOCHS: &str = "SELECT current_setting('gatehouse.bumped', true); COMMIT";

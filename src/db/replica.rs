@@ -127,7 +127,7 @@ async fn session(db: &Db, config: ReplicaConfig, label: &str) -> Result<()> {
     let margin_ns = config.margin_ms.saturating_mul(1_000_000);
     // Its own one-connection pool: the listener's connection is never shared, and its loss is
     // this session's end (no silent reconnect that could miss notifications).
-    let options = db.pool().connect_options().as_ref().clone().application_name(&format!("gatehouse-replica {label}"));
+    let options = db.session_options().application_name(&format!("gatehouse-replica {label}"));
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .min_connections(0)
@@ -231,7 +231,12 @@ async fn listen(db: &Db, pool: &sqlx::PgPool, lease: Duration, renew: Duration, 
 /// Leaves the registry (on shutdown), so no change waits for this replica's lease.
 pub async fn leave(db: &Db) {
     db.replica().distrust();
-    let left = sqlx::query("SELECT gatehouse_replica_leave($1)").bind(db.replica().id).execute(db.pool()).await;
+    let id = db.replica().id;
+    let left = db
+        .read(|conn, _| {
+            Box::pin(async move { Ok(sqlx::query("SELECT gatehouse_replica_leave($1)").bind(id).execute(conn).await?) })
+        })
+        .await;
     if let Err(e) = left {
         tracing::warn!(error = %e, "could not leave the replica registry; changes wait for its lease");
     }
@@ -268,13 +273,18 @@ pub(crate) async fn wait_for_acks(db: &Db, moved: &[(TenantId, i64)], within: Du
     let deadline = Instant::now() + within;
     let mut pause = Duration::from_millis(1);
     loop {
-        let behind: i64 = db.noted(
-            sqlx::query_scalar("SELECT gatehouse_replicas_behind($1, $2)")
-                .bind(&tenants)
-                .bind(&epochs)
-                .fetch_one(db.pool())
-                .await,
-        )?;
+        let (tenants, epochs) = (&tenants, &epochs);
+        let behind: i64 = db
+            .read(|conn, _| {
+                Box::pin(async move {
+                    Ok(sqlx::query_scalar("SELECT gatehouse_replicas_behind($1, $2)")
+                        .bind(tenants)
+                        .bind(epochs)
+                        .fetch_one(conn)
+                        .await?)
+                })
+            })
+            .await?;
         if behind == 0 {
             return Ok(());
         }

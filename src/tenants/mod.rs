@@ -122,7 +122,7 @@ pub async fn list(db: &Db) -> Result<Vec<Tenant>> {
 
 /// Looks a tenant up by slug; a missing one is `not_found`.
 pub async fn by_slug(db: &Db, slug: &str) -> Result<Tenant> {
-    db.noted(store::by_slug(db.pool(), slug).await)?.ok_or(Error::NotFound { what: "tenant" })
+    db.read(|conn, _| Box::pin(store::by_slug(conn, slug))).await?.ok_or(Error::NotFound { what: "tenant" })
 }
 
 /// Moves a tenant to `status` (suspend, activate). Idempotent: setting the current status

@@ -62,6 +62,13 @@ pub struct Config {
     pub request_timeout_ms: u64,
     pub body_limit_bytes: usize,
     pub db_max_connections: u32,
+    /// `GATEHOUSE_DB_POOLER`: `session` (default: straight to PostgreSQL, or a pooler in
+    /// session mode) or `transaction` (pgbouncer in transaction mode).
+    pub db_pooler: Pooler,
+    /// `GATEHOUSE_MIGRATE_URL`: a direct (unpooled) URL of the primary, for migrations (they
+    /// hold a session-level advisory lock) and the replica's `LISTEN` session. Required with
+    /// `GATEHOUSE_DB_POOLER=transaction`; otherwise `DATABASE_URL` serves both.
+    pub migrate_url: Option<Secret>,
     /// Live access tokens a tenant may hold (`GATEHOUSE_TOKEN_CAP`, 1–1000).
     pub token_cap: i32,
     /// Downstream calls one tenant may have in flight per replica (`GATEHOUSE_TENANT_CONCURRENCY`).
@@ -77,6 +84,20 @@ pub struct Config {
     pub copies: CopiesConfig,
     /// The replica registry and acknowledged invalidation (`GATEHOUSE_REPLICA_*`).
     pub replicas: ReplicaConfig,
+}
+
+/// How the application pool reaches PostgreSQL (`GATEHOUSE_DB_POOLER`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pooler {
+    /// Straight to the server, or through a pooler in session mode: a connection is one
+    /// server session for its whole life.
+    #[default]
+    Session,
+    /// Through a pooler in transaction mode (pgbouncer `pool_mode = transaction`): only a
+    /// transaction is pinned to one server session. Nothing may rely on session state, so no
+    /// statement is cached between transactions, every statement runs inside a transaction,
+    /// and every transaction starts by dropping what another client prepared on its session.
+    Transaction,
 }
 
 /// Leases of the replica registry (issue 20): how a replica earns the right to answer from its
@@ -383,6 +404,31 @@ impl Config {
             snapshot_dir: get("GATEHOUSE_SNAPSHOT_DIR").map(PathBuf::from).unwrap_or_else(|| data_dir.join("snapshots")),
             fault,
         };
+        let db_pooler = match get("GATEHOUSE_DB_POOLER").as_deref() {
+            None | Some("session") => Pooler::Session,
+            Some("transaction") => Pooler::Transaction,
+            Some(other) => {
+                bad("GATEHOUSE_DB_POOLER", format!("must be `session` or `transaction`, not `{other}`"));
+                Pooler::Session
+            }
+        };
+        let migrate_url = get("GATEHOUSE_MIGRATE_URL").map(Secret::new);
+        if let Some(url) = &migrate_url
+            && !(url.expose().starts_with("postgres://") || url.expose().starts_with("postgresql://"))
+        {
+            bad("GATEHOUSE_MIGRATE_URL", "must be a postgres:// or postgresql:// URL".into());
+        }
+        if db_pooler == Pooler::Transaction {
+            if database_url.is_none() {
+                bad("GATEHOUSE_DB_POOLER", "`transaction` needs DATABASE_URL (the embedded cluster has no pooler)".into());
+            }
+            if migrate_url.is_none() {
+                bad(
+                    "GATEHOUSE_MIGRATE_URL",
+                    "is required with GATEHOUSE_DB_POOLER=transaction: migrations and LISTEN need a direct session".into(),
+                );
+            }
+        }
         let config = Config {
             database_url,
             listen,
@@ -401,6 +447,8 @@ impl Config {
             request_timeout_ms,
             body_limit_bytes,
             db_max_connections,
+            db_pooler,
+            migrate_url,
             token_cap,
             tenant_concurrency,
             code,
@@ -414,145 +462,4 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn load(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Config::from_lookup(|k| map.get(k).cloned())
-    }
-
-    #[test]
-    fn defaults_are_the_embedded_development_run() {
-        let c = load(&[]).unwrap();
-        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
-        assert!(c.database_url.is_none());
-        assert_eq!(c.env, Environment::Development);
-        assert_eq!(c.body_limit_bytes, 1 << 20);
-        assert_eq!(c.shutdown_grace_ms, 10_000);
-        assert_eq!(c.public_url, "http://127.0.0.1:8080");
-        assert_eq!(c.public_origin(), "http://127.0.0.1:8080");
-        assert!(!c.cookie_secure());
-        assert!(c.dev_sign_in());
-        assert_eq!(c.token_cap, 100);
-        assert_eq!(c.code, CodeConfig::default(), "the issue's limits are the defaults");
-        assert_eq!(c.replicas, ReplicaConfig::default());
-    }
-
-    #[test]
-    fn replica_leases_must_leave_room_for_renewal_and_the_wait() {
-        let short = load(&[("GATEHOUSE_REPLICA_LEASE_MS", "1000"), ("GATEHOUSE_REPLICA_RENEW_MS", "900")]).unwrap_err();
-        assert!(short.0.iter().any(|p| p.var == "GATEHOUSE_REPLICA_RENEW_MS"), "{short}");
-        let wait = load(&[("GATEHOUSE_REPLICA_ACK_WAIT_MS", "5000")]).unwrap_err();
-        assert!(wait.0.iter().any(|p| p.var == "GATEHOUSE_REPLICA_ACK_WAIT_MS"), "{wait}");
-        let ok = load(&[
-            ("GATEHOUSE_REPLICA_LEASE_MS", "1500"),
-            ("GATEHOUSE_REPLICA_RENEW_MS", "250"),
-            ("GATEHOUSE_REPLICA_MARGIN_MS", "400"),
-            ("GATEHOUSE_REPLICA_ACK_WAIT_MS", "3000"),
-        ])
-        .unwrap();
-        assert_eq!(ok.replicas, ReplicaConfig { lease_ms: 1500, renew_ms: 250, margin_ms: 400, ack_wait_ms: 3000 });
-    }
-
-    #[test]
-    fn code_limits_are_validated_and_the_tenant_share_follows_the_slots() {
-        let c =
-            load(&[("GATEHOUSE_CODE_RUNNING", "8"), ("GATEHOUSE_CODE_QUEUED", "20"), ("GATEHOUSE_CODE_CPU_MS", "1000")]).unwrap();
-        assert_eq!((c.code.running, c.code.tenant_running, c.code.queued, c.code.tenant_queued), (8, 7, 20, 10));
-        assert_eq!(c.code.cpu_ms, 1000);
-        let err = load(&[("GATEHOUSE_CODE_HEAP_BYTES", "12"), ("GATEHOUSE_CODE_TENANT_RUNNING", "3")]).unwrap_err();
-        let vars: Vec<_> = err.0.iter().map(|p| p.var).collect();
-        assert_eq!(vars, ["GATEHOUSE_CODE_HEAP_BYTES", "GATEHOUSE_CODE_TENANT_RUNNING"], "a share above the slots is refused");
-    }
-
-    #[test]
-    fn platform_admins_are_lowercased_emails() {
-        assert!(load(&[]).unwrap().platform_admins.is_empty());
-        let c = load(&[("GATEHOUSE_PLATFORM_ADMINS", " Root@Example.test, ,ops@example.test ")]).unwrap();
-        assert_eq!(c.platform_admins, ["root@example.test", "ops@example.test"]);
-        let err = load(&[("GATEHOUSE_PLATFORM_ADMINS", "root")]).unwrap_err();
-        assert_eq!(err.0[0].var, "GATEHOUSE_PLATFORM_ADMINS");
-    }
-
-    #[test]
-    fn origins_and_cookie_security() {
-        let c = load(&[("GATEHOUSE_PUBLIC_URL", "https://gw.example.com/base/")]).unwrap();
-        assert_eq!(c.public_origin(), "https://gw.example.com");
-        assert!(c.cookie_secure());
-        let c = load(&[("GATEHOUSE_PUBLIC_URL", "http://gw.example.com:8080")]).unwrap();
-        assert!(c.cookie_secure(), "plain http off loopback still marks cookies Secure");
-        let c = load(&[("GATEHOUSE_PUBLIC_URL", "http://localhost:3000")]).unwrap();
-        assert!(!c.cookie_secure());
-    }
-
-    #[test]
-    fn mcp_authorization_settings() {
-        let c = load(&[]).unwrap();
-        assert_eq!((c.mcp_access_token_ttl_secs, c.mcp_redirect_uris.len()), (3600, 0));
-        let c = load(&[
-            ("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", "600"),
-            ("GATEHOUSE_MCP_REDIRECT_URIS", "https://a.example/cb, https://b.example/cb"),
-        ])
-        .unwrap();
-        assert_eq!(c.mcp_access_token_ttl_secs, 600);
-        assert_eq!(c.mcp_redirect_uris, ["https://a.example/cb", "https://b.example/cb"]);
-        let err =
-            load(&[("GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", "0"), ("GATEHOUSE_MCP_REDIRECT_URIS", "http://plain.example/cb")])
-                .unwrap_err();
-        let vars: Vec<_> = err.0.iter().map(|p| p.var).collect();
-        assert_eq!(vars, ["GATEHOUSE_MCP_ACCESS_TOKEN_TTL_SECS", "GATEHOUSE_MCP_REDIRECT_URIS"]);
-    }
-
-    #[test]
-    fn every_bad_value_is_named() {
-        let err = load(&[
-            ("GATEHOUSE_LISTEN", "nope"),
-            ("GATEHOUSE_ENV", "staging"),
-            ("DATABASE_URL", "mysql://x"),
-            ("GATEHOUSE_BODY_LIMIT_BYTES", "12"),
-            ("GATEHOUSE_PUBLIC_URL", "ftp://x"),
-        ])
-        .unwrap_err();
-        let vars: Vec<_> = err.0.iter().map(|p| p.var).collect();
-        assert_eq!(
-            vars,
-            ["GATEHOUSE_ENV", "GATEHOUSE_LISTEN", "GATEHOUSE_PUBLIC_URL", "DATABASE_URL", "GATEHOUSE_BODY_LIMIT_BYTES"]
-        );
-        assert!(err.to_string().contains("GATEHOUSE_LISTEN: must be an address"));
-    }
-
-    #[test]
-    fn production_requires_a_real_issuer() {
-        let err = load(&[("GATEHOUSE_ENV", "production")]).unwrap_err();
-        assert_eq!(err.0[0].var, "GATEHOUSE_OIDC_ISSUER");
-        assert!(load(&[("GATEHOUSE_ENV", "production"), ("GATEHOUSE_OIDC_ISSUER", "https://id.example")]).is_err());
-        let ok = load(&[
-            ("GATEHOUSE_ENV", "production"),
-            ("GATEHOUSE_OIDC_ISSUER", "https://id.example"),
-            ("GATEHOUSE_OIDC_CLIENT_ID", "gh"),
-        ]);
-        assert!(!ok.unwrap().dev_sign_in());
-    }
-
-    #[test]
-    fn the_vault_key_ring_is_checked_and_never_echoed() {
-        let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
-        assert!(load(&[]).unwrap().vault_keys.is_none(), "no key ring: the vault is off");
-        let c = load(&[("GATEHOUSE_VAULT_KEYS", &format!("k2:{key},k1:{key}"))]).unwrap();
-        assert_eq!(c.vault_keys.as_ref().unwrap().active(), "k2");
-        assert!(!format!("{c:?}").contains(key));
-        for bad in [format!("k1:{}", &key[..20]), format!("k1={key}"), "k1:%%%%".to_owned()] {
-            let err = load(&[("GATEHOUSE_VAULT_KEYS", &bad)]).unwrap_err();
-            assert_eq!(err.0[0].var, "GATEHOUSE_VAULT_KEYS");
-            assert!(!err.to_string().contains(&key[..20]) && !err.to_string().contains("%%%%"), "{err}");
-        }
-    }
-
-    #[test]
-    fn secrets_do_not_print() {
-        let c = load(&[("DATABASE_URL", "postgres://u:hunter2@h/db")]).unwrap();
-        assert!(!format!("{c:?}").contains("hunter2"));
-    }
-}
+mod tests;
