@@ -26,6 +26,8 @@ need openssl openssl
 if (($# == 0)); then
   need /usr/bin/chromium chromium
   need /usr/bin/chromedriver chromium-driver
+  # tests/pooler.rs runs Gatehouse behind pgbouncer in transaction mode.
+  need /usr/sbin/pgbouncer pgbouncer
 fi
 if ((${#missing[@]})); then
   echo "scripts/test.sh: missing system packages; install them first:" >&2
