@@ -136,7 +136,10 @@ async fn every_ratchet_scenario_passes_through_a_native_pool() {
     let configure = ["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file"];
     cli(&t.url, &[&configure[..], &[file.to_str().unwrap()]].concat()).await;
     let machine = provision(&t.url, "acme").await;
-    let served = common::Served::start(gatehouse(Some(&t.url))).await;
+    // The vault's keys seal the requestState of a downstream's input requests (2026-07-28).
+    let mut serve = gatehouse(Some(&t.url));
+    serve.env("GATEHOUSE_VAULT_KEYS", common::vault_key("k1"));
+    let served = common::Served::start(serve).await;
     let through_url = common::header_proxy(format!("{}/t/acme/w/main/mcp/native", served.base), machine).await;
 
     let ratchet = ratchet();

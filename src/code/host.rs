@@ -50,7 +50,12 @@ pub struct Env {
 }
 
 impl Env {
-    pub fn new(state: AppState, ctx: GatewayCtx, config: CodeConfig) -> Env {
+    pub fn new(state: AppState, mut ctx: GatewayCtx, config: CodeConfig) -> Env {
+        // A program's host calls cannot answer a downstream's request for input: on
+        // 2026-07-28 such a request becomes `input_required_unsupported` for the program.
+        if ctx.input.is_some() {
+            ctx.input = Some(crate::gateway::input::Agent::program());
+        }
         let trusted = ctx.pool.as_ref().is_some_and(|(_, p)| p.trusted);
         Env { state, ctx, config, trusted, writes: Mutex::default() }
     }

@@ -4,7 +4,10 @@
 //! It speaks what a gateway needs from a downstream: `initialize`, `tools/list`, `tools/call`,
 //! and the other requests a native pool relays as they are. A call's progress token goes down
 //! with it, and the progress and log notifications on its response stream go to the agent's
-//! ([`super::upstream`]); anything else on a response stream is ignored.
+//! ([`super::upstream`]); anything else on a response stream is ignored, a server's own
+//! requests included (the gateway declares no sampling, elicitation or roots on the handshake
+//! era). On 2026-07-28 ([`stateless`]) a server asks for input with an `InputRequiredResult`
+//! instead (see `gateway::input`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -289,4 +292,50 @@ struct Incoming<R> {
     id: Option<Value>,
     result: Option<R>,
     error: Option<Value>,
+}
+
+/// One stateless request (`request`: revision, method, `Mcp-Name`) on a revision without a
+/// handshake (2026-07-28): the revision and routing headers on a POST of its own, no session.
+/// The response message, with its `result` or the server's JSON-RPC `error` (passed on as it is); the
+/// progress and log notifications before it go to `upstream`.
+pub async fn stateless(
+    http: reqwest::Client,
+    url: &str,
+    mut headers: HeaderMap,
+    request: (&str, &str, Option<&str>),
+    params: &Value,
+    upstream: Option<&Upstream>,
+) -> Result<Value, Failure> {
+    let (revision, method, name) = request;
+    let url = reqwest::Url::parse(url).map_err(|_| Failure::Unavailable("the connector's URL is not a URL".into()))?;
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let bad = || Failure::Rejected("a method, name or revision that cannot be a header".into());
+    headers.insert(PROTOCOL_VERSION, HeaderValue::from_str(revision).map_err(|_| bad())?);
+    headers.insert(HeaderName::from_static("mcp-method"), HeaderValue::from_str(method).map_err(|_| bad())?);
+    if let Some(name) = name {
+        headers.insert(HeaderName::from_static("mcp-name"), HeaderValue::from_str(name).map_err(|_| bad())?);
+    }
+    // One request per POST, so its id needs only be unique within it.
+    let id = 1;
+    let body =
+        serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id, method, params }).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    let r = http.post(url).headers(headers).body(body).send().await.map_err(unavailable)?;
+    let status = r.status();
+    let streamed =
+        r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
+    let message = if streamed {
+        HttpSession::from_stream(r, id, upstream).await?
+    } else {
+        let body = HttpSession::from_body(r).await?;
+        match serde_json::from_slice::<Value>(&body) {
+            Ok(message) if message.get("result").is_some() || message.get("error").is_some() => message,
+            _ if !status.is_success() => return Err(Failure::Unavailable(format!("HTTP {}", status.as_u16()))),
+            Ok(_) | Err(_) => return Err(Failure::Unavailable("the server's answer is not a JSON-RPC response".into())),
+        }
+    };
+    if message.get("id").and_then(Value::as_u64) != Some(id) {
+        return Err(Failure::Unavailable("the server answered another request".into()));
+    }
+    Ok(message)
 }

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod direct;
 pub mod downstream;
 pub mod http_api_connector;
+pub mod input;
 pub mod jsonrpc;
 pub mod listen;
 pub mod mcp_client;
@@ -68,6 +69,9 @@ pub struct GatewayCtx {
     /// The agent's response stream while this call is open (`None` where nothing is relayed:
     /// listings, `execute_code`'s host calls).
     pub upstream: Option<upstream::Upstream>,
+    /// On 2026-07-28: the agent's capabilities, answers and sealed state for the downstream
+    /// (see [`input`]); `None` on the handshake era.
+    pub input: Option<Arc<input::Agent>>,
 }
 
 impl GatewayCtx {
@@ -209,6 +213,7 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
         client: None,
         peer_path: Vec::new(),
         upstream: None,
+        input: None,
     });
     Ok(parts)
 }
@@ -340,8 +345,13 @@ impl ServerHandler for Gateway {
         request: GetPromptRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let ctx = native_ctx(&cx, "prompts/get")?;
+        let mut ctx = native_ctx(&cx, "prompts/get")?;
+        let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
+        ctx.input = input::Agent::of(&cx, responses, request.request_state.clone());
         let answer = Box::pin(surface::native_request(&self.state, &ctx, "prompts/get", params(request)?)).await?;
+        if answer["resultType"] == "input_required" {
+            return Ok(GetPromptResponse::InputRequired(relayed(answer)?));
+        }
         Ok(GetPromptResponse::Complete(relayed(answer)?))
     }
 
@@ -419,8 +429,22 @@ impl ServerHandler for Gateway {
         if native || matches!(request.name.as_ref(), "call_tool" | "call_destructive_tool") {
             ctx.upstream = Some(upstream_of(&cx));
         }
-        Ok(call_tool(&self.state, ctx, &request.name, request.arguments.unwrap_or_default()).await?.into())
+        let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
+        ctx.input = input::Agent::of(&cx, responses, request.request_state);
+        let mut outcome = call_outcome(&self.state, ctx, &request.name, request.arguments.unwrap_or_default()).await;
+        if native && let Some(error) = outcome.jsonrpc.take() {
+            return Err(error);
+        }
+        match outcome.interim {
+            None => Ok(complete(outcome.result).into()),
+            Some(surface::Interim::InputRequired(value)) => Ok(CallToolResponse::InputRequired(relayed(value)?)),
+            Some(surface::Interim::Refused(refused)) => Err(refused.into_error()),
+        }
     }
+}
+
+fn invalid(e: serde_json::Error) -> McpError {
+    McpError::invalid_params(e.to_string(), None)
 }
 
 /// The request's response stream: its progress token, and the log messages it asks for (on
@@ -446,21 +470,32 @@ pub async fn call_tool(
     name: &str,
     args: rmcp::model::JsonObject,
 ) -> Result<CallToolResult, McpError> {
+    let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
+    // The handshake era (the direct path) carries no agent input, so no call ends interim.
+    let mut outcome = call_outcome(state, ctx, name, args).await;
+    if native && let Some(error) = outcome.jsonrpc.take() {
+        return Err(error);
+    }
+    Ok(complete(outcome.result))
+}
+
+/// [`call_tool`]'s outcome, which on 2026-07-28 may be an interim answer.
+async fn call_outcome(state: &AppState, ctx: GatewayCtx, name: &str, args: rmcp::model::JsonObject) -> surface::Outcome {
     let started = Instant::now();
     let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
-    let mut outcome = if native {
+    let outcome = if native {
         Box::pin(surface::native_call(state, &ctx, name, args)).await
     } else {
         surface::dispatch(state, &ctx, name, args).await
     };
     state.activity.record(activity::Row::of_call(&ctx, name, &outcome, started, "mcp"));
-    if native && let Some(error) = outcome.jsonrpc.take() {
-        return Err(error);
-    }
-    let mut result = outcome.result;
-    // A result passed through from a downstream on a handshake-era revision carries no
-    // `resultType`, which 2026-07-28 requires on every result. rmcp (and the direct path)
-    // strip it again for peers on older revisions, so they see no change.
+    outcome
+}
+
+/// A result passed through from a downstream on a handshake-era revision carries no
+/// `resultType`, which 2026-07-28 requires on every result. rmcp (and the direct path) strip
+/// it again for peers on older revisions, so they see no change.
+fn complete(mut result: CallToolResult) -> CallToolResult {
     result.result_type.get_or_insert(ResultType::COMPLETE);
-    Ok(result)
+    result
 }

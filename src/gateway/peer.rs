@@ -97,6 +97,9 @@ async fn enter(state: &AppState, ctx: &GatewayCtx, id: &str, blueprint: &str) ->
         peer_path,
         // The target runs in this process: its downstream's notifications reach the caller.
         upstream: ctx.upstream.clone(),
+        // A peer workspace is called on the handshake era (its downstreams cannot ask this
+        // agent for input through it).
+        input: None,
     })
 }
 

@@ -125,6 +125,14 @@ impl Upstream {
         self.progress.as_ref()
     }
 
+    /// The level the agent asked for on 2026-07-28 (to ask a 2026 downstream for the same).
+    pub fn log_level(&self) -> Option<LoggingLevel> {
+        match self.logs {
+            Logs::AtLeast(level) => Some(level),
+            Logs::All | Logs::Off => None,
+        }
+    }
+
     /// The rmcp peer of the request, for relaying requests to the agent (sampling,
     /// elicitation, roots) while the call is open; `None` on the direct path.
     pub fn rmcp_peer(&self) -> Option<&Peer<RoleServer>> {

@@ -14,14 +14,60 @@ MODE is the SDK client's connect mode: absent, the handshake (`ClientSession.ini
 `auto` (`server/discover`, falling back to the handshake) or a 2026 revision such as
 `2026-07-28` (adopted without asking) go through the SDK's `Client`, which validates every
 result against that revision's schema.
+
+GATEHOUSE_ANSWER=1 makes the agent declare sampling and elicitation and answer them (sampling
+with "Paris, says the agent", a form elicitation by accepting {"name": "Ann"}); the modern
+modes then follow a downstream's input-required results (retrying with the answers).
+GATEHOUSE_ALT_URL sends every second HTTP request to that replica instead of URL's (strict
+alternation), and the output's "replicas" lists [JSON-RPC method, 0 or 1] per request.
 """
 import asyncio
 import json
 import os
 import sys
 
-from mcp import Client, ClientSession
+import httpx2
+from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+SEEN: list = []
+
+
+async def sample(context, params):
+    return types.CreateMessageResult(
+        role="assistant", content=types.TextContent(type="text", text="Paris, says the agent"), model="agent-model"
+    )
+
+
+async def elicit(context, params):
+    return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+
+def answers() -> dict:
+    if os.environ.get("GATEHOUSE_ANSWER"):
+        return {"sampling_callback": sample, "elicitation_callback": elicit}
+    return {}
+
+
+class Alternating(httpx2.AsyncBaseTransport):
+    """Every second request goes to the other replica (same path, another host:port)."""
+
+    def __init__(self, other: str) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.other = httpx2.URL(other)
+        self.n = 0
+
+    async def handle_async_request(self, request):
+        replica = self.n % 2
+        self.n += 1
+        if replica == 1:
+            request.url = request.url.copy_with(host=self.other.host, port=self.other.port)
+        try:
+            method = json.loads(request.content or b"{}").get("method")
+        except (ValueError, AttributeError):
+            method = None
+        SEEN.append([method, replica])
+        return await self.inner.handle_async_request(request)
 
 
 class Streams:
@@ -56,7 +102,7 @@ class Streams:
 async def modern(url: str, http, calls: list, mode: str) -> dict:
     streams = Streams()
     transport = streamable_http_client(url, http_client=http)
-    async with Client(transport, mode=mode, logging_callback=streams.log, log_level="info") as client:
+    async with Client(transport, mode=mode, **answers(), logging_callback=streams.log, log_level="info") as client:
         tools = await client.list_tools()
         info = client.server_info
         out = {
@@ -69,6 +115,7 @@ async def modern(url: str, http, calls: list, mode: str) -> dict:
             name, arguments, progress = streams.call(spec)
             result = await client.call_tool(name, arguments, progress_callback=progress)
             out["calls"].append(streams.report(result, spec))
+        out["replicas"] = SEEN
         return out
 
 
@@ -78,13 +125,19 @@ async def main(url: str, calls: list, mode: str | None) -> None:
         "Gatehouse-Client-Secret": os.environ["GATEHOUSE_CLIENT_SECRET"],
         "Authorization": f"Bearer {os.environ['GATEHOUSE_TOKEN']}",
     }
-    async with create_mcp_http_client(headers=headers) as http:
+    alt = os.environ.get("GATEHOUSE_ALT_URL")
+    client = (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300), transport=Alternating(alt))
+        if alt
+        else create_mcp_http_client(headers=headers)
+    )
+    async with client as http:
         if mode is not None:
             print(json.dumps(await modern(url, http, calls, mode)))
             return
         record = Streams()
         async with streamable_http_client(url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1], logging_callback=record.log) as session:
+            async with ClientSession(streams[0], streams[1], **answers(), logging_callback=record.log) as session:
                 init = await session.initialize()
                 tools = await session.list_tools()
                 out = {
@@ -97,6 +150,7 @@ async def main(url: str, calls: list, mode: str | None) -> None:
                     name, arguments, progress = record.call(spec)
                     result = await session.call_tool(name, arguments, progress_callback=progress)
                     out["calls"].append(record.report(result, spec))
+                out["replicas"] = SEEN
                 print(json.dumps(out))
 
 

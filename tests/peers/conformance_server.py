@@ -8,7 +8,10 @@ scenario only checks a shape, the values are ours. It serves both protocol revis
 streamable-HTTP endpoint (stateful sessions for the handshake era, so sampling and
 elicitation can be sent back to the client while a call is open).
 
-    python3 conformance_server.py PORT
+    python3 conformance_server.py PORT [CALL_LOG]
+
+With CALL_LOG, every POST's `Mcp-Method` and `Mcp-Name` headers are appended to that file
+first (tests prove with it what reached the downstream).
 """
 import asyncio
 import base64
@@ -476,5 +479,27 @@ lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, subs
 lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
 
 
+def recorded(app: Any, path: str) -> Any:
+    """The app, appending each POST's `Mcp-Method` and `Mcp-Name` to `path` (one JSON line
+    each) before it is served: the downstream's own record of what reached it."""
+
+    async def record(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = dict(scope["headers"])
+            line = {k: headers.get(f"mcp-{k}".encode(), b"").decode() for k in ("method", "name")}
+            with open(path, "a") as log:
+                log.write(json.dumps(line) + "\n")
+        await app(scope, receive, send)
+
+    return record
+
+
 if __name__ == "__main__":
-    server.run("streamable-http", port=int(sys.argv[1]))
+    # python3 conformance_server.py PORT [CALL_LOG]
+    if len(sys.argv) > 2:
+        import uvicorn
+
+        app = recorded(server.streamable_http_app(host="127.0.0.1"), sys.argv[2])
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    else:
+        server.run("streamable-http", port=int(sys.argv[1]))

@@ -4,6 +4,7 @@
 //! shared cache says they are current. Every call runs under its connector's deadline, so a
 //! dead or slow downstream gives a typed, retryable error instead of a hang.
 
+mod modern;
 mod session;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -115,6 +116,8 @@ pub struct Downstreams {
     catalogs: Mutex<HashMap<String, Catalog>>,
     /// Compiled input schemas, per catalog key and then tool; dropped with their catalog.
     validators: std::sync::Mutex<HashMap<String, HashMap<String, CompiledSchema>>>,
+    /// Per catalog key, whether the server speaks 2026-07-28 (see [`modern`]).
+    revisions: std::sync::Mutex<HashMap<String, bool>>,
 }
 
 impl std::fmt::Debug for Downstreams {

@@ -114,18 +114,10 @@ impl Session {
 
 impl Downstreams {
     pub(super) async fn connect(&self, connector: &Connector, credential: Option<&Credential>) -> Result<Session, Failure> {
-        let Connector::RemoteMcp { url, transport, headers, timeout_ms, .. } = connector else {
+        let Connector::RemoteMcp { url, transport, timeout_ms, .. } = connector else {
             return Err(Failure::Unavailable("not an MCP connector".into()));
         };
-        let mut custom = HeaderMap::new();
-        for (name, value) in headers {
-            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
-                custom.insert(n, v);
-            }
-        }
-        for (name, value) in credential.map(|c| c.headers.as_slice()).unwrap_or_default() {
-            custom.insert(name.clone(), value.clone());
-        }
+        let custom = headers(connector, credential);
         let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
         let deadline = Duration::from_millis(timeout_ms.unwrap_or(crate::workspaces::config::DEFAULT_TIMEOUT_MS));
         let timed_out = || Failure::Timeout(deadline.as_millis() as u64);
@@ -227,6 +219,23 @@ impl Downstreams {
             }
         }
     }
+}
+
+/// The headers every request to the connector carries: its configured ones, then the
+/// credential's.
+pub(super) fn headers(connector: &Connector, credential: Option<&Credential>) -> HeaderMap {
+    let mut custom = HeaderMap::new();
+    if let Connector::RemoteMcp { headers, .. } = connector {
+        for (name, value) in headers {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                custom.insert(n, v);
+            }
+        }
+    }
+    for (name, value) in credential.map(|c| c.headers.as_slice()).unwrap_or_default() {
+        custom.insert(name.clone(), value.clone());
+    }
+    custom
 }
 
 /// A session's key: the catalog key, then the credential's owner and version tag.

@@ -5,12 +5,17 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use serde_json::{Value, json};
 
 use super::{
-    ECHO_CAP, Outcome, PROGRAM_ADDRESS, RESULT_ADDRESS, catalog, class_name, classify, connector, credential, echo, failure, key,
-    note,
+    ECHO_CAP, Interim, Outcome, PROGRAM_ADDRESS, RESULT_ADDRESS, catalog, class_name, classify, connector, credential, echo,
+    failure, key, note,
 };
 use crate::{
     AppState,
-    gateway::{GatewayCtx, downstream, stash},
+    gateway::{
+        GatewayCtx,
+        downstream::{self, Failure},
+        input::{self, Relayed, Stopped},
+        stash,
+    },
     workspaces::{Connector, config::Class},
 };
 
@@ -113,8 +118,41 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
         out.classification = Some(class_name(class));
         return out;
     }
-    let call = downstream::ToolCall { tool: name, args: tool_args, upstream: ctx.upstream.as_ref() };
-    let mut out = match state.downstreams.call(ctx.tenant.id.0, &key, c, call, credential.as_ref()).await {
+    // A 2026-07-28 agent's call goes to a downstream that speaks that revision on it, so the
+    // downstream may ask the agent for input (an InputRequiredResult, sealed on its way up).
+    let mut relayed = None;
+    if let Some(agent) = ctx.input.as_deref() {
+        let call =
+            input::Call { connector: id, key: &key, c, credential: credential.as_ref(), method: "tools/call", target: name };
+        match input::relay(state, ctx, agent, call, json!({ "name": name, "arguments": tool_args })).await {
+            Ok(None) => {}
+            Ok(Some(Relayed::Complete(value))) => {
+                relayed = Some(
+                    serde_json::from_value::<CallToolResult>(value)
+                        .map_err(|e| Failure::Unavailable(format!("a malformed tool result: {}", echo(&e.to_string())))),
+                )
+            }
+            Ok(Some(Relayed::InputRequired(value))) => return Outcome::interim(Interim::InputRequired(value)).about(id, name),
+            // A program is told in its own terms; so is the six-tool surface of a downstream's
+            // JSON-RPC error (a native pool passes that on as it is).
+            Err(Stopped::Refused(r))
+                if r.code == "input_required_unsupported"
+                    || (r.code == "downstream_error" && !ctx.pool.as_ref().is_some_and(|(_, p)| p.native)) =>
+            {
+                return Outcome::error(r.code, r.message, None).about(id, name);
+            }
+            Err(Stopped::Refused(r)) => return Outcome::interim(Interim::Refused(r)).about(id, name),
+            Err(Stopped::Failed(f)) => relayed = Some(Err(f)),
+        }
+    }
+    let called = match relayed {
+        Some(called) => called,
+        None => {
+            let call = downstream::ToolCall { tool: name, args: tool_args, upstream: ctx.upstream.as_ref() };
+            state.downstreams.call(ctx.tenant.id.0, &key, c, call, credential.as_ref()).await
+        }
+    };
+    let mut out = match called {
         Ok(result) => {
             let body = serde_json::to_string(&result).unwrap_or_default();
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
@@ -130,6 +168,7 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
                 classification: None,
                 result_bytes: body.len().min(i32::MAX as usize) as i32,
                 jsonrpc: None,
+                interim: None,
             }
         }
         Err(f) => {

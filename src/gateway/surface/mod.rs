@@ -57,6 +57,17 @@ pub struct Outcome {
     /// The downstream's own JSON-RPC error, which a native pool answers as that error (the
     /// six-tool surface answers `result`, a `downstream_error`).
     pub jsonrpc: Option<rmcp::ErrorData>,
+    /// Not a result yet (2026-07-28): the downstream asks the agent for input, or the agent's
+    /// retry was refused. `result` then holds nothing the agent sees.
+    pub interim: Option<Interim>,
+}
+
+/// What a call answers instead of a result on 2026-07-28.
+pub enum Interim {
+    /// The downstream's `InputRequiredResult`, its `requestState` sealed by the gateway.
+    InputRequired(Value),
+    /// The agent's `requestState` was refused; nothing ran downstream.
+    Refused(crate::gateway::input::Refused),
 }
 
 impl Outcome {
@@ -72,7 +83,19 @@ impl Outcome {
             result_bytes: bytes,
             stashed: false,
             jsonrpc: None,
+            interim: None,
         }
+    }
+
+    /// A call answered with an [`Interim`] (recorded as `input_required`, or the refusal's code).
+    pub(crate) fn interim(interim: Interim) -> Outcome {
+        let code = match &interim {
+            Interim::InputRequired(_) => "input_required",
+            Interim::Refused(r) => r.code,
+        };
+        let mut out = Outcome::error(code, String::new(), None);
+        out.interim = Some(interim);
+        out
     }
 
     pub(crate) fn error(code: &str, message: String, extra: Option<Value>) -> Outcome {
@@ -89,6 +112,7 @@ impl Outcome {
             result_bytes: 0,
             stashed: false,
             jsonrpc: None,
+            interim: None,
         }
     }
 

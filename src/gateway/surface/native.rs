@@ -10,7 +10,11 @@ use serde_json::Value;
 use super::{Outcome, catalog, classify, credential, echo, key};
 use crate::{
     AppState,
-    gateway::{GatewayCtx, downstream::Failure},
+    gateway::{
+        GatewayCtx,
+        downstream::Failure,
+        input::{self, Relayed, Stopped},
+    },
     workspaces::{Connector, config::Class},
 };
 
@@ -234,7 +238,28 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
             let Some((id, c, local)) = prompt_owner(&connectors, &name) else {
                 return Err(ErrorData::invalid_params(format!("no prompt `{}` here", echo(&name)), None));
             };
-            params["name"] = Value::String(local);
+            params["name"] = Value::String(local.clone());
+            if let Some(agent) = ctx.input.as_deref() {
+                // The agent's answers travel in `agent`, and only to a downstream that asked.
+                for field in ["inputResponses", "requestState", "_meta"] {
+                    params.as_object_mut().map(|p| p.remove(field));
+                }
+                let credential = credential(state, ctx, id, c).await.map_err(refused)?;
+                let call = input::Call {
+                    connector: id,
+                    key: &key(ctx, id, c),
+                    c,
+                    credential: credential.as_ref(),
+                    method,
+                    target: &local,
+                };
+                match input::relay(state, ctx, agent, call, params.clone()).await {
+                    Ok(Some(Relayed::Complete(value) | Relayed::InputRequired(value))) => return Ok(value),
+                    Ok(None) => {}
+                    Err(Stopped::Refused(r)) => return Err(r.into_error()),
+                    Err(Stopped::Failed(f)) => return Err(refused(f)),
+                }
+            }
             relay(state, ctx, id, c, method, &params).await.map_err(refused)
         }
         "completion/complete" => {

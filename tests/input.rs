@@ -1,0 +1,238 @@
+//! Requests from a downstream to the agent on 2026-07-28 (issue 19 item 5): a downstream's
+//! `InputRequiredResult` reaches the agent with a `requestState` the gateway sealed, the retry
+//! lands on the other replica, and a tampered, cross-tenant or expired state is refused
+//! before anything is sent downstream (the downstream's own log of the requests it got shows
+//! it). The downstream is the conformance downstream (official Python SDK).
+
+mod common;
+
+use std::{path::PathBuf, time::Duration};
+
+use common::{Machine, Served, TestDb, cli, eventually, gatehouse, http, provision};
+use serde_json::{Value, json};
+
+/// The conformance downstream, logging every POST's `Mcp-Method`/`Mcp-Name` to `log`.
+async fn downstream(log: &PathBuf) -> (tokio::process::Child, String) {
+    let port = common::free_port();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_server.py");
+    let child = common::python3()
+        .arg(script)
+        .arg(port.to_string())
+        .arg(log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run python3 (the conformance downstream; scripts/test.sh installs its SDK)");
+    let up =
+        eventually(Duration::from_secs(30), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
+            .await;
+    assert!(up, "the conformance downstream did not start");
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// A tenant with a workspace `main`, the downstream as connector `conformance` and a native
+/// pool over it; its machine credentials.
+async fn tenant(t: &TestDb, slug: &str, downstream: &str) -> Machine {
+    cli(&t.url, &["tenant", "create", slug, "--name", slug]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", slug, "main"]).await;
+    common::add_remote_mcp(&t.url, slug, "main", "conformance", downstream).await;
+    // The input-required tools are classified reads, so `call_tool` and programs may call them.
+    let reads: serde_json::Map<String, Value> = ["elicitation", "sampling"]
+        .iter()
+        .map(|t| (format!("conformance.test_input_required_result_{t}"), json!("read")))
+        .collect();
+    let pools = json!({
+        "pools": { "native": { "tools": ["conformance"], "native": true } },
+        "classification": reads,
+    });
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, pools.to_string()).unwrap();
+    cli(&t.url, &["workspace", "configure", "--tenant", slug, "--workspace", "main", "--file", file.to_str().unwrap()]).await;
+    provision(&t.url, slug).await
+}
+
+/// One 2026-07-28 `tools/call` with the routing headers and per-request `_meta`.
+async fn call(url: &str, m: &Machine, tool: &str, extra: Value) -> Value {
+    let mut params = json!({ "name": tool, "arguments": {}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
+        "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} }
+    } });
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        params[k] = v;
+    }
+    let body = json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params });
+    let r = m
+        .headers(http().post(url))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+/// How many `tools/call` of `tool` reached the downstream.
+fn calls_of(log: &PathBuf, tool: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["method"] == "tools/call" && l["name"] == tool)
+        .count()
+}
+
+#[tokio::test]
+async fn a_sealed_request_state_crosses_replicas_and_a_tampered_expired_or_foreign_one_is_refused() {
+    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (_downstream, downstream_url) = downstream(&log).await;
+    let t = TestDb::new().await;
+    let acme = tenant(&t, "acme", &downstream_url).await;
+    let beta = tenant(&t, "beta", &downstream_url).await;
+    // Two replicas on one database with one vault key ring.
+    let key = common::vault_key("k1");
+    let start = || {
+        let mut c = gatehouse(Some(&t.url));
+        c.env("GATEHOUSE_VAULT_KEYS", &key);
+        Served::start(c)
+    };
+    let (a, b) = (start().await, start().await);
+    let pool = |served: &Served, slug: &str| format!("{}/t/{slug}/w/main/mcp/native", served.base);
+    let tool = "test_input_required_result_request_state";
+
+    // Round 1 on replica A: the downstream asks for a confirmation; its own state is sealed.
+    let first = call(&pool(&a, "acme"), &acme, tool, json!({})).await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    assert_eq!(result["inputRequests"]["confirm"]["method"], "elicitation/create", "{first}");
+    let sealed = result["requestState"].as_str().unwrap().to_owned();
+    assert_ne!(sealed, "confirm-round-1", "the downstream's state is not handed out as it is");
+    assert!(!sealed.contains("confirm-round-1"), "nor readable: {sealed}");
+    assert_eq!(calls_of(&log, tool), 1);
+
+    let answer = json!({ "confirm": { "action": "accept", "content": { "ok": true } } });
+    let refused = |body: &Value, code: &str| {
+        assert_eq!(body["error"]["code"], -32602, "{body}");
+        assert_eq!(body["error"]["data"]["code"], code, "{body}");
+        assert!(body.get("result").is_none(), "{body}");
+    };
+    // Tampered (one character of the ciphertext changed), on replica B.
+    let mut tampered = sealed.clone().into_bytes();
+    let last = tampered.len() - 1;
+    tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let body = call(&pool(&b, "acme"), &acme, tool, json!({ "inputResponses": answer, "requestState": tampered })).await;
+    refused(&body, "request_state_invalid");
+    // Another tenant's call with acme's genuine state (same downstream, same tool).
+    let body = call(&pool(&b, "beta"), &beta, tool, json!({ "inputResponses": answer, "requestState": sealed })).await;
+    refused(&body, "request_state_invalid");
+    // Genuinely sealed with the deployment's key for this very call, but expired.
+    let mut c = t.owner_conn().await;
+    use sqlx::Row;
+    let row =
+        sqlx::query("SELECT w.tenant_id, w.id FROM workspaces w JOIN tenants t ON t.id = w.tenant_id WHERE t.slug = 'acme'")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+    let (tenant_id, workspace_id): (uuid::Uuid, uuid::Uuid) = (row.get(0), row.get(1));
+    let ring = gatehouse::vault::KeyRing::parse(&key).unwrap();
+    let expired = gatehouse::gateway::input::seal_expired(
+        &ring,
+        (tenant_id, workspace_id, "conformance"),
+        ("tools/call", tool, &acme.token_id),
+        5,
+    );
+    let body = call(&pool(&b, "acme"), &acme, tool, json!({ "inputResponses": answer, "requestState": expired })).await;
+    refused(&body, "request_state_expired");
+    // None of the three reached the downstream.
+    assert_eq!(calls_of(&log, tool), 1, "a refused state must not run anything downstream");
+
+    // The genuine retry, on the other replica than round 1: the downstream gets its own state.
+    let body = call(&pool(&b, "acme"), &acme, tool, json!({ "inputResponses": answer, "requestState": sealed })).await;
+    assert_eq!(body["result"]["resultType"], "complete", "{body}");
+    assert!(body["result"]["content"][0]["text"].as_str().unwrap().contains("state-ok"), "{body}");
+    assert_eq!(calls_of(&log, tool), 2);
+    // A state is bound to its call: on another tool of the same connector it is refused.
+    let other = "test_input_required_result_multi_round";
+    let body = call(&pool(&a, "acme"), &acme, other, json!({ "inputResponses": answer, "requestState": sealed })).await;
+    refused(&body, "request_state_invalid");
+    assert_eq!(calls_of(&log, other), 0);
+
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
+
+/// The official Python SDK agent (tests/peers/agent.py) on 2026-07-28, answering sampling and
+/// elicitation, its HTTP requests alternating between `url`'s replica and `alt`.
+async fn agent(url: &str, alt: &str, m: &Machine, calls: Value) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/agent.py");
+    let out = common::python3()
+        .arg(script)
+        .arg(url)
+        .arg(calls.to_string())
+        .arg("2026-07-28")
+        .env("GATEHOUSE_CLIENT_ID", &m.client_id)
+        .env("GATEHOUSE_CLIENT_SECRET", &m.client_secret)
+        .env("GATEHOUSE_TOKEN", &m.token)
+        .env("GATEHOUSE_ANSWER", "1")
+        .env("GATEHOUSE_ALT_URL", alt)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run python3 (the MCP SDK agent; scripts/test.sh installs it)");
+    assert!(out.status.success(), "agent failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("agent prints JSON")
+}
+
+#[tokio::test]
+async fn the_python_sdk_answers_sampling_and_elicitation_on_2026_07_28_with_each_retry_on_the_other_replica() {
+    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (_downstream, downstream_url) = downstream(&log).await;
+    let t = TestDb::new().await;
+    let acme = tenant(&t, "acme", &downstream_url).await;
+    let key = common::vault_key("k1");
+    let start = || {
+        let mut c = gatehouse(Some(&t.url));
+        c.env("GATEHOUSE_VAULT_KEYS", &key);
+        Served::start(c)
+    };
+    let (a, b) = (start().await, start().await);
+    let surface = format!("{}/t/acme/w/main/mcp", a.base);
+    let (sampling, elicitation) = ("test_input_required_result_sampling", "test_input_required_result_elicitation");
+
+    // A native pool: the downstream's tools themselves.
+    let out = agent(&format!("{surface}/native"), &b.base, &acme, json!([[sampling, {}], [elicitation, {}]])).await;
+    assert_eq!(out["protocol"], "2026-07-28", "{out}");
+    assert_eq!(out["calls"][0], json!({ "isError": false, "text": ["Sampling answer: Paris, says the agent"] }), "{out}");
+    assert_eq!(out["calls"][1], json!({ "isError": false, "text": ["Hello, Ann!"] }), "{out}");
+    // Each call took two rounds, and each retry went to the other replica than its first round.
+    let calls: Vec<i64> =
+        out["replicas"].as_array().unwrap().iter().filter(|r| r[0] == "tools/call").map(|r| r[1].as_i64().unwrap()).collect();
+    assert_eq!(calls.len(), 4, "{out}");
+    assert!(calls[0] != calls[1] && calls[2] != calls[3], "{out}");
+    assert_eq!(calls_of(&log, sampling), 2);
+
+    // The six-tool surface: `call_tool` of the same tools, retried with the same address.
+    let via = |tool: &str| json!(["call_tool", { "address": format!("conformance.{tool}"), "args": {} }]);
+    let out = agent(&surface, &b.base, &acme, json!([via(sampling), via(elicitation)])).await;
+    assert_eq!(out["calls"][0], json!({ "isError": false, "text": ["Sampling answer: Paris, says the agent"] }), "{out}");
+    assert_eq!(out["calls"][1], json!({ "isError": false, "text": ["Hello, Ann!"] }), "{out}");
+    assert_eq!(calls_of(&log, elicitation), 4);
+
+    // A program cannot answer: its host call is refused in its own terms, not left waiting.
+    let program = format!(
+        "async () => {{ try {{ await gatehouse.call('conformance.{elicitation}', {{}}); return 'answered'; }} \
+         catch (e) {{ return JSON.stringify(e); }} }}"
+    );
+    let out = agent(&surface, &b.base, &acme, json!([["execute_code", { "code": program }]])).await;
+    let text = out["calls"][0]["text"][0].as_str().unwrap_or_default();
+    assert!(text.contains("input_required_unsupported"), "{out}");
+
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
