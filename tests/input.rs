@@ -132,13 +132,17 @@ async fn a_sealed_request_state_crosses_replicas_and_a_tampered_expired_or_forei
     let body = call(&pool(&b, "beta"), &beta, tool, json!({ "inputResponses": answer, "requestState": sealed })).await;
     refused(&body, "request_state_invalid");
     // Genuinely sealed with the deployment's key for this very call, but expired.
+    use sqlx::{Connection, Executor, Row};
     let mut c = t.owner_conn().await;
-    use sqlx::Row;
+    let mut tx = c.begin().await.unwrap();
+    // Row-level security is forced: the platform setting lets the owner read across tenants.
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
     let row =
         sqlx::query("SELECT w.tenant_id, w.id FROM workspaces w JOIN tenants t ON t.id = w.tenant_id WHERE t.slug = 'acme'")
-            .fetch_one(&mut c)
+            .fetch_one(&mut *tx)
             .await
             .unwrap();
+    tx.commit().await.unwrap();
     let (tenant_id, workspace_id): (uuid::Uuid, uuid::Uuid) = (row.get(0), row.get(1));
     let ring = gatehouse::vault::KeyRing::parse(&key).unwrap();
     let expired = gatehouse::gateway::input::seal_expired(
