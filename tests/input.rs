@@ -6,30 +6,10 @@
 
 mod common;
 
-use std::{path::PathBuf, time::Duration};
+use std::path::PathBuf;
 
-use common::{Machine, Served, TestDb, cli, eventually, gatehouse, http, provision};
+use common::{Machine, Served, TestDb, cli, gatehouse, http, provision};
 use serde_json::{Value, json};
-
-/// The conformance downstream, logging every POST's `Mcp-Method`/`Mcp-Name` to `log`.
-async fn downstream(log: &PathBuf) -> (tokio::process::Child, String) {
-    let port = common::free_port();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_server.py");
-    let child = common::python3()
-        .arg(script)
-        .arg(port.to_string())
-        .arg(log)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run python3 (the conformance downstream; scripts/test.sh installs its SDK)");
-    let up =
-        eventually(Duration::from_secs(30), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
-            .await;
-    assert!(up, "the conformance downstream did not start");
-    (child, format!("http://127.0.0.1:{port}/mcp"))
-}
 
 /// A tenant with a workspace `main`, the downstream as connector `conformance` and a native
 /// pool over it; its machine credentials.
@@ -90,18 +70,11 @@ fn calls_of(log: &PathBuf, tool: &str) -> usize {
 #[tokio::test]
 async fn a_sealed_request_state_crosses_replicas_and_a_tampered_expired_or_foreign_one_is_refused() {
     let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
-    let (_downstream, downstream_url) = downstream(&log).await;
+    let (_downstream, downstream_url) = common::conformance_downstream_logging(Some(&log)).await;
     let t = TestDb::new().await;
     let acme = tenant(&t, "acme", &downstream_url).await;
     let beta = tenant(&t, "beta", &downstream_url).await;
-    // Two replicas on one database with one vault key ring.
-    let key = common::vault_key("k1");
-    let start = || {
-        let mut c = gatehouse(Some(&t.url));
-        c.env("GATEHOUSE_VAULT_KEYS", &key);
-        Served::start(c)
-    };
-    let (a, b) = (start().await, start().await);
+    let (a, b, key) = two_replicas(&t).await;
     let pool = |served: &Served, slug: &str| format!("{}/t/{slug}/w/main/mcp/native", served.base);
     let tool = "test_input_required_result_request_state";
 
@@ -174,38 +147,27 @@ async fn a_sealed_request_state_crosses_replicas_and_a_tampered_expired_or_forei
 /// The official Python SDK agent (tests/peers/agent.py) on 2026-07-28, answering sampling and
 /// elicitation, its HTTP requests alternating between `url`'s replica and `alt`.
 async fn agent(url: &str, alt: &str, m: &Machine, calls: Value) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/agent.py");
-    let out = common::python3()
-        .arg(script)
-        .arg(url)
-        .arg(calls.to_string())
-        .arg("2026-07-28")
-        .env("GATEHOUSE_CLIENT_ID", &m.client_id)
-        .env("GATEHOUSE_CLIENT_SECRET", &m.client_secret)
-        .env("GATEHOUSE_TOKEN", &m.token)
-        .env("GATEHOUSE_ANSWER", "1")
-        .env("GATEHOUSE_ALT_URL", alt)
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run python3 (the MCP SDK agent; scripts/test.sh installs it)");
-    assert!(out.status.success(), "agent failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("agent prints JSON")
+    common::python_agent_with(url, m, Some("2026-07-28"), &[("GATEHOUSE_ANSWER", "1"), ("GATEHOUSE_ALT_URL", alt)], calls).await
 }
 
-#[tokio::test]
-async fn the_python_sdk_answers_sampling_and_elicitation_on_2026_07_28_with_each_retry_on_the_other_replica() {
-    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
-    let (_downstream, downstream_url) = downstream(&log).await;
-    let t = TestDb::new().await;
-    let acme = tenant(&t, "acme", &downstream_url).await;
+/// Two replicas on one database with one vault key ring (returned too).
+async fn two_replicas(t: &TestDb) -> (Served, Served, String) {
     let key = common::vault_key("k1");
     let start = || {
         let mut c = gatehouse(Some(&t.url));
         c.env("GATEHOUSE_VAULT_KEYS", &key);
         Served::start(c)
     };
-    let (a, b) = (start().await, start().await);
+    (start().await, start().await, key)
+}
+
+#[tokio::test]
+async fn the_python_sdk_answers_sampling_and_elicitation_on_2026_07_28_with_each_retry_on_the_other_replica() {
+    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (_downstream, downstream_url) = common::conformance_downstream_logging(Some(&log)).await;
+    let t = TestDb::new().await;
+    let acme = tenant(&t, "acme", &downstream_url).await;
+    let (a, b, _) = two_replicas(&t).await;
     let surface = format!("{}/t/acme/w/main/mcp", a.base);
     let (sampling, elicitation) = ("test_input_required_result_sampling", "test_input_required_result_elicitation");
 

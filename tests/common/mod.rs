@@ -403,10 +403,17 @@ pub fn python3() -> Command {
 /// The conformance downstream (tests/peers/conformance_server.py, the official Python SDK)
 /// on a free loopback port: its child process (killed when dropped) and its MCP endpoint.
 pub async fn conformance_downstream() -> (Child, String) {
+    conformance_downstream_logging(None).await
+}
+
+/// [`conformance_downstream`], which logs every POST's `Mcp-Method`/`Mcp-Name` to `log`
+/// when one is given.
+pub async fn conformance_downstream_logging(log: Option<&std::path::Path>) -> (Child, String) {
     let port = free_port();
     let child = python3()
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_server.py"))
         .arg(port.to_string())
+        .args(log)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -427,6 +434,18 @@ pub async fn python_agent(url: &str, m: &Machine, calls: serde_json::Value) -> s
 /// [`python_agent`] with the SDK client's connect `mode` (`auto`, or a 2026 revision such as
 /// `2026-07-28`); `None` is the handshake.
 pub async fn python_agent_in(url: &str, m: &Machine, mode: Option<&str>, calls: serde_json::Value) -> serde_json::Value {
+    python_agent_with(url, m, mode, &[], calls).await
+}
+
+/// [`python_agent_in`] with extra environment for the agent (`GATEHOUSE_ANSWER`,
+/// `GATEHOUSE_ALT_URL`: see tests/peers/agent.py).
+pub async fn python_agent_with(
+    url: &str,
+    m: &Machine,
+    mode: Option<&str>,
+    env: &[(&str, &str)],
+    calls: serde_json::Value,
+) -> serde_json::Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/agent.py");
     let out = python3()
         .arg(script)
@@ -436,6 +455,7 @@ pub async fn python_agent_in(url: &str, m: &Machine, mode: Option<&str>, calls: 
         .env("GATEHOUSE_CLIENT_ID", &m.client_id)
         .env("GATEHOUSE_CLIENT_SECRET", &m.client_secret)
         .env("GATEHOUSE_TOKEN", &m.token)
+        .envs(env.iter().copied())
         .kill_on_drop(true)
         .output()
         .await

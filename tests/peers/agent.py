@@ -99,24 +99,29 @@ class Streams:
         return out
 
 
+async def drive(session, streams: Streams, describe, calls: list) -> dict:
+    """Lists the tools, then makes `calls`; `describe()` names (server, protocol) once listed."""
+    tools = await session.list_tools()
+    server, protocol = describe()
+    out = {"server": server, "protocol": protocol, "tools": [t.name for t in tools.tools], "calls": []}
+    for spec in calls:
+        name, arguments, progress = streams.call(spec)
+        result = await session.call_tool(name, arguments, progress_callback=progress)
+        out["calls"].append(streams.report(result, spec))
+    out["replicas"] = SEEN
+    return out
+
+
 async def modern(url: str, http, calls: list, mode: str) -> dict:
     streams = Streams()
     transport = streamable_http_client(url, http_client=http)
     async with Client(transport, mode=mode, **answers(), logging_callback=streams.log, log_level="info") as client:
-        tools = await client.list_tools()
-        info = client.server_info
-        out = {
-            "server": info.name if info is not None else None,
-            "protocol": client.protocol_version,
-            "tools": [t.name for t in tools.tools],
-            "calls": [],
-        }
-        for spec in calls:
-            name, arguments, progress = streams.call(spec)
-            result = await client.call_tool(name, arguments, progress_callback=progress)
-            out["calls"].append(streams.report(result, spec))
-        out["replicas"] = SEEN
-        return out
+
+        def describe():
+            info = client.server_info
+            return (info.name if info is not None else None, client.protocol_version)
+
+        return await drive(client, streams, describe, calls)
 
 
 async def main(url: str, calls: list, mode: str | None) -> None:
@@ -139,18 +144,7 @@ async def main(url: str, calls: list, mode: str | None) -> None:
         async with streamable_http_client(url, http_client=http) as streams:
             async with ClientSession(streams[0], streams[1], **answers(), logging_callback=record.log) as session:
                 init = await session.initialize()
-                tools = await session.list_tools()
-                out = {
-                    "server": init.server_info.name,
-                    "protocol": init.protocol_version,
-                    "tools": [t.name for t in tools.tools],
-                    "calls": [],
-                }
-                for spec in calls:
-                    name, arguments, progress = record.call(spec)
-                    result = await session.call_tool(name, arguments, progress_callback=progress)
-                    out["calls"].append(record.report(result, spec))
-                out["replicas"] = SEEN
+                out = await drive(session, record, lambda: (init.server_info.name, init.protocol_version), calls)
                 print(json.dumps(out))
 
 
