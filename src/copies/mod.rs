@@ -25,7 +25,7 @@ use crate::{
     config::Config,
     db::{Db, Scope},
     error::{Error, Result},
-    ids::TenantId,
+    ids::{MoveId, TenantId, WorkspaceId},
 };
 
 /// What kind of move recorded a row (the `kind` column).
@@ -127,10 +127,10 @@ impl SourceOutcome {
 /// One ledger row as the API shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Copy {
-    pub move_id: Uuid,
+    pub move_id: MoveId,
     pub copy_ref: String,
     pub role: String,
-    pub workspace_id: Uuid,
+    pub workspace_id: WorkspaceId,
     pub kind: String,
     pub state: String,
     pub epoch_read: i64,

@@ -99,8 +99,11 @@ async fn settle_row(db: &Db, config: &Config, row: &Claimed, from: &'static str,
             if !store::lock_row(&mut *conn, row, from).await? {
                 return Ok(false);
             }
-            let wiped =
-                if to == "done" { wipe(&mut *conn, config, row.tenant, row.workspace_id, &row.copy_ref).await? } else { "kept" };
+            let wiped = if to == "done" {
+                wipe(&mut *conn, config, row.tenant, row.workspace_id.0, &row.copy_ref).await?
+            } else {
+                "kept"
+            };
             if !store::settle(&mut *conn, row, from, to).await? {
                 return Ok(false);
             }
@@ -173,7 +176,7 @@ pub async fn abandon(db: &Db, config: &Config, tenant: TenantId, move_id: Uuid) 
         return;
     }
     let rows = db.single_decision(SCOPE, |conn, _| Box::pin(store::to_settle(conn, me, ABANDONED_SECS, BATCH))).await;
-    for row in rows.unwrap_or_default().iter().filter(|r| r.move_id == move_id) {
+    for row in rows.unwrap_or_default().iter().filter(|r| r.move_id.0 == move_id) {
         if let Err(e) = settle_claimed(db, config, row).await {
             tracing::warn!(error = %e, %move_id, "cannot settle a failed move; the sweep will");
         }
