@@ -1,6 +1,6 @@
 //! Fork SQL: creating a fork's rows from its source, and deleting a disposable workspace.
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::{
@@ -20,16 +20,16 @@ pub async fn insert_fork(
     source: Uuid,
     ttl_hours: i64,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO workspaces (tenant_id, id, slug, name, status, bound_version, fork_of, expires_at)
          VALUES ($1, $2, $3, $4, 'provisioning', 1, $5, now() + make_interval(hours => $6::int))",
+        tenant.0,
+        id,
+        slug,
+        name,
+        source,
+        ttl_hours as i32,
     )
-    .bind(tenant)
-    .bind(id)
-    .bind(slug)
-    .bind(name)
-    .bind(source)
-    .bind(ttl_hours as i32)
     .execute(conn)
     .await
     .map_err(|e| {
@@ -43,14 +43,14 @@ pub async fn insert_fork(
 
 /// Copies the source's stored connector catalogs (the connector state) to the fork.
 pub async fn copy_catalogs(conn: &mut PgConnection, tenant: TenantId, source: Uuid, fork: Uuid) -> Result<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools, fetched_at)
          SELECT tenant_id, $3, connector_id, config_key, tools, fetched_at FROM connector_catalogs
           WHERE tenant_id = $1 AND workspace_id = $2",
+        tenant.0,
+        source,
+        fork,
     )
-    .bind(tenant)
-    .bind(source)
-    .bind(fork)
     .execute(conn)
     .await?;
     Ok(done.rows_affected())
@@ -67,24 +67,15 @@ pub struct SharedCredential {
 /// The source's workspace-wide credentials: `shared` slots and static OAuth client secrets
 /// (never members' own credentials).
 pub async fn shared_credentials(conn: &mut PgConnection, tenant: TenantId, source: Uuid) -> Result<Vec<SharedCredential>> {
-    sqlx::query(
-        "SELECT connector_id, owner, envelope, fields FROM credentials
+    Ok(sqlx::query_as!(
+        SharedCredential,
+        "SELECT connector_id AS connector, owner, envelope, fields FROM credentials
           WHERE tenant_id = $1 AND workspace_id = $2 AND owner IN ('shared', 'oauth_client') ORDER BY connector_id, owner",
+        tenant.0,
+        source,
     )
-    .bind(tenant)
-    .bind(source)
     .fetch_all(conn)
-    .await?
-    .iter()
-    .map(|r| {
-        Ok(SharedCredential {
-            connector: r.try_get("connector_id")?,
-            owner: r.try_get("owner")?,
-            envelope: r.try_get("envelope")?,
-            fields: r.try_get("fields")?,
-        })
-    })
-    .collect()
+    .await?)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -97,18 +88,18 @@ pub async fn insert_credential(
     envelope: &str,
     updated_by: &str,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO credentials (tenant_id, workspace_id, connector_id, owner, key_id, envelope, fields, updated_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        tenant.0,
+        fork,
+        c.connector,
+        c.owner,
+        key_id,
+        envelope,
+        c.fields,
+        updated_by,
     )
-    .bind(tenant)
-    .bind(fork)
-    .bind(&c.connector)
-    .bind(&c.owner)
-    .bind(key_id)
-    .bind(envelope)
-    .bind(&c.fields)
-    .bind(updated_by)
     .execute(conn)
     .await?;
     Ok(())
@@ -116,112 +107,93 @@ pub async fn insert_credential(
 
 /// `provisioning → active` for the fork; `None` when it is not provisioning any more.
 pub async fn activate(conn: &mut PgConnection, tenant: TenantId, fork: Uuid) -> Result<Option<Workspace>> {
-    let row = sqlx::query(
-        "UPDATE workspaces SET status = 'active', revision = revision + 1, updated_at = now()
+    Ok(sqlx::query_as!(
+        Workspace,
+        r#"UPDATE workspaces SET status = 'active', revision = revision + 1, updated_at = now()
           WHERE tenant_id = $1 AND id = $2 AND status = 'provisioning' AND fork_of IS NOT NULL
-          RETURNING id, slug, name, status, bound_version, revision, created_at, updated_at",
+          RETURNING id AS "id: WorkspaceId", slug, name, status, bound_version, revision, created_at, updated_at"#,
+        tenant.0,
+        fork,
     )
-    .bind(tenant)
-    .bind(fork)
     .fetch_optional(conn)
-    .await?;
-    row.map(|r| {
-        Ok(Workspace {
-            id: WorkspaceId(r.try_get("id")?),
-            slug: r.try_get("slug")?,
-            name: r.try_get("name")?,
-            status: r.try_get("status")?,
-            bound_version: r.try_get("bound_version")?,
-            revision: r.try_get("revision")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-        })
-    })
-    .transpose()
+    .await?)
 }
 
 /// A fork's expiry state, locked for update.
 pub struct ForkRow {
-    pub id: Uuid,
-    pub fork_of: Option<Uuid>,
+    pub id: WorkspaceId,
+    pub fork_of: Option<WorkspaceId>,
     pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
     pub pinned: bool,
     pub status: String,
 }
 
 pub async fn lock_by_slug(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<ForkRow>> {
-    let row = sqlx::query(
-        "SELECT id, fork_of, expires_at, pinned, status FROM workspaces WHERE tenant_id = $1 AND slug = $2 FOR UPDATE",
+    Ok(sqlx::query_as!(
+        ForkRow,
+        r#"SELECT id AS "id: WorkspaceId", fork_of AS "fork_of: WorkspaceId", expires_at, pinned, status
+             FROM workspaces WHERE tenant_id = $1 AND slug = $2 FOR UPDATE"#,
+        tenant.0,
+        slug,
     )
-    .bind(tenant)
-    .bind(slug)
     .fetch_optional(conn)
-    .await?;
-    row.map(|r| {
-        Ok(ForkRow {
-            id: r.try_get("id")?,
-            fork_of: r.try_get("fork_of")?,
-            expires_at: r.try_get("expires_at")?,
-            pinned: r.try_get("pinned")?,
-            status: r.try_get("status")?,
-        })
-    })
-    .transpose()
+    .await?)
 }
 
 /// Sets a fork's expiry (extended from the later of now and its current expiry) and pin.
 pub async fn set_expiry(
     conn: &mut PgConnection,
     tenant: TenantId,
-    id: Uuid,
+    id: WorkspaceId,
     extend_hours: i64,
     pinned: bool,
 ) -> Result<(chrono::DateTime<chrono::Utc>, bool)> {
-    let row = sqlx::query(
-        "UPDATE workspaces
+    // `expires_at` is set on every fork (the WHERE keeps to forks), hence the `!`s.
+    let row = sqlx::query!(
+        r#"UPDATE workspaces
             SET expires_at = CASE WHEN $3 = 0 THEN expires_at ELSE greatest(expires_at, now()) + make_interval(hours => $3::int) END,
                 pinned = $4, revision = revision + 1, updated_at = now()
           WHERE tenant_id = $1 AND id = $2 AND fork_of IS NOT NULL
-          RETURNING expires_at, pinned, expires_at > now() + interval '720 hours' AS too_far",
+          RETURNING expires_at AS "expires_at!", pinned, expires_at > now() + interval '720 hours' AS "too_far!""#,
+        tenant.0,
+        id.0,
+        extend_hours as i32,
+        pinned,
     )
-    .bind(tenant)
-    .bind(id)
-    .bind(extend_hours as i32)
-    .bind(pinned)
     .fetch_one(conn)
     .await?;
-    if row.try_get::<bool, _>("too_far")? {
+    if row.too_far {
         return Err(Error::invalid("invalid_hours", Some("hours"), "a fork expires at most 720 hours from now"));
     }
-    Ok((row.try_get("expires_at")?, row.try_get("pinned")?))
+    Ok((row.expires_at, row.pinned))
 }
 
 /// Expired, unpinned, settled forks not being reaped (platform context): (tenant, id).
 pub async fn expired(conn: &mut PgConnection, limit: i64) -> Result<Vec<(TenantId, Uuid)>> {
-    sqlx::query(
+    Ok(sqlx::query!(
         "SELECT tenant_id, id FROM workspaces
           WHERE fork_of IS NOT NULL AND NOT pinned AND expires_at <= now() AND status <> 'provisioning'
             AND reap_claimed_at IS NULL
           ORDER BY expires_at LIMIT $1",
+        limit,
     )
-    .bind(limit)
     .fetch_all(conn)
     .await?
-    .iter()
-    .map(|r| Ok((TenantId(r.try_get("tenant_id")?), r.try_get("id")?)))
-    .collect()
+    .into_iter()
+    .map(|r| (TenantId(r.tenant_id), r.id))
+    .collect())
 }
 
 /// Locks an expired fork if it still is one (skipping it when another replica holds it): its slug.
 pub async fn lock_expired(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar!(
         "SELECT slug FROM workspaces
           WHERE tenant_id = $1 AND id = $2 AND fork_of IS NOT NULL AND NOT pinned AND expires_at <= now()
             AND status <> 'provisioning' AND reap_claimed_at IS NULL
           FOR UPDATE SKIP LOCKED",
+        tenant.0,
+        id,
     )
-    .bind(tenant)
-    .bind(id)
     .fetch_optional(conn)
     .await?)
 }
@@ -229,11 +201,12 @@ pub async fn lock_expired(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -
 /// Deletes a workspace that is disposable — a fork, or one still `provisioning` (a move's
 /// destination that never confirmed) — with all of its state; whether there was one.
 pub async fn delete_disposable(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<bool> {
-    let found: Option<i32> = sqlx::query_scalar(
-        "SELECT 1 FROM workspaces WHERE tenant_id = $1 AND id = $2 AND (fork_of IS NOT NULL OR status = 'provisioning') FOR UPDATE",
+    let found = sqlx::query_scalar!(
+        "SELECT 1 AS one FROM workspaces
+          WHERE tenant_id = $1 AND id = $2 AND (fork_of IS NOT NULL OR status = 'provisioning') FOR UPDATE",
+        tenant.0,
+        id,
     )
-    .bind(tenant)
-    .bind(id)
     .fetch_optional(&mut *conn)
     .await?;
     if found.is_none() {
@@ -242,13 +215,13 @@ pub async fn delete_disposable(conn: &mut PgConnection, tenant: TenantId, id: Uu
     // The database lets only a claimed reap of an archived workspace delete its row and its
     // versions (migration 16's guard): deleting a disposable copy is such a reap, claimed and
     // finished in this one transaction, so nobody ever sees it half-way.
-    sqlx::query(
+    sqlx::query!(
         "UPDATE workspaces SET status = 'archived', reap_claimed_at = now(), reap_owner = $3, updated_at = now()
           WHERE tenant_id = $1 AND id = $2",
+        tenant.0,
+        id,
+        format!("copies:{}", crate::copies::replica_id()),
     )
-    .bind(tenant)
-    .bind(id)
-    .bind(format!("copies:{}", crate::copies::replica_id()))
     .execute(&mut *conn)
     .await?;
     delete_state(conn, tenant, id).await?;
@@ -259,6 +232,6 @@ pub async fn delete_disposable(conn: &mut PgConnection, tenant: TenantId, id: Uu
 /// The caller has checked it may be deleted.
 async fn delete_state(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<()> {
     crate::workspaces::tables::delete_state(&mut *conn, tenant, &[id], true).await?;
-    sqlx::query("DELETE FROM workspaces WHERE tenant_id = $1 AND id = $2").bind(tenant).bind(id).execute(conn).await?;
+    sqlx::query!("DELETE FROM workspaces WHERE tenant_id = $1 AND id = $2", tenant.0, id).execute(conn).await?;
     Ok(())
 }
