@@ -1,6 +1,6 @@
 //! Reap SQL: the claim, and the deletions of the final transaction.
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::{error::Result, ids::TenantId};
@@ -20,62 +20,53 @@ pub struct State {
     pub open_revocations: i64,
 }
 
-const STATE: &str = "SELECT w.id, w.slug, w.status, w.reap_claimed_at, w.reap_owner,
-        coalesce(w.reap_claimed_at < now() - make_interval(secs => $3), false) AS stale,
-        (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id AND c.state = 'pending') AS pending,
-        (SELECT count(*) FROM oauth_revocations r WHERE r.tenant_id = w.tenant_id AND r.workspace_id = w.id
-            AND r.outcome IS NULL) AS open_revocations
-   FROM workspaces w WHERE w.tenant_id = $1";
-
-fn state(row: &sqlx::postgres::PgRow) -> Result<State> {
-    Ok(State {
-        id: row.try_get("id")?,
-        slug: row.try_get("slug")?,
-        status: row.try_get("status")?,
-        claimed_at: row.try_get("reap_claimed_at")?,
-        owner: row.try_get("reap_owner")?,
-        stale: row.try_get("stale")?,
-        pending: row.try_get("pending")?,
-        open_revocations: row.try_get("open_revocations")?,
-    })
+/// The workspace by slug (`$2`) or by id (`$3`), whichever is given: one statement, so the
+/// claim's view of a workspace is written once.
+async fn by(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    slug: Option<&str>,
+    id: Option<Uuid>,
+    grace_secs: f64,
+) -> Result<Option<State>> {
+    Ok(sqlx::query_as!(
+        State,
+        r#"SELECT w.id, w.slug, w.status, w.reap_claimed_at AS claimed_at, w.reap_owner AS owner,
+                coalesce(w.reap_claimed_at < now() - make_interval(secs => $4), false) AS "stale!",
+                (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id
+                    AND c.state = 'pending') AS "pending!",
+                (SELECT count(*) FROM oauth_revocations r WHERE r.tenant_id = w.tenant_id AND r.workspace_id = w.id
+                    AND r.outcome IS NULL) AS "open_revocations!"
+           FROM workspaces w WHERE w.tenant_id = $1 AND (w.slug = $2 OR w.id = $3)"#,
+        tenant.0,
+        slug,
+        id,
+        grace_secs,
+    )
+    .fetch_optional(conn)
+    .await?)
 }
 
 pub async fn by_slug(conn: &mut PgConnection, tenant: TenantId, slug: &str, grace_secs: f64) -> Result<Option<State>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!("{STATE} AND w.slug = $2")))
-        .bind(tenant)
-        .bind(slug)
-        .bind(grace_secs)
-        .fetch_optional(conn)
-        .await?
-        .as_ref()
-        .map(state)
-        .transpose()
+    by(conn, tenant, Some(slug), None, grace_secs).await
 }
 
 pub async fn by_id(conn: &mut PgConnection, tenant: TenantId, id: Uuid, grace_secs: f64) -> Result<Option<State>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!("{STATE} AND w.id = $2")))
-        .bind(tenant)
-        .bind(id)
-        .bind(grace_secs)
-        .fetch_optional(conn)
-        .await?
-        .as_ref()
-        .map(state)
-        .transpose()
+    by(conn, tenant, None, Some(id), grace_secs).await
 }
 
 /// The claim: once, only from archived, only with no copy pending and no revocation owed.
 pub async fn claim(conn: &mut PgConnection, tenant: TenantId, id: Uuid, owner: &str) -> Result<bool> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE workspaces w SET reap_claimed_at = now(), reap_owner = $3, revision = revision + 1, updated_at = now()
           WHERE w.tenant_id = $1 AND w.id = $2 AND w.status = 'archived' AND w.reap_claimed_at IS NULL
             AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id AND c.state = 'pending')
             AND NOT EXISTS (SELECT 1 FROM oauth_revocations r WHERE r.tenant_id = w.tenant_id AND r.workspace_id = w.id
                               AND r.outcome IS NULL)",
+        tenant.0,
+        id,
+        owner,
     )
-    .bind(tenant)
-    .bind(id)
-    .bind(owner)
     .execute(conn)
     .await?
     .rows_affected()
@@ -84,14 +75,14 @@ pub async fn claim(conn: &mut PgConnection, tenant: TenantId, id: Uuid, owner: &
 
 /// Takes over a claim whose owner is presumed gone (older than the grace period), once.
 pub async fn take_over(conn: &mut PgConnection, tenant: TenantId, id: Uuid, owner: &str, grace_secs: f64) -> Result<bool> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE workspaces SET reap_claimed_at = now(), reap_owner = $3
           WHERE tenant_id = $1 AND id = $2 AND reap_claimed_at < now() - make_interval(secs => $4)",
+        tenant.0,
+        id,
+        owner,
+        grace_secs,
     )
-    .bind(tenant)
-    .bind(id)
-    .bind(owner)
-    .bind(grace_secs)
     .execute(conn)
     .await?
     .rows_affected()
@@ -100,21 +91,26 @@ pub async fn take_over(conn: &mut PgConnection, tenant: TenantId, id: Uuid, owne
 
 /// Non-done ledger rows of the workspace: (copy_ref, state).
 pub async fn unsettled(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<Vec<(String, String)>> {
-    Ok(sqlx::query_as("SELECT copy_ref, state FROM copies WHERE tenant_id = $1 AND workspace_id = $2 AND state <> 'done'")
-        .bind(tenant)
-        .bind(id)
-        .fetch_all(conn)
-        .await?)
+    Ok(sqlx::query!(
+        "SELECT copy_ref, state FROM copies WHERE tenant_id = $1 AND workspace_id = $2 AND state <> 'done'",
+        tenant.0,
+        id,
+    )
+    .fetch_all(conn)
+    .await?
+    .into_iter()
+    .map(|r| (r.copy_ref, r.state))
+    .collect())
 }
 
 /// Peer bindings that call the reaped workspace stop working, visibly (`bound_unavailable`).
 pub async fn invalidate_peer_bindings(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE peer_bindings SET invalidated_at = now(), invalidated_reason = 'reaped'
           WHERE tenant_id = $1 AND target_workspace_id = $2 AND invalidated_at IS NULL",
+        tenant.0,
+        id,
     )
-    .bind(tenant)
-    .bind(id)
     .execute(conn)
     .await?
     .rows_affected())
@@ -122,12 +118,12 @@ pub async fn invalidate_peer_bindings(conn: &mut PgConnection, tenant: TenantId,
 
 /// Settles the workspace's eligible and retained ledger rows: their copies are gone.
 pub async fn settle(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE copies SET state = 'done', settled_at = now()
           WHERE tenant_id = $1 AND workspace_id = $2 AND state IN ('eligible', 'retained')",
+        tenant.0,
+        id,
     )
-    .bind(tenant)
-    .bind(id)
     .execute(conn)
     .await?
     .rows_affected())
@@ -140,37 +136,42 @@ pub async fn tombstone(
     slug: &str,
     by: &str,
 ) -> Result<chrono::DateTime<chrono::Utc>> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar!(
         "INSERT INTO workspace_tombstones (tenant_id, workspace_id, slug, reaped_by) VALUES ($1, $2, $3, $4) RETURNING reaped_at",
+        tenant.0,
+        id,
+        slug,
+        by,
     )
-    .bind(tenant)
-    .bind(id)
-    .bind(slug)
-    .bind(by)
     .fetch_one(conn)
     .await?)
 }
 
 /// The last step: the workspace row goes (its slug is free again), only under our claim.
 pub async fn delete_workspace(conn: &mut PgConnection, tenant: TenantId, id: Uuid, owner: &str) -> Result<bool> {
-    Ok(sqlx::query("DELETE FROM workspaces WHERE tenant_id = $1 AND id = $2 AND reap_claimed_at IS NOT NULL AND reap_owner = $3")
-        .bind(tenant)
-        .bind(id)
-        .bind(owner)
-        .execute(conn)
-        .await?
-        .rows_affected()
+    Ok(sqlx::query!(
+        "DELETE FROM workspaces WHERE tenant_id = $1 AND id = $2 AND reap_claimed_at IS NOT NULL AND reap_owner = $3",
+        tenant.0,
+        id,
+        owner,
+    )
+    .execute(conn)
+    .await?
+    .rows_affected()
         == 1)
 }
 
 /// Claims older than the grace period, across tenants (platform context): (tenant, workspace).
 pub async fn stale_claims(conn: &mut PgConnection, grace_secs: f64, limit: i64) -> Result<Vec<(Uuid, Uuid)>> {
-    Ok(sqlx::query_as(
+    Ok(sqlx::query!(
         "SELECT tenant_id, id FROM workspaces WHERE reap_claimed_at < now() - make_interval(secs => $1)
           ORDER BY reap_claimed_at LIMIT $2",
+        grace_secs,
+        limit,
     )
-    .bind(grace_secs)
-    .bind(limit)
     .fetch_all(conn)
-    .await?)
+    .await?
+    .into_iter()
+    .map(|r| (r.tenant_id, r.id))
+    .collect())
 }
