@@ -1,7 +1,7 @@
 //! Erasure SQL. Every function takes the tenant first and runs inside the caller's one
 //! serializable transaction.
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::{error::Result, ids::TenantId};
@@ -20,26 +20,18 @@ pub struct Read {
 }
 
 pub async fn read(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<Read>> {
-    let row = sqlx::query(
-        "SELECT w.id, w.bound_version, w.revision, w.erasure_epoch,
-                (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id) AS copies,
+    Ok(sqlx::query_as!(
+        Read,
+        r#"SELECT w.id, w.bound_version, w.revision, w.erasure_epoch AS epoch,
+                (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id) AS "copies!",
                 (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id
-                    AND c.state = 'pending') AS pending
-           FROM workspaces w WHERE w.tenant_id = $1 AND w.slug = $2",
+                    AND c.state = 'pending') AS "pending!"
+           FROM workspaces w WHERE w.tenant_id = $1 AND w.slug = $2"#,
+        tenant.0,
+        slug,
     )
-    .bind(tenant)
-    .bind(slug)
     .fetch_optional(conn)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    Ok(Some(Read {
-        id: row.try_get("id")?,
-        bound_version: row.try_get("bound_version")?,
-        revision: row.try_get("revision")?,
-        epoch: row.try_get("erasure_epoch")?,
-        copies: row.try_get("copies")?,
-        pending: row.try_get("pending")?,
-    }))
+    .await?)
 }
 
 /// A member of the tenant, by id (when `raw` is a UUID) or by email (case-insensitive):
@@ -50,16 +42,16 @@ pub async fn member(
     raw: &str,
 ) -> Result<Option<(Uuid, String, String, Option<String>)>> {
     let id = Uuid::parse_str(raw).ok();
-    let row = sqlx::query(
+    let row = sqlx::query!(
         "SELECT id, issuer, subject, email FROM members
           WHERE tenant_id = $1 AND (id = $2 OR ($2 IS NULL AND lower(email) = lower($3)))",
+        tenant.0,
+        id,
+        raw,
     )
-    .bind(tenant)
-    .bind(id)
-    .bind(raw)
     .fetch_optional(conn)
     .await?;
-    row.map(|r| Ok((r.try_get("id")?, r.try_get("issuer")?, r.try_get("subject")?, r.try_get("email")?))).transpose()
+    Ok(row.map(|r| (r.id, r.issuer, r.subject, r.email)))
 }
 
 /// The actor ids a member's calls carry in activity rows: its access tokens (`principal` is
@@ -71,14 +63,14 @@ pub async fn member_actor_ids(
     issuer: &str,
     subject: &str,
 ) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(
-        "SELECT id::text FROM access_tokens WHERE tenant_id = $1 AND principal_issuer = $3 AND principal_subject = $4
-         UNION SELECT id::text FROM mcp_grants WHERE tenant_id = $1 AND member_id = $2",
+    Ok(sqlx::query_scalar!(
+        r#"SELECT id::text AS "id!" FROM access_tokens WHERE tenant_id = $1 AND principal_issuer = $3 AND principal_subject = $4
+         UNION SELECT id::text FROM mcp_grants WHERE tenant_id = $1 AND member_id = $2"#,
+        tenant.0,
+        member,
+        issuer,
+        subject,
     )
-    .bind(tenant)
-    .bind(member)
-    .bind(issuer)
-    .bind(subject)
     .fetch_all(conn)
     .await?)
 }
@@ -87,8 +79,8 @@ pub async fn member_actor_ids(
 /// workspace a ledger destination row names (a fork), transitively, plus forks that name it
 /// in `fork_of` (in case a fork's ledger rows were settled and pruned).
 pub async fn reach(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid) -> Result<Vec<Uuid>> {
-    Ok(sqlx::query_scalar(
-        "WITH RECURSIVE edge(src, dst) AS (
+    Ok(sqlx::query_scalar!(
+        r#"WITH RECURSIVE edge(src, dst) AS (
              SELECT c.workspace_id, substring(c.copy_ref FROM 11)::uuid
                FROM copies c
               WHERE c.tenant_id = $1 AND c.role = 'destination'
@@ -100,10 +92,10 @@ pub async fn reach(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid) -
              UNION
              SELECT e.dst FROM reach r JOIN edge e ON e.src = r.id
          )
-         SELECT r.id FROM reach r JOIN workspaces w ON w.tenant_id = $1 AND w.id = r.id",
+         SELECT r.id AS "id!" FROM reach r JOIN workspaces w ON w.tenant_id = $1 AND w.id = r.id"#,
+        tenant.0,
+        workspace,
     )
-    .bind(tenant)
-    .bind(workspace)
     .fetch_all(conn)
     .await?)
 }
@@ -111,12 +103,12 @@ pub async fn reach(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid) -
 /// Snapshot copies the ledger names for these workspaces (sealed per subject: the key
 /// destruction makes the subject's part of them unreadable).
 pub async fn snapshots(conn: &mut PgConnection, tenant: TenantId, workspaces: &[Uuid]) -> Result<i64> {
-    Ok(sqlx::query_scalar(
-        "SELECT count(DISTINCT copy_ref) FROM copies
-          WHERE tenant_id = $1 AND workspace_id = ANY($2) AND copy_ref LIKE 'snapshot:%' AND state <> 'done'",
+    Ok(sqlx::query_scalar!(
+        r#"SELECT count(DISTINCT copy_ref) AS "count!" FROM copies
+          WHERE tenant_id = $1 AND workspace_id = ANY($2) AND copy_ref LIKE 'snapshot:%' AND state <> 'done'"#,
+        tenant.0,
+        workspaces,
     )
-    .bind(tenant)
-    .bind(workspaces)
     .fetch_one(conn)
     .await?)
 }
@@ -128,68 +120,85 @@ pub async fn redact_activity(
     actors: &[String],
     marker: &str,
 ) -> Result<u64> {
-    Ok(sqlx::query("UPDATE activity SET actor_id = $4 WHERE tenant_id = $1 AND workspace_id = ANY($2) AND actor_id = ANY($3)")
-        .bind(tenant)
-        .bind(workspaces)
-        .bind(actors)
-        .bind(marker)
-        .execute(conn)
-        .await?
-        .rows_affected())
+    Ok(sqlx::query!(
+        "UPDATE activity SET actor_id = $4 WHERE tenant_id = $1 AND workspace_id = ANY($2) AND actor_id = ANY($3)",
+        tenant.0,
+        workspaces,
+        actors,
+        marker,
+    )
+    .execute(conn)
+    .await?
+    .rows_affected())
 }
 
 /// The member's personal credential slots (OAuth grant tokens included: they are sealed in
 /// `credentials` under the same owner).
 pub async fn delete_credentials(conn: &mut PgConnection, tenant: TenantId, workspaces: &[Uuid], member: Uuid) -> Result<u64> {
-    Ok(sqlx::query("DELETE FROM credentials WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3")
-        .bind(tenant)
-        .bind(workspaces)
-        .bind(member)
-        .execute(conn)
-        .await?
-        .rows_affected())
+    Ok(sqlx::query!(
+        "DELETE FROM credentials WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3",
+        tenant.0,
+        workspaces,
+        member,
+    )
+    .execute(conn)
+    .await?
+    .rows_affected())
 }
 
 pub async fn delete_oauth_grants(conn: &mut PgConnection, tenant: TenantId, workspaces: &[Uuid], member: Uuid) -> Result<u64> {
-    Ok(sqlx::query("DELETE FROM oauth_grants WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3")
-        .bind(tenant)
-        .bind(workspaces)
-        .bind(member)
-        .execute(conn)
-        .await?
-        .rows_affected())
+    Ok(sqlx::query!(
+        "DELETE FROM oauth_grants WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3",
+        tenant.0,
+        workspaces,
+        member,
+    )
+    .execute(conn)
+    .await?
+    .rows_affected())
 }
 
 /// The member's MCP authorization grants on these workspaces, with their codes and tokens.
 pub async fn delete_mcp_grants(conn: &mut PgConnection, tenant: TenantId, workspaces: &[Uuid], member: Uuid) -> Result<u64> {
-    let grants = "SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3";
-    for table in ["mcp_tokens", "mcp_codes"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE tenant_id = $1 AND grant_id IN ({grants})")))
-            .bind(tenant)
-            .bind(workspaces)
-            .bind(member)
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM mcp_grants WHERE tenant_id = $1 AND id IN ({grants})")))
-        .bind(tenant)
-        .bind(workspaces)
-        .bind(member)
-        .execute(conn)
-        .await?
-        .rows_affected())
+    sqlx::query!(
+        "DELETE FROM mcp_tokens WHERE tenant_id = $1 AND grant_id IN
+           (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3)",
+        tenant.0,
+        workspaces,
+        member,
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "DELETE FROM mcp_codes WHERE tenant_id = $1 AND grant_id IN
+           (SELECT id FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3)",
+        tenant.0,
+        workspaces,
+        member,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(sqlx::query!(
+        "DELETE FROM mcp_grants WHERE tenant_id = $1 AND workspace_id = ANY($2) AND member_id = $3",
+        tenant.0,
+        workspaces,
+        member,
+    )
+    .execute(conn)
+    .await?
+    .rows_affected())
 }
 
 /// Rewrites every needle out of the tenant's failure text (message and reference).
 pub async fn redact_ops_failures(conn: &mut PgConnection, tenant: TenantId, needles: &[String], marker: &str) -> Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE ops_failures SET message = gatehouse_redact(message, $2, $3), reference = gatehouse_redact(reference, $2, $3)
           WHERE tenant_id = $1
             AND EXISTS (SELECT 1 FROM unnest($2::text[]) n WHERE strpos(message, n) > 0 OR strpos(coalesce(reference, ''), n) > 0)",
+        tenant.0,
+        needles,
+        marker,
     )
-    .bind(tenant)
-    .bind(needles)
-    .bind(marker)
     .execute(conn)
     .await?
     .rows_affected())
@@ -197,12 +206,12 @@ pub async fn redact_ops_failures(conn: &mut PgConnection, tenant: TenantId, need
 
 /// Destroys the live keys of the subject (any of its names).
 pub async fn destroy_keys(conn: &mut PgConnection, tenant: TenantId, names: &[String]) -> Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE subject_keys SET envelope = NULL, key_id = NULL, destroyed_at = now()
           WHERE tenant_id = $1 AND subject = ANY($2) AND destroyed_at IS NULL",
+        tenant.0,
+        names,
     )
-    .bind(tenant)
-    .bind(names)
     .execute(conn)
     .await?
     .rows_affected())
@@ -211,20 +220,20 @@ pub async fn destroy_keys(conn: &mut PgConnection, tenant: TenantId, names: &[St
 /// The claim: epoch + 1 only if nothing the redaction pass read has moved and no copy of the
 /// workspace is pending. Returns the new epoch, or `None` when the claim is lost.
 pub async fn claim(conn: &mut PgConnection, tenant: TenantId, read: &Read) -> Result<Option<i64>> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar!(
         "UPDATE workspaces w SET erasure_epoch = erasure_epoch + 1, updated_at = now()
           WHERE w.tenant_id = $1 AND w.id = $2 AND w.bound_version = $3 AND w.revision = $4 AND w.erasure_epoch = $5
             AND (SELECT count(*) FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id) = $6
             AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.tenant_id = w.tenant_id AND c.workspace_id = w.id
                               AND c.state = 'pending')
           RETURNING erasure_epoch",
+        tenant.0,
+        read.id,
+        read.bound_version,
+        read.revision,
+        read.epoch,
+        read.copies,
     )
-    .bind(tenant)
-    .bind(read.id)
-    .bind(read.bound_version)
-    .bind(read.revision)
-    .bind(read.epoch)
-    .bind(read.copies)
     .fetch_optional(conn)
     .await?)
 }
@@ -240,17 +249,17 @@ pub struct Receipt<'a> {
 }
 
 pub async fn insert_receipt(conn: &mut PgConnection, tenant: TenantId, r: &Receipt<'_>) -> Result<chrono::DateTime<chrono::Utc>> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar!(
         "INSERT INTO erasure_receipts (tenant_id, id, workspace_id, subject_digest, epoch, counts, erased_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING erased_at",
+        tenant.0,
+        r.id,
+        r.workspace,
+        r.subject_digest,
+        r.epoch,
+        r.counts,
+        r.erased_by,
     )
-    .bind(tenant)
-    .bind(r.id)
-    .bind(r.workspace)
-    .bind(r.subject_digest)
-    .bind(r.epoch)
-    .bind(r.counts)
-    .bind(r.erased_by)
     .fetch_one(conn)
     .await?)
 }
