@@ -34,27 +34,33 @@ type Broken = (Uuid, Uuid, i64, DateTime<Utc>);
 pub async fn check_once(db: &Db) -> Result<Option<usize>> {
     db.serializable(Scope::Platform { reason: "invariant checks" }, |conn, _| {
         Box::pin(async move {
-            let locked: bool =
-                sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)").bind(LOCK).fetch_one(&mut *conn).await?;
+            let locked =
+                sqlx::query_scalar!(r#"SELECT pg_try_advisory_xact_lock($1) AS "locked!""#, LOCK).fetch_one(&mut *conn).await?;
             if !locked {
                 return Ok(None);
             }
-            let overdue: Vec<Broken> = sqlx::query_as(
-                "SELECT tenant_id, workspace_id, count(*), min(lease_until) FROM copies
-                 WHERE state = 'pending' AND lease_owner IS NULL AND lease_until < now() - $1::interval
-                 GROUP BY tenant_id, workspace_id",
+            let overdue: Vec<Broken> = sqlx::query!(
+                r#"SELECT tenant_id, workspace_id, count(*) AS "n!", min(lease_until) AS "since!" FROM copies
+                 WHERE state = 'pending' AND lease_owner IS NULL AND lease_until < now() - $1::text::interval
+                 GROUP BY tenant_id, workspace_id"#,
+                GRACE,
             )
-            .bind(GRACE)
             .fetch_all(&mut *conn)
-            .await?;
-            let stuck: Vec<Broken> = sqlx::query_as(
-                "SELECT tenant_id, id, 1::bigint, reap_claimed_at FROM workspaces
-                 WHERE reap_claimed_at IS NOT NULL AND reap_claimed_at < now() - $1::interval",
+            .await?
+            .into_iter()
+            .map(|r| (r.tenant_id, r.workspace_id, r.n, r.since))
+            .collect();
+            let stuck: Vec<Broken> = sqlx::query!(
+                r#"SELECT tenant_id, id, 1::bigint AS "n!", reap_claimed_at AS "since!" FROM workspaces
+                 WHERE reap_claimed_at IS NOT NULL AND reap_claimed_at < now() - $1::text::interval"#,
+                GRACE,
             )
-            .bind(GRACE)
             .fetch_all(&mut *conn)
-            .await?;
-            let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&mut *conn).await?;
+            .await?
+            .into_iter()
+            .map(|r| (r.tenant_id, r.id, r.n, r.since))
+            .collect();
+            let now: DateTime<Utc> = sqlx::query_scalar!(r#"SELECT now() AS "now!""#).fetch_one(&mut *conn).await?;
             let observe = |check: &str, operation: &str, (tenant, workspace, n, since): &Broken, message: String| Observation {
                 tenant: *tenant,
                 kind: "invariant",
