@@ -1,0 +1,251 @@
+"""The client the conformance suite's client scenarios run (`conformance client --command`).
+
+    python3 conformance_client.py SERVER_URL      # the suite appends the scenario's server URL
+
+The suite sets MCP_CONFORMANCE_SCENARIO, MCP_CONFORMANCE_PROTOCOL_VERSION and, for some
+scenarios, MCP_CONFORMANCE_CONTEXT (JSON: e.g. a pre-registered client). CONFORMANCE_CLIENT
+picks who the client under test is:
+
+- `gatehouse` (the default): Gatehouse is the client. Like an operator, this script puts a
+  `remote_mcp` connector for SERVER_URL into a fresh tenant and workspace of a running
+  `gatehouse serve` (with the CLI: GATEHOUSE_BIN, DATABASE_URL and GATEHOUSE_VAULT_KEYS from the
+  environment), with a shared OAuth grant for the `auth/*` scenarios (a static confidential
+  client when the scenario hands one over), serves it in a native pool, connects it through a
+  mailed connect link whose redirects it follows (the suite's authorization server approves at
+  once), then lists and calls every tool through Gatehouse's MCP endpoint (GATEHOUSE_BASE) with
+  the official Python SDK as the agent, at the scenario's protocol revision.
+- `reference`: the official Python SDK client itself against SERVER_URL (its OAuth client
+  provider for `auth/*`, redirects followed the same way), for the reference column.
+
+Every tool is called with arguments made from its input schema (defaults where given, else a
+value of the declared type), as a generic agent would. Exits non-zero when a step fails.
+"""
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+from urllib.parse import parse_qs, urlparse
+
+import httpx2
+from mcp import Client, ClientSession, types
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+SCENARIO = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+VERSION = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION", "2025-11-25")
+CONTEXT = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+NEEDS_AUTH = SCENARIO.startswith("auth/")
+
+
+def log(*parts) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def value_for(schema: dict):
+    """A value an agent would send for `schema`: its default, else one of its type."""
+    if not isinstance(schema, dict):
+        return "x"
+    if "default" in schema:
+        return schema["default"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind in ("number", "integer"):
+        return 1
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    if kind == "object":
+        return arguments_for(schema)
+    return "x"
+
+
+def arguments_for(schema: dict) -> dict:
+    props = (schema or {}).get("properties") or {}
+    required = set((schema or {}).get("required") or [])
+    return {name: value_for(s) for name, s in props.items() if name in required or "default" in (s or {})}
+
+
+async def elicit(context, params):
+    """Accepts a form elicitation with every field's default (SEP-1034)."""
+    schema = getattr(params, "requested_schema", None) or {}
+    props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    content = {k: v["default"] for k, v in props.items() if isinstance(v, dict) and "default" in v}
+    return types.ElicitResult(action="accept", content=content)
+
+
+async def sample(context, params):
+    return types.CreateMessageResult(
+        role="assistant", content=types.TextContent(type="text", text="a sampled answer"), model="conformance-agent"
+    )
+
+
+CALLBACKS = {"elicitation_callback": elicit, "sampling_callback": sample}
+
+
+async def use(url: str, http) -> None:
+    """Lists the tools at `url` and calls each one, at the scenario's revision."""
+    if VERSION.startswith("2026"):
+        async with Client(streamable_http_client(url, http_client=http), mode=VERSION, **CALLBACKS) as client:
+            tools = (await client.list_tools()).tools
+            for tool in tools:
+                result = await client.call_tool(tool.name, arguments_for(tool.input_schema))
+                log("called", tool.name, "isError" if result.is_error else "ok")
+        return
+    async with streamable_http_client(url, http_client=http) as (read, write, *_):
+        async with ClientSession(read, write, **CALLBACKS) as session:
+            await session.initialize()
+            tools = (await session.list_tools()).tools
+            for tool in tools:
+                result = await session.call_tool(tool.name, arguments_for(tool.input_schema))
+                log("called", tool.name, "isError" if result.is_error else "ok")
+
+
+# ---- Gatehouse as the client ------------------------------------------------------------------
+
+
+def gatehouse(*args: str, env: dict | None = None) -> list[str]:
+    full = {**os.environ, "RUST_LOG": "warn", **(env or {})}
+    out = subprocess.run([os.environ["GATEHOUSE_BIN"], *args], capture_output=True, text=True, env=full, timeout=60)
+    if out.returncode != 0:
+        raise SystemExit(f"gatehouse {' '.join(args)} failed: {out.stderr.strip()}")
+    return out.stdout.splitlines()
+
+
+def json_file(value: dict) -> str:
+    f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump(value, f)
+    f.close()
+    return f.name
+
+
+async def follow(http, url: str) -> httpx2.Response:
+    """Follows redirects by hand (the authorization server approves without a person)."""
+    for _ in range(20):
+        r = await http.get(url)
+        if r.status_code not in (301, 302, 303, 307, 308):
+            return r
+        url = str(r.next_request.url) if r.next_request is not None else r.headers["location"]
+        log("redirect", url.split("?")[0])
+    raise SystemExit("too many redirects")
+
+
+async def through_gatehouse(server_url: str) -> None:
+    base = os.environ["GATEHOUSE_BASE"].rstrip("/")
+    tenant = "cc" + secrets.token_hex(6)
+    gatehouse("tenant", "create", tenant, "--name", tenant, "--owner-email", "ops@example.test")
+    gatehouse("workspace", "create", "--tenant", tenant, "main")
+    add = ["connector", "add", "--tenant", tenant, "--workspace", "main", "--id", "c", "--kind", "remote_mcp"]
+    add += ["--url", server_url]
+    if NEEDS_AUTH:
+        auth = {"type": "oauth", "grant": "shared"}
+        if CONTEXT.get("client_id"):
+            auth["client_id"] = CONTEXT["client_id"]
+            auth["confidential"] = bool(CONTEXT.get("client_secret"))
+        add += ["--config", json_file({"auth": auth})]
+    gatehouse(*add)
+    if NEEDS_AUTH and CONTEXT.get("client_id") and CONTEXT.get("client_secret"):
+        where = ["--tenant", tenant, "--workspace", "main", "--connector", "c"]
+        gatehouse(
+            "credential", "set", *where, "--oauth-client", "--field", "client_secret",
+            env={"GATEHOUSE_FIELD_CLIENT_SECRET": CONTEXT["client_secret"]},
+        )
+    pools = {"pools": {"native": {"tools": ["c"], "native": True}}}
+    gatehouse("workspace", "configure", "--tenant", tenant, "--workspace", "main", "--file", json_file(pools))
+    sc = gatehouse("service-credential", "create", "--tenant", tenant, "--name", "conformance")
+    token = gatehouse("token", "create", "--tenant", tenant, "--name", "conformance")
+    async with httpx2.AsyncClient(timeout=30, follow_redirects=False) as http:
+        if NEEDS_AUTH:
+            args = ["connect-link", "create", "--tenant", tenant, "--workspace", "main", "--connector", "c"]
+            mail_id = gatehouse(*args, "--email", "ops@example.test")[1]
+            mails = [json.loads(m) for m in gatehouse("outbox", "list", "--tenant", tenant)]
+            body = next(m["body"] for m in mails if m["id"] == mail_id)
+            path = body[body.index("/connect/"):].splitlines()[0]
+            landed = await follow(http, base + path)
+            log("connect flow ended with", landed.status_code, landed.text[:300].replace("\n", " "))
+    headers = {
+        "Gatehouse-Client-Id": sc[1],
+        "Gatehouse-Client-Secret": sc[2],
+        "Authorization": f"Bearer {token[1]}",
+    }
+    async with create_mcp_http_client(headers=headers) as http:
+        await use(f"{base}/t/{tenant}/w/main/mcp/native", http)
+
+
+# ---- the reference: the SDK client itself --------------------------------------------------------
+
+
+async def reference(server_url: str) -> None:
+    if not NEEDS_AUTH:
+        async with create_mcp_http_client() as http:
+            await use(server_url, http)
+        return
+    from mcp.client.auth import OAuthClientProvider, TokenStorage
+    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+    class Memory(TokenStorage):
+        def __init__(self) -> None:
+            self.tokens: OAuthToken | None = None
+            self.client: OAuthClientInformationFull | None = None
+            if CONTEXT.get("client_id"):
+                self.client = OAuthClientInformationFull(
+                    client_id=CONTEXT["client_id"],
+                    client_secret=CONTEXT.get("client_secret"),
+                    redirect_uris=["http://localhost:3999/callback"],
+                    token_endpoint_auth_method="client_secret_basic" if CONTEXT.get("client_secret") else "none",
+                )
+
+        async def get_tokens(self):
+            return self.tokens
+
+        async def set_tokens(self, tokens) -> None:
+            self.tokens = tokens
+
+        async def get_client_info(self):
+            return self.client
+
+        async def set_client_info(self, info) -> None:
+            self.client = info
+
+    landed: dict = {}
+
+    async def redirect(url: str) -> None:
+        async with httpx2.AsyncClient(timeout=30, follow_redirects=False) as http:
+            r = await http.get(url)
+            while r.status_code in (301, 302, 303, 307, 308):
+                location = r.headers["location"]
+                if location.startswith("http://localhost:3999/callback"):
+                    landed.update({k: v[0] for k, v in parse_qs(urlparse(location).query).items()})
+                    return
+                r = await http.get(location)
+        raise SystemExit(f"the authorization server did not redirect back ({r.status_code})")
+
+    async def callback():
+        return AuthorizationCodeResult(code=landed.get("code", ""), state=landed.get("state"), iss=landed.get("iss"))
+
+    metadata = OAuthClientMetadata(
+        client_name="conformance reference", redirect_uris=["http://localhost:3999/callback"],
+        grant_types=["authorization_code", "refresh_token"], response_types=["code"],
+    )
+    auth = OAuthClientProvider(
+        server_url=server_url, client_metadata=metadata, storage=Memory(),
+        redirect_handler=redirect, callback_handler=callback,
+    )
+    async with httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30, read=300)) as http:
+        await use(server_url, http)
+
+
+def main() -> None:
+    server_url = sys.argv[-1]
+    who = os.environ.get("CONFORMANCE_CLIENT", "gatehouse")
+    log("scenario", SCENARIO, "at", VERSION, "as", who)
+    asyncio.run(reference(server_url) if who == "reference" else through_gatehouse(server_url))
+
+
+if __name__ == "__main__":
+    main()
