@@ -27,6 +27,26 @@ pub struct Link {
     pub revoked_by: Option<String>,
 }
 
+/// Runs `query_as!` into a [`Link`] with the one column list of a link, pasted (the query
+/// macros accept literals joined by `+`, never a `const`): `SELECT <columns> <rest>`, or
+/// `<statement> RETURNING <columns>`.
+macro_rules! link {
+    (SELECT $rest:literal, $($arg:expr),+ $(,)?) => {
+        link!(@ ["SELECT "] $rest, $($arg),+)
+    };
+    (RETURNING $statement:literal, $($arg:expr),+ $(,)?) => {
+        link!(@ [$statement, " RETURNING "] "", $($arg),+)
+    };
+    (@ [$($before:literal),+] $after:literal, $($arg:expr),+) => {
+        sqlx::query_as!(
+            Link,
+            $($before +)+ r#"id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
+                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by"# + $after,
+            $($arg),+
+        )
+    };
+}
+
 #[allow(clippy::too_many_arguments)]
 pub async fn insert(
     conn: &mut PgConnection,
@@ -39,12 +59,9 @@ pub async fn insert(
     ttl_secs: i64,
     created_by: &str,
 ) -> Result<Link> {
-    let row = sqlx::query_as!(
-        Link,
-        r#"INSERT INTO connect_links (tenant_id, id, workspace_id, connector_id, email, token_hash, created_by, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8::float8))
-         RETURNING id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
-                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by"#,
+    let row = link!(
+        RETURNING r#"INSERT INTO connect_links (tenant_id, id, workspace_id, connector_id, email, token_hash, created_by, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8::float8))"#,
         tenant.0,
         id,
         workspace,
@@ -61,12 +78,10 @@ pub async fn insert(
 
 /// Newest first; `history` includes used, revoked and expired links.
 pub async fn list(conn: &mut PgConnection, tenant: TenantId, history: bool, limit: i64) -> Result<Vec<Link>> {
-    Ok(sqlx::query_as!(
-        Link,
-        r#"SELECT id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
-                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by FROM connect_links
+    Ok(link!(
+        SELECT " FROM connect_links
           WHERE tenant_id = $1 AND ($2 OR (status = 'outstanding' AND expires_at > now()))
-          ORDER BY created_at DESC, id DESC LIMIT $3"#,
+          ORDER BY created_at DESC, id DESC LIMIT $3",
         tenant.0,
         history,
         limit,
@@ -76,11 +91,9 @@ pub async fn list(conn: &mut PgConnection, tenant: TenantId, history: bool, limi
 }
 
 pub async fn get(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<Option<Link>> {
-    Ok(sqlx::query_as!(
-        Link,
-        r#"SELECT id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
-                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by
-           FROM connect_links WHERE tenant_id = $1 AND id = $2"#,
+    Ok(link!(
+        SELECT "
+           FROM connect_links WHERE tenant_id = $1 AND id = $2",
         tenant.0,
         id,
     )
@@ -89,11 +102,9 @@ pub async fn get(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<
 }
 
 pub async fn by_token(conn: &mut PgConnection, tenant: TenantId, token_hash: &[u8]) -> Result<Option<Link>> {
-    Ok(sqlx::query_as!(
-        Link,
-        r#"SELECT id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
-                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by
-           FROM connect_links WHERE tenant_id = $1 AND token_hash = $2"#,
+    Ok(link!(
+        SELECT "
+           FROM connect_links WHERE tenant_id = $1 AND token_hash = $2",
         tenant.0,
         token_hash,
     )
@@ -103,12 +114,9 @@ pub async fn by_token(conn: &mut PgConnection, tenant: TenantId, token_hash: &[u
 
 /// outstanding → revoked.
 pub async fn revoke(conn: &mut PgConnection, tenant: TenantId, id: Uuid, by: &str) -> Result<Option<Link>> {
-    Ok(sqlx::query_as!(
-        Link,
-        r#"UPDATE connect_links SET status = 'revoked', revoked_at = now(), revoked_by = $3
-          WHERE tenant_id = $1 AND id = $2 AND status = 'outstanding'
-         RETURNING id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
-                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by"#,
+    Ok(link!(
+        RETURNING r#"UPDATE connect_links SET status = 'revoked', revoked_at = now(), revoked_by = $3
+          WHERE tenant_id = $1 AND id = $2 AND status = 'outstanding'"#,
         tenant.0,
         id,
         by,
@@ -119,12 +127,9 @@ pub async fn revoke(conn: &mut PgConnection, tenant: TenantId, id: Uuid, by: &st
 
 /// outstanding and unexpired → used: of racing consumers exactly one gets the row.
 pub async fn consume(conn: &mut PgConnection, tenant: TenantId, id: Uuid, label: &str) -> Result<Option<Link>> {
-    Ok(sqlx::query_as!(
-        Link,
-        r#"UPDATE connect_links SET status = 'used', used_at = now(), account_label = $3
-          WHERE tenant_id = $1 AND id = $2 AND status = 'outstanding' AND expires_at > now()
-         RETURNING id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
-                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by"#,
+    Ok(link!(
+        RETURNING r#"UPDATE connect_links SET status = 'used', used_at = now(), account_label = $3
+          WHERE tenant_id = $1 AND id = $2 AND status = 'outstanding' AND expires_at > now()"#,
         tenant.0,
         id,
         label,
@@ -135,12 +140,9 @@ pub async fn consume(conn: &mut PgConnection, tenant: TenantId, id: Uuid, label:
 
 /// used → outstanding (never revoked → anything).
 pub async fn restore(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<Option<Link>> {
-    Ok(sqlx::query_as!(
-        Link,
-        r#"UPDATE connect_links SET status = 'outstanding', used_at = NULL, account_label = NULL
-          WHERE tenant_id = $1 AND id = $2 AND status = 'used'
-         RETURNING id, workspace_id, connector_id AS connector, email, status, created_by, created_at, expires_at,
-                  expires_at <= now() AS "expired!", used_at, account_label, revoked_at, revoked_by"#,
+    Ok(link!(
+        RETURNING r#"UPDATE connect_links SET status = 'outstanding', used_at = NULL, account_label = NULL
+          WHERE tenant_id = $1 AND id = $2 AND status = 'used'"#,
         tenant.0,
         id,
     )
