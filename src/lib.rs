@@ -88,6 +88,9 @@ pub struct Services {
     pub mcp_tokens: Arc<epochs::Cache<(String, Vec<u8>), mcp_auth::Checked>>,
     /// Workspaces' bound configurations, labelled the same way.
     pub bound: Arc<epochs::Cache<(ids::TenantId, String), Arc<workspaces::Bound>>>,
+    /// Where peer connectors lead (tenant, calling workspace, connector, blueprint), labelled
+    /// the same way: bindings, workspaces and their blueprints all move the epoch.
+    pub peers: Arc<epochs::Cache<peers::ResolutionKey, Arc<peers::Resolution>>>,
     /// Sealed credential slots (never their plaintext), labelled the same way.
     pub credentials: Arc<epochs::Cache<gateway::credentials::SlotKey, Arc<Option<vault::slots::Stored>>>>,
     /// Runs `execute_code` programs (this replica's slots and queue).

@@ -87,6 +87,10 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             ("{cache=\"mcp_tokens\",result=\"miss\"}", load(&state.mcp_tokens.misses)),
             ("{cache=\"bound\",result=\"hit\"}", load(&state.bound.hits)),
             ("{cache=\"bound\",result=\"miss\"}", load(&state.bound.misses)),
+            ("{cache=\"credentials\",result=\"hit\"}", load(&state.credentials.hits)),
+            ("{cache=\"credentials\",result=\"miss\"}", load(&state.credentials.misses)),
+            ("{cache=\"peers\",result=\"hit\"}", load(&state.peers.hits)),
+            ("{cache=\"peers\",result=\"miss\"}", load(&state.peers.misses)),
         ],
     );
     let epochs = state.db.epoch_batch();

@@ -113,6 +113,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         mcp_tokens: Arc::default(),
         bound: Arc::default(),
         credentials: Arc::default(),
+        peers: Arc::default(),
         code,
         oauth: Arc::new(crate::oauth::Oauth::new(crate::oidc::http_client()?)),
         mailer,

@@ -43,6 +43,14 @@ async fn status(served: &Served, m: &Machine) -> u16 {
     m.headers(http().get(format!("{}/api/v1/tenants/acme", served.base))).send().await.unwrap().status().as_u16()
 }
 
+/// The MCP endpoint of a workspace that does not exist: the gateway authenticates first
+/// (401 for a revoked token), then finds no workspace (404).
+async fn gateway_status(served: &Served, m: &Machine) -> u16 {
+    let url = format!("{}/t/acme/w/nowhere/mcp", served.base);
+    let req = http().post(url).header("content-type", "application/json").header("accept", "application/json, text/event-stream");
+    m.headers(req).body("{}").send().await.unwrap().status().as_u16()
+}
+
 /// A fresh token for the tenant's existing service credential.
 async fn with_new_token(url: &Secret, base: &Machine) -> Machine {
     let tok = cli(url, &["token", "create", "--tenant", "acme", "--name", "round"]).await;
@@ -67,19 +75,27 @@ async fn a_revoked_token_is_refused_by_every_replica_on_the_first_request_after_
     until_trusted(&a).await;
     until_trusted(&b).await;
     let applied_before = metric(&b, "gatehouse_replica_events_total{event=\"applied\"}").await;
-    for round in 0..20 {
+    for round in 0..40 {
         let m = with_new_token(&t.url, &base).await;
         // Both replicas cache the machine and answer it from their applied epochs.
         for served in [&a, &b, &a, &b] {
             assert_eq!(status(served, &m).await, 200, "round {round}");
+            assert_eq!(gateway_status(served, &m).await, 404, "round {round}");
         }
         revoke(&t.url, &m).await;
-        assert_eq!(status(&b, &m).await, 401, "round {round}: replica B accepted a revoked token");
+        // Alternate which path asks first, so each is the first request after some revoke.
+        if round % 2 == 0 {
+            assert_eq!(status(&b, &m).await, 401, "round {round}: replica B accepted a revoked token");
+            assert_eq!(gateway_status(&b, &m).await, 401, "round {round}: B's gateway accepted a revoked token");
+        } else {
+            assert_eq!(gateway_status(&b, &m).await, 401, "round {round}: B's gateway accepted a revoked token");
+            assert_eq!(status(&b, &m).await, 401, "round {round}: replica B accepted a revoked token");
+        }
         assert_eq!(status(&a, &m).await, 401, "round {round}: replica A accepted a revoked token");
     }
     assert!(metric(&b, "gatehouse_replica_trusted").await == 1, "B stayed registered: {}", b.logs());
     assert!(
-        metric(&b, "gatehouse_replica_events_total{event=\"applied\"}").await >= applied_before + 20,
+        metric(&b, "gatehouse_replica_events_total{event=\"applied\"}").await >= applied_before + 40,
         "B applied the revokes from notifications"
     );
     // The hot path did not read the epoch per request: hits came from applied epochs.

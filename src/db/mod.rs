@@ -420,8 +420,8 @@ impl Db {
         // the guard closes the connection instead of returning it mid-transaction.
         let mut open = OpenTx(Some(self.pool.acquire().await?));
         let conn = open.conn()?;
-        conn.execute(begin).await?;
-        apply_scope(conn, scope).await?;
+        // The scope rides in the BEGIN's round trip (one simple-protocol message).
+        conn.execute(sqlx::AssertSqlSafe(begin_scoped(begin, scope))).await?;
         let value = match work(conn, PhantomData).await {
             Ok(value) => value,
             Err(e) => {
@@ -480,20 +480,19 @@ impl Drop for OpenTx {
     }
 }
 
-/// Sets the transaction-local tenant (or platform) context, always as a bound parameter.
-async fn apply_scope(conn: &mut PgConnection, scope: Scope) -> Result<()> {
+/// The BEGIN message with the transaction-local tenant (or platform) context appended, so a
+/// transaction's scope costs no round trip of its own. The one value spliced into the text is
+/// a [`TenantId`]'s UUID, whose text form is hexadecimal digits and hyphens only (formatted by
+/// the `uuid` crate, never taken from a request as text), so nothing can be injected.
+fn begin_scoped(begin: &str, scope: Scope) -> String {
     match scope {
         Scope::Tenant(tenant) => {
-            sqlx::query("SELECT set_config('gatehouse.tenant_id', $1, true)")
-                .bind(tenant.0.to_string())
-                .execute(&mut *conn)
-                .await?;
+            format!("{begin}; SELECT set_config('gatehouse.tenant_id', '{}', true)", tenant.0.as_hyphenated())
         }
         Scope::Platform { reason } => {
             tracing::debug!(reason, "platform context");
-            sqlx::query("SELECT set_config('gatehouse.platform', 'on', true)").execute(&mut *conn).await?;
+            format!("{begin}; SELECT set_config('gatehouse.platform', 'on', true)")
         }
-        Scope::Global => {}
+        Scope::Global => begin.to_owned(),
     }
-    Ok(())
 }

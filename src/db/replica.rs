@@ -14,7 +14,7 @@ use std::{
     collections::HashMap,
     sync::{
         RwLock,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicI64, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -44,6 +44,11 @@ pub struct Replica {
     /// Nanoseconds after `base` until which this replica trusts what it applied (0: not).
     trusted_until_ns: AtomicU64,
     applied: RwLock<HashMap<TenantId, i64>>,
+    /// How far the database clock is ahead of this process's wall clock, in microseconds, as
+    /// the last renewal measured it (`i64::MIN`: not measured yet). Measured against the wall
+    /// clock *before* the renewal was sent, so the estimate of the database's clock it gives
+    /// is never behind the database's own (an expiry judged with it comes early, never late).
+    db_ahead_us: AtomicI64,
     /// Notifications applied, registrations and trust losses (for `/metrics`).
     pub notifications: AtomicU64,
     pub registrations: AtomicU64,
@@ -57,6 +62,7 @@ impl Default for Replica {
             base: Instant::now(),
             trusted_until_ns: AtomicU64::new(0),
             applied: RwLock::default(),
+            db_ahead_us: AtomicI64::new(i64::MIN),
             notifications: AtomicU64::new(0),
             registrations: AtomicU64::new(0),
             distrusts: AtomicU64::new(0),
@@ -88,6 +94,23 @@ impl Replica {
         let mut applied = self.applied.write().unwrap_or_else(|p| p.into_inner());
         let slot = applied.entry(tenant).or_insert(epoch);
         *slot = (*slot).max(epoch);
+    }
+
+    /// The database's clock as this replica can tell it without asking, while it is trusted
+    /// and has measured the clocks' difference: for expiries that are the database clock's to
+    /// judge (an OAuth access token's), on the hot path. Never behind the database's clock
+    /// by more than the drift since the last renewal.
+    pub fn database_now(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        let ahead = self.db_ahead_us.load(Ordering::Acquire);
+        if ahead == i64::MIN || !self.trusted() {
+            return None;
+        }
+        Some(chrono::Utc::now() + chrono::TimeDelta::microseconds(ahead))
+    }
+
+    fn measured_clock(&self, asked_at: chrono::DateTime<chrono::Utc>, database: chrono::DateTime<chrono::Utc>) {
+        let ahead = (database - asked_at).num_microseconds().unwrap_or(0);
+        self.db_ahead_us.store(ahead.max(i64::MIN + 1), Ordering::Release);
     }
 
     fn trust_until(&self, deadline_ns: u64) {
@@ -178,9 +201,10 @@ async fn listen(db: &Db, pool: &sqlx::PgPool, lease: Duration, renew: Duration, 
         match tokio::time::timeout_at(next_renewal, listener.try_recv()).await {
             Err(_due) => {
                 let asked = replica.now_ns();
-                let renewed: bool = tokio::time::timeout(
+                let asked_at = chrono::Utc::now();
+                let (renewed, database): (bool, chrono::DateTime<chrono::Utc>) = tokio::time::timeout(
                     lease,
-                    sqlx::query_scalar("SELECT gatehouse_replica_renew($1, $2)")
+                    sqlx::query_as("SELECT gatehouse_replica_renew($1, $2), now()")
                         .bind(replica.id)
                         .bind(lease_ms)
                         .fetch_one(&mut listener),
@@ -190,6 +214,7 @@ async fn listen(db: &Db, pool: &sqlx::PgPool, lease: Duration, renew: Duration, 
                 if !renewed {
                     return Err(Error::Internal(anyhow::anyhow!("the replica's lease lapsed before it renewed it")));
                 }
+                replica.measured_clock(asked_at, database);
                 replica.trust_until(asked.saturating_add(lease_ns).saturating_sub(margin_ns));
                 next_renewal = tokio::time::Instant::now() + renew;
             }
@@ -323,7 +348,13 @@ mod tests {
         assert_eq!(r.applied(t), None, "not trusted before registering");
         r.trust_until(r.now_ns() + 60_000_000_000);
         assert_eq!(r.applied(t), Some(4));
+        let before = chrono::Utc::now();
+        assert_eq!(r.database_now(), None, "no clock measured yet");
+        r.measured_clock(before, before + chrono::TimeDelta::seconds(3));
+        let told = r.database_now().unwrap();
+        assert!(told >= before + chrono::TimeDelta::seconds(3), "the database's clock, never behind it");
         r.distrust();
+        assert_eq!(r.database_now(), None, "untrusted: ask the database");
         assert_eq!(r.applied(t), None);
         assert_eq!(r.distrusts.load(Ordering::Relaxed), 1);
     }

@@ -53,17 +53,34 @@ async fn target_bound(state: &AppState, ctx: &GatewayCtx, slug: &str) -> Result<
     Ok(bound)
 }
 
+/// Where the peer connector leads: this replica's answer while the epoch validated for this
+/// request still labels it, else resolved again (one transaction).
+async fn resolution(state: &AppState, ctx: &GatewayCtx, id: &str, blueprint: &str) -> Result<Arc<Resolution>, Failure> {
+    let key = (ctx.tenant.id, ctx.bound.workspace.id.0, id.to_owned(), blueprint.to_owned());
+    if let Some((resolution, label)) = state.peers.get(&key)
+        && label == ctx.bound.epoch
+    {
+        state.peers.count(true);
+        return Ok(resolution);
+    }
+    state.peers.count(false);
+    let (resolution, epoch) = peers::resolve_labelled(&state.db, ctx.tenant.id, key.1, id, blueprint).await.map_err(|e| {
+        tracing::warn!(error = %e, "could not resolve a peer connector");
+        Failure::Unavailable("the peer connector could not be resolved".into())
+    })?;
+    let resolution = Arc::new(resolution);
+    state.peers.put(key, resolution.clone(), epoch);
+    Ok(resolution)
+}
+
 /// The context of a call made in the target of peer connector `id` (naming `blueprint`).
 async fn enter(state: &AppState, ctx: &GatewayCtx, id: &str, blueprint: &str) -> Result<GatewayCtx, Failure> {
     if ctx.peer_path.len() >= MAX_DEPTH {
         return Err(refuse("peer_depth_exceeded", format!("a call may go through at most {MAX_DEPTH} peer connectors")));
     }
     let here = ctx.bound.workspace.id.0;
-    let resolution = peers::resolve(&state.db, ctx.tenant.id, here, id, blueprint).await.map_err(|e| {
-        tracing::warn!(error = %e, "could not resolve a peer connector");
-        Failure::Unavailable("the peer connector could not be resolved".into())
-    })?;
-    let target = match &resolution {
+    let resolution = resolution(state, ctx, id, blueprint).await?;
+    let target = match resolution.as_ref() {
         Resolution::Bound(t) | Resolution::Resolved(t) => t,
         other => return Err(refuse(other.code(), other.message(blueprint))),
     };

@@ -185,30 +185,31 @@ pub async fn compare_and_set(
     ttl_ms: Option<i64>,
 ) -> Result<bool> {
     // The decision is one conditional statement, and the admin log's before/after are the
-    // expected and next values, so this needs no serializable snapshot.
+    // expected and next values, so this needs no serializable snapshot. The prune, the decision
+    // and the log row are one statement (one round trip, see `store::compare_and_set`).
     db.single_decision(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            store::prune(&mut *conn, tenant).await?;
             let k = key.as_str();
-            let (swapped, before, after) = match (expect, next) {
-                (Expect::Absent, Next::Value(v)) => {
-                    (store::insert_if_absent(&mut *conn, tenant, k, &v.0, ttl_ms).await?, None, Some(v.0.clone()))
+            let (decision, before, after) = match (expect, next) {
+                (Expect::Absent, Next::Value(v)) => (store::Decision::InsertIfAbsent { value: &v.0, ttl_ms }, None, Some(&v.0)),
+                (Expect::Value(e), Next::Value(v)) => {
+                    (store::Decision::UpdateIfEqual { expected: &e.0, next: &v.0, ttl_ms }, Some(&e.0), Some(&v.0))
                 }
-                (Expect::Value(e), Next::Value(v)) => (
-                    store::update_if_equal(&mut *conn, tenant, k, &e.0, &v.0, ttl_ms).await?,
-                    Some(e.0.clone()),
-                    Some(v.0.clone()),
-                ),
-                (Expect::Value(e), Next::Delete) => {
-                    (store::delete(&mut *conn, tenant, k, Some(&e.0)).await?.is_some(), Some(e.0.clone()), None)
-                }
+                (Expect::Value(e), Next::Delete) => (store::Decision::DeleteIfEqual { expected: &e.0 }, Some(&e.0), None),
                 // Nothing to change: the expectation is the whole answer.
-                (Expect::Absent, Next::Delete) => return Ok(store::get(&mut *conn, tenant, k).await?.is_none()),
+                (Expect::Absent, Next::Delete) => {
+                    store::prune(&mut *conn, tenant).await?;
+                    return Ok(store::get(&mut *conn, tenant, k).await?.is_none());
+                }
             };
-            if swapped {
-                log(conn, tenant, audit, "kv.compare_and_set", key, before, after.map(|v| json!({ "value": v }))).await?;
-            }
-            Ok(swapped)
+            let logged = store::Logged {
+                id: uuid::Uuid::now_v7(),
+                audit,
+                target: format!("kv:{k}"),
+                before: before.map(|v| json!({ "value": v })),
+                after: after.map(|v| json!({ "value": v })),
+            };
+            store::compare_and_set(conn, tenant, k, decision, logged).await
         })
     })
     .await

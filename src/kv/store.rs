@@ -64,53 +64,96 @@ pub async fn upsert(
     Ok((entry, row.before))
 }
 
-/// Inserts only when no live row holds the key (an expired one is replaced).
-pub async fn insert_if_absent(
-    conn: &mut PgConnection,
-    tenant: TenantId,
-    key: &str,
-    value: &Value,
-    ttl_ms: Option<i64>,
-) -> Result<bool> {
-    let row = sqlx::query_scalar!(
-        "INSERT INTO kv_entries (tenant_id, key, value, expires_at)
-         VALUES ($1, $2, $3, now() + $4::bigint * interval '1 millisecond')
-         ON CONFLICT (tenant_id, key) DO UPDATE
-             SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
-             WHERE kv_entries.expires_at IS NOT NULL AND kv_entries.expires_at <= now()
-         RETURNING 1",
-        tenant.0,
-        key,
-        value,
-        ttl_ms,
-    )
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.is_some())
+/// The admin-log row a compare-and-set writes when it wins (`before`/`after` as logged).
+pub struct Logged<'a> {
+    pub id: uuid::Uuid,
+    pub audit: &'a crate::admin_log::Audit,
+    pub target: String,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
 }
 
-/// Replaces the live value only when it equals `expected`.
-pub async fn update_if_equal(
+/// What a compare-and-set decides with: the conditional statement at its heart.
+pub enum Decision<'a> {
+    /// Insert only when no live row holds the key (an expired one is replaced).
+    InsertIfAbsent { value: &'a Value, ttl_ms: Option<i64> },
+    /// Replace the live value only when it equals `expected`.
+    UpdateIfEqual { expected: &'a Value, next: &'a Value, ttl_ms: Option<i64> },
+    /// Delete the live row only when it equals `expected`.
+    DeleteIfEqual { expected: &'a Value },
+}
+
+// The prune, then the decision (`swapped`, RETURNING 1 when it wins), then the admin-log row
+// for a win: one statement, so one round trip. The prune leaves the CAS's own key alone (the
+// decision itself treats an expired row of it as absent), so no row is touched twice. At READ
+// COMMITTED the decision is re-checked on the latest row version under its row lock, exactly
+// as when it was a statement of its own; the log row exists iff `swapped` returned a row.
+// Parameters: $1 tenant, $2 key, $3 prune batch, $4–$9 the log row, $10… the decision's.
+macro_rules! cas {
+    ($decision:literal) => {
+        concat!(
+            "WITH doomed AS MATERIALIZED (
+                 SELECT key FROM kv_entries WHERE tenant_id = $1 AND expires_at <= now() AND key <> $2
+                 ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED),
+             pruned AS (DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = $1 AND k.key = doomed.key),
+             swapped AS (",
+            $decision,
+            "),
+             logged AS (INSERT INTO admin_log (id, tenant_id, actor, action, target, before, after, request_id)
+                        SELECT $4, $1, $5, 'kv.compare_and_set', $6, $7, $8, $9 FROM swapped)
+             SELECT EXISTS (SELECT 1 FROM swapped)"
+        )
+    };
+}
+
+const INSERT_IF_ABSENT: &str = cas!(
+    "INSERT INTO kv_entries (tenant_id, key, value, expires_at)
+     VALUES ($1, $2, $10, now() + $11::bigint * interval '1 millisecond')
+     ON CONFLICT (tenant_id, key) DO UPDATE
+         SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
+         WHERE kv_entries.expires_at IS NOT NULL AND kv_entries.expires_at <= now()
+     RETURNING 1"
+);
+const UPDATE_IF_EQUAL: &str = cas!(
+    "UPDATE kv_entries SET value = $11, expires_at = now() + $12::bigint * interval '1 millisecond', updated_at = now()
+     WHERE tenant_id = $1 AND key = $2 AND value = $10 AND (expires_at IS NULL OR expires_at > now())
+     RETURNING 1"
+);
+const DELETE_IF_EQUAL: &str = cas!(
+    "DELETE FROM kv_entries
+     WHERE tenant_id = $1 AND key = $2 AND value = $10 AND (expires_at IS NULL OR expires_at > now())
+     RETURNING 1"
+);
+
+/// Prunes, decides and logs a win in one statement; true when this call won.
+pub async fn compare_and_set(
     conn: &mut PgConnection,
     tenant: TenantId,
     key: &str,
-    expected: &Value,
-    next: &Value,
-    ttl_ms: Option<i64>,
+    decision: Decision<'_>,
+    log: Logged<'_>,
 ) -> Result<bool> {
-    let row = sqlx::query_scalar!(
-        "UPDATE kv_entries SET value = $4, expires_at = now() + $5::bigint * interval '1 millisecond', updated_at = now()
-         WHERE tenant_id = $1 AND key = $2 AND value = $3 AND (expires_at IS NULL OR expires_at > now())
-         RETURNING 1",
-        tenant.0,
-        key,
-        expected,
-        next,
-        ttl_ms,
-    )
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.is_some())
+    let sql = match decision {
+        Decision::InsertIfAbsent { .. } => INSERT_IF_ABSENT,
+        Decision::UpdateIfEqual { .. } => UPDATE_IF_EQUAL,
+        Decision::DeleteIfEqual { .. } => DELETE_IF_EQUAL,
+    };
+    let query = sqlx::query_scalar(sql)
+        .bind(tenant)
+        .bind(key)
+        .bind(PRUNE_BATCH)
+        .bind(log.id)
+        .bind(&log.audit.actor)
+        .bind(&log.target)
+        .bind(&log.before)
+        .bind(&log.after)
+        .bind(&log.audit.request_id);
+    let query = match decision {
+        Decision::InsertIfAbsent { value, ttl_ms } => query.bind(value).bind(ttl_ms),
+        Decision::UpdateIfEqual { expected, next, ttl_ms } => query.bind(expected).bind(next).bind(ttl_ms),
+        Decision::DeleteIfEqual { expected } => query.bind(expected),
+    };
+    Ok(query.fetch_one(conn).await?)
 }
 
 /// Deletes the live row (only when it equals `expected`, if given); returns its value.

@@ -207,13 +207,21 @@ pub async fn authenticate(state: &AppState, parts: &mut Parts, token: &str) -> R
 }
 
 /// This replica's earlier check of the token, if the tenant's epoch still matches its label
-/// and the token has not expired since (both read from the database in one statement).
+/// and the token has not expired since (both read from the database in one statement, or
+/// both known without one while the replica is trusted, see [`crate::db::replica`]).
 async fn cached(state: &AppState, key: &(String, Vec<u8>)) -> Result<Option<(Checked, i64)>> {
     let Some((checked, label)) = state.mcp_tokens.get(key) else {
         state.mcp_tokens.count(false);
         return Ok(None);
     };
-    match crate::epochs::read_at(&state.db, checked.tenant.id).await? {
+    // While this replica is trusted, the epoch it applied and its estimate of the database's
+    // clock (never behind it) answer with no round trip; otherwise one shared read.
+    let replica = state.db.replica();
+    let current = match (replica.applied(checked.tenant.id), replica.database_now()) {
+        (Some(epoch), Some(now)) => Some((epoch, now)),
+        _ => crate::epochs::read_at(&state.db, checked.tenant.id).await?,
+    };
+    match current {
         Some((epoch, now)) if epoch == label && checked.hit.expires_at > now => {
             state.mcp_tokens.count(true);
             Ok(Some((checked, epoch)))

@@ -131,6 +131,28 @@ pub async fn resolve(db: &Db, tenant: TenantId, workspace: Uuid, connector: &str
     db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(resolve_in(conn, tenant, workspace, connector, blueprint))).await
 }
 
+/// What a replica caches a [`Resolution`] under: tenant, calling workspace, connector, blueprint.
+pub type ResolutionKey = (TenantId, Uuid, String, String);
+
+/// [`resolve`], with the tenant's epoch read in the same snapshot: the label a replica may
+/// cache the answer under (every binding, workspace and blueprint change moves the epoch).
+pub async fn resolve_labelled(
+    db: &Db,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    blueprint: &str,
+) -> Result<(Resolution, i64)> {
+    db.serializable(Scope::Tenant(tenant), |conn, _| {
+        Box::pin(async move {
+            let epoch: i64 =
+                sqlx::query_scalar("SELECT epoch FROM tenants WHERE id = $1").bind(tenant).fetch_one(&mut *conn).await?;
+            Ok((resolve_in(conn, tenant, workspace, connector, blueprint).await?, epoch))
+        })
+    })
+    .await
+}
+
 /// The workspace `slug` and the blueprint its peer connector `connector` names.
 async fn peer_connector(
     conn: &mut sqlx::PgConnection,
