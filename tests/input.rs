@@ -147,7 +147,12 @@ async fn a_sealed_request_state_crosses_replicas_and_a_tampered_expired_or_forei
 /// The official Python SDK agent (tests/peers/agent.py) on 2026-07-28, answering sampling and
 /// elicitation, its HTTP requests alternating between `url`'s replica and `alt`.
 async fn agent(url: &str, alt: &str, m: &Machine, calls: Value) -> Value {
-    common::python_agent_with(url, m, Some("2026-07-28"), &[("GATEHOUSE_ANSWER", "1"), ("GATEHOUSE_ALT_URL", alt)], calls).await
+    agent_in(url, alt, m, Some("2026-07-28"), calls).await
+}
+
+/// [`agent`] in the SDK client's connect `mode` (`None`: the handshake).
+async fn agent_in(url: &str, alt: &str, m: &Machine, mode: Option<&str>, calls: Value) -> Value {
+    common::python_agent_with(url, m, mode, &[("GATEHOUSE_ANSWER", "1"), ("GATEHOUSE_ALT_URL", alt)], calls).await
 }
 
 /// Two replicas on one database with one vault key ring (returned too).
@@ -201,4 +206,155 @@ async fn the_python_sdk_answers_sampling_and_elicitation_on_2026_07_28_with_each
 
     assert_eq!(a.terminate().await, 0);
     assert_eq!(b.terminate().await, 0);
+}
+
+/// A handshake-era agent's session on `url`: `initialize` declaring `capabilities`; the
+/// session id the endpoint gave.
+async fn handshake(url: &str, m: &Machine, capabilities: Value) -> String {
+    let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": { "name": "t", "version": "1" } } });
+    let r = m.headers(http().post(url)).header("accept", "application/json, text/event-stream").json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.headers()["mcp-session-id"].to_str().unwrap().to_owned()
+}
+
+/// A POST on the handshake era's session (a call, or an answer to a relayed request).
+fn on_session(url: &str, m: &Machine, session: &str, body: &Value) -> reqwest::RequestBuilder {
+    m.headers(http().post(url))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", session)
+        .json(body)
+}
+
+/// Reads a call's event stream up to the next JSON-RPC message that is a request or a
+/// response (notifications are skipped).
+async fn next_message(r: &mut reqwest::Response, buffer: &mut String) -> Value {
+    loop {
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            let data: String = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+            if let Ok(message) = serde_json::from_str::<Value>(&data)
+                && message.get("id").is_some()
+            {
+                return message;
+            }
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(20), r.chunk()).await.expect("the stream stalled").unwrap();
+        buffer.push_str(std::str::from_utf8(&chunk.expect("the stream ended")).unwrap());
+    }
+}
+
+#[tokio::test]
+async fn a_downstreams_sampling_request_reaches_a_handshake_era_agent_and_its_answer_crosses_replicas() {
+    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (_downstream, downstream_url) = common::conformance_downstream_logging(Some(&log)).await;
+    let t = TestDb::new().await;
+    let acme = tenant(&t, "acme", &downstream_url).await;
+    let beta = tenant(&t, "beta", &downstream_url).await;
+    let (a, b, _) = two_replicas(&t).await;
+    let pool = |served: &Served, slug: &str| format!("{}/t/{slug}/w/main/mcp/native", served.base);
+    let session = handshake(&pool(&a, "acme"), &acme, json!({ "sampling": {}, "elicitation": {} })).await;
+
+    // Two calls open at once on replica A, each asking the agent for a completion.
+    let call = |id: u64, prompt: &str| {
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": { "name": "test_sampling", "arguments": { "prompt": prompt } } })
+    };
+    let mut one = on_session(&pool(&a, "acme"), &acme, &session, &call(1, "first")).send().await.unwrap();
+    let mut two = on_session(&pool(&a, "acme"), &acme, &session, &call(2, "second")).send().await.unwrap();
+    assert_eq!(one.headers()["content-type"], "text/event-stream");
+    let (mut b1, mut b2) = (String::new(), String::new());
+    let asked_one = next_message(&mut one, &mut b1).await;
+    let asked_two = next_message(&mut two, &mut b2).await;
+    assert_eq!(asked_one["method"], "sampling/createMessage", "{asked_one}");
+    assert_eq!(asked_one["params"]["messages"][0]["content"]["text"], "first", "{asked_one}");
+    assert_eq!(asked_two["params"]["messages"][0]["content"]["text"], "second", "{asked_two}");
+    assert_ne!(asked_one["id"], asked_two["id"], "relayed ids never collide");
+    let answer = |asked: &Value, text: &str| {
+        json!({ "jsonrpc": "2.0", "id": asked["id"], "result": {
+            "role": "assistant", "content": { "type": "text", "text": text }, "model": "m", "stopReason": "endTurn" } })
+    };
+
+    // Another tenant's caller cannot answer it (on either replica), nor can a forged id.
+    let beta_session = handshake(&pool(&b, "beta"), &beta, json!({ "sampling": {} })).await;
+    for served in [&a, &b] {
+        let r = on_session(&pool(served, "beta"), &beta, &beta_session, &answer(&asked_one, "stolen")).send().await.unwrap();
+        assert_eq!(r.status(), 404);
+    }
+    let mut forged = answer(&asked_one, "forged");
+    forged["id"] = json!(format!("{}x", asked_one["id"].as_str().unwrap()));
+    let r = on_session(&pool(&b, "acme"), &acme, &session, &forged).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+
+    // The first answer goes to replica B (not the one holding the call), the second to A.
+    let r = on_session(&pool(&b, "acme"), &acme, &session, &answer(&asked_one, "from B")).send().await.unwrap();
+    assert_eq!(r.status(), 202);
+    let r = on_session(&pool(&a, "acme"), &acme, &session, &answer(&asked_two, "from A")).send().await.unwrap();
+    assert_eq!(r.status(), 202);
+    let done_one = next_message(&mut one, &mut b1).await;
+    let done_two = next_message(&mut two, &mut b2).await;
+    assert_eq!(done_one["id"], 1, "{done_one}");
+    assert_eq!(done_one["result"]["content"][0]["text"], "LLM response: from B", "{done_one}");
+    assert_eq!(done_two["result"]["content"][0]["text"], "LLM response: from A", "{done_two}");
+    // Answered once: a second answer finds nothing.
+    let r = on_session(&pool(&a, "acme"), &acme, &session, &answer(&asked_two, "again")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+
+    // An agent that declared no sampling is never asked: the downstream is refused at once.
+    let bare = handshake(&pool(&a, "acme"), &acme, json!({})).await;
+    let r = on_session(&pool(&a, "acme"), &acme, &bare, &call(3, "nobody")).send().await.unwrap();
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("sampling/createMessage"), "{text}");
+    assert!(text.contains("\"isError\":true") || text.contains("\"error\""), "{text}");
+
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
+
+/// The official Python SDK agent on the handshake era answers a downstream's sampling and
+/// elicitation during calls through a native pool and `call_tool`, its HTTP requests
+/// alternating between two replicas, so answers land on the replica not holding the call.
+#[tokio::test]
+async fn the_python_sdk_answers_sampling_and_elicitation_on_the_handshake_era_across_replicas() {
+    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (_downstream, downstream_url) = common::conformance_downstream_logging(Some(&log)).await;
+    let t = TestDb::new().await;
+    let acme = tenant(&t, "acme", &downstream_url).await;
+    configure_reads(&t, &["test_sampling", "test_elicitation"]).await;
+    let (a, b, _) = two_replicas(&t).await;
+    let native = format!("{}/t/acme/w/main/mcp/native", a.base);
+    let calls = json!([
+        ["test_sampling", { "prompt": "What is the capital of France?" }],
+        ["test_elicitation", { "message": "Who are you?" }],
+    ]);
+    let out = agent_in(&native, &b.base, &acme, None, calls).await;
+    assert_eq!(out["protocol"], "2025-11-25", "{out}");
+    assert_eq!(out["calls"][0]["text"][0], "LLM response: Paris, says the agent", "{out}");
+    let elicited = out["calls"][1]["text"][0].as_str().unwrap_or_default();
+    assert!(elicited.contains("action=accept") && elicited.contains("Ann"), "{out}");
+    // Some answer (a POST without a method) went to the other replica than the call before it.
+    let seen = out["replicas"].as_array().unwrap();
+    let crossed = seen.windows(2).any(|w| w[0][0] == "tools/call" && w[1][0].is_null() && w[0][1] != w[1][1]);
+    assert!(crossed, "{out}");
+
+    let surface = format!("{}/t/acme/w/main/mcp", a.base);
+    let wrapped = json!([["call_tool", { "address": "conformance.test_sampling", "args": { "prompt": "Capital?" } }]]);
+    let out = agent_in(&surface, &b.base, &acme, None, wrapped).await;
+    assert_eq!(out["calls"][0]["text"][0], "LLM response: Paris, says the agent", "{out}");
+
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
+
+/// Classifies these tools of acme/main's `conformance` connector as reads (for `call_tool`).
+async fn configure_reads(t: &TestDb, tools: &[&str]) {
+    let reads: serde_json::Map<String, Value> = tools.iter().map(|tool| (format!("conformance.{tool}"), json!("read"))).collect();
+    let patch = json!({
+        "pools": { "native": { "tools": ["conformance"], "native": true } },
+        "classification": reads,
+    });
+    let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, patch.to_string()).unwrap();
+    cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
 }

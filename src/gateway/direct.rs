@@ -162,6 +162,10 @@ where
         DIRECT.fetch_add(1, Ordering::Relaxed);
         return answer(state, parts, call).await;
     }
+    // An agent's answer to a request the gateway relayed to it during a call.
+    if let Some(answered) = super::asks::answered(&state, &parts, &bytes).await {
+        return answered;
+    }
     RMCP.fetch_add(1, Ordering::Relaxed);
     // Checked only here, off the direct path: a body it took is a JSON-RPC request.
     if let Some(refusal) = super::jsonrpc::refusal(&bytes) {
@@ -169,12 +173,14 @@ where
     }
     let initialize = serde_json::from_slice::<MethodOnly>(&bytes).is_ok_and(|m| m.method == Some("initialize"))
         && !parts.headers.contains_key(super::listen::SESSION_ID);
+    // Bytes share their buffer: the handshake's session id reads what the agent declared.
+    let body = initialize.then(|| bytes.clone());
     let mut response =
         rmcp().oneshot(Request::from_parts(parts, Body::from(bytes))).await.unwrap_or_else(|never| match never {}).map(Body::new);
     // A handshake gets a session id, which names the connection (the GET stream)
     // and nothing more: every replica serves every request of it.
     if initialize && response.status() == StatusCode::OK {
-        response.headers_mut().insert(super::listen::SESSION_ID, super::listen::session_id());
+        response.headers_mut().insert(super::listen::SESSION_ID, super::asks::session_id(body.as_deref().unwrap_or_default()));
     }
     response
 }
@@ -209,7 +215,8 @@ async fn answer(state: AppState, mut parts: Parts, call: CallRequest<'_>) -> Res
     ctx.client = Some((client.name, client.version));
     // The downstream's log messages for this call wait here until written to the agent.
     let queue = Arc::new(Queue::default());
-    ctx.upstream = Some(Upstream::queue(queue.clone()));
+    let asker = super::asks::Asker::of(&state, &ctx, super::asks::Declared::of_headers(&parts.headers));
+    ctx.upstream = Some(Upstream::queue(queue.clone(), asker));
     let CallRequest { id, params: CallParams { name, arguments }, .. } = call;
     let mut running = Box::pin(async move { super::call_tool(&state, ctx, &name, arguments.unwrap_or_default()).await });
     let first = tokio::select! {
@@ -220,7 +227,7 @@ async fn answer(state: AppState, mut parts: Parts, call: CallRequest<'_>) -> Res
                 return json_response(&id, result);
             }
             // Messages came just before the result: they go first, on an event stream.
-            let events = pending.iter().map(event).chain(std::iter::once(response_event(&id, result)));
+            let events = pending.iter().map(Vec::as_slice).map(event).chain(std::iter::once(response_event(&id, result)));
             return event_stream(futures::stream::iter(events.map(Ok::<_, std::convert::Infallible>).collect::<Vec<_>>()));
         }
         first = queue.next() => first,
@@ -280,8 +287,8 @@ fn sse(json: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-fn event(message: &rmcp::model::ServerJsonRpcMessage) -> Bytes {
-    sse(&serde_json::to_vec(message).unwrap_or_default())
+fn event(message: &[u8]) -> Bytes {
+    sse(message)
 }
 
 fn response_event(id: &Value, answered: Answered) -> Bytes {

@@ -2,8 +2,9 @@
 //! Today that is `notifications/tools/list_changed` when a workspace's configuration or grants
 //! change the tools a native pool shows this caller.
 //!
-//! The endpoint stays stateless. The session id it gives at `initialize` ([`SESSION_ID`])
-//! names the agent's connection and is not looked up anywhere: any replica serves the GET
+//! The endpoint stays stateless. The session id it gives at `initialize` ([`SESSION_ID`],
+//! made by [`super::asks::session_id`]) names the agent's connection and what it declared,
+//! and is not looked up anywhere: any replica serves the GET
 //! stream, and the stream learns of changes the way every replica does, from the tenant's
 //! epoch (one shared, batched primary-key read per [`POLL`]). When the epoch moves, the
 //! stream derives what the caller sees again and says `list_changed` only if it differs.
@@ -38,11 +39,6 @@ static CLOSING: tokio::sync::Notify = tokio::sync::Notify::const_new();
 pub fn close_all() {
     CLOSED.store(true, Ordering::SeqCst);
     CLOSING.notify_waiters();
-}
-
-/// A fresh session id (visible ASCII, unguessable, meaningless to every replica).
-pub fn session_id() -> HeaderValue {
-    HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string()).unwrap_or(HeaderValue::from_static("gatehouse"))
 }
 
 /// What a caller sees of the tools here, as a digest: the native pool's tools with their

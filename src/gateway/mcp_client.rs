@@ -4,9 +4,9 @@
 //! It speaks what a gateway needs from a downstream: `initialize`, `tools/list`, `tools/call`,
 //! and the other requests a native pool relays as they are. A call's progress token goes down
 //! with it, and the progress and log notifications on its response stream go to the agent's
-//! ([`super::upstream`]); anything else on a response stream is ignored, a server's own
-//! requests included (the gateway declares no sampling, elicitation or roots on the handshake
-//! era). On 2026-07-28 ([`stateless`]) a server asks for input with an `InputRequiredResult`
+//! ([`super::upstream`]). A server's own requests on a call's stream (sampling, elicitation,
+//! roots: the gateway declares them all) go to the agent and its answer is POSTed back
+//! ([`super::asks`]); on any other stream they are refused at once. On 2026-07-28 ([`stateless`]) a server asks for input with an `InputRequiredResult`
 //! instead (see `gateway::input`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,9 +71,11 @@ impl HttpSession {
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let mut session = HttpSession { http, url, headers, next_id: AtomicU64::new(1), server: Value::Null };
+        // Declared for every agent: whether this one can answer is judged per request, and a
+        // request it cannot answer is refused to the server as the agent would refuse it.
         let params = json!({
             "protocolVersion": PROTOCOL,
-            "capabilities": {},
+            "capabilities": { "sampling": {}, "elicitation": { "form": {}, "url": {} }, "roots": {} },
             "clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
         });
         let (result, session_id): (Value, _) = match session.exchange("initialize", params, "initialize result", None).await {
@@ -131,7 +133,7 @@ impl HttpSession {
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let malformed = |e: serde_json::Error| Failure::Unavailable(cap(&format!("a malformed {what}: {e}")));
         if streamed {
-            let message = Self::from_stream(r, id, upstream).await?;
+            let message = Self::from_stream(r, id, upstream, Some(self)).await?;
             return Ok((serde_json::from_value(Self::result(message, id)?).map_err(malformed)?, session_id));
         }
         let body = Self::from_body(r).await?;
@@ -159,8 +161,14 @@ impl HttpSession {
     }
 
     /// Reads events until the response to `id`; the call's notifications before it go to
-    /// `upstream` (when there is one), anything else on the stream is skipped.
-    async fn from_stream(mut r: reqwest::Response, id: u64, upstream: Option<&Upstream>) -> Result<Value, Failure> {
+    /// `upstream` (when there is one), and so do the server's requests, whose answers are
+    /// POSTed back on `session`; anything else on the stream is skipped.
+    async fn from_stream(
+        mut r: reqwest::Response,
+        id: u64,
+        upstream: Option<&Upstream>,
+        session: Option<&HttpSession>,
+    ) -> Result<Value, Failure> {
         let mut parser = EventParser::new(MAX_RESPONSE_BYTES);
         let mut events = std::collections::VecDeque::new();
         loop {
@@ -177,6 +185,21 @@ impl HttpSession {
                     && (message.get("result").is_some() || message.get("error").is_some())
                 {
                     return Ok(message);
+                }
+                if message.get("method").is_some()
+                    && let Some(asked) = message.get("id").cloned()
+                {
+                    let Some(session) = session else { continue };
+                    let answer = match upstream {
+                        Some(upstream) => upstream.downstream_request(message).await,
+                        None => super::asks::refusal(&asked, -32601, "Method not found: no agent is waiting on this request"),
+                    };
+                    match session.post(&answer).await {
+                        Ok(r) if r.status().is_success() => {}
+                        Ok(r) => tracing::info!(status = r.status().as_u16(), "the downstream refused the agent's answer"),
+                        Err(f) => tracing::info!(failure = ?f, "the agent's answer could not be sent to the downstream"),
+                    }
+                    continue;
                 }
                 if let Some(upstream) = upstream
                     && message.get("id").is_none()
@@ -325,7 +348,7 @@ pub async fn stateless(
     let streamed =
         r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
     let message = if streamed {
-        HttpSession::from_stream(r, id, upstream).await?
+        HttpSession::from_stream(r, id, upstream, None).await?
     } else {
         let body = HttpSession::from_body(r).await?;
         match serde_json::from_slice::<Value>(&body) {

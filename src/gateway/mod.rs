@@ -2,6 +2,7 @@
 //! serves any request), machine-authenticated, over the workspace's connectors.
 
 pub mod activity;
+pub mod asks;
 pub mod catalogs;
 pub mod credentials;
 pub mod direct;
@@ -386,6 +387,26 @@ impl ServerHandler for Gateway {
             answer["cacheScope"] = serde_json::Value::String("private".into());
         }
         Ok(ReadResourceResponse::Complete(relayed(answer)?))
+    }
+
+    /// Relayed to the downstream that has the resource; its updates are not relayed yet, so
+    /// the pool does not declare `subscribe` (docs/decisions.md).
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let ctx = native_ctx(&cx, "resources/subscribe")?;
+        Box::pin(surface::native_request(&self.state, &ctx, "resources/subscribe", params(request)?)).await.map(|_| ())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let ctx = native_ctx(&cx, "resources/unsubscribe")?;
+        Box::pin(surface::native_request(&self.state, &ctx, "resources/unsubscribe", params(request)?)).await.map(|_| ())
     }
 
     async fn complete(&self, request: CompleteRequestParams, cx: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {

@@ -24,6 +24,8 @@ use rmcp::{
 };
 use serde_json::Value;
 
+use super::asks::{self, Asker};
+
 /// Notifications held for the direct path before it gives up on a slow reader: beyond this
 /// many unread, new ones are dropped (progress and logs are advisory; the result never is).
 const QUEUE_CAP: usize = 256;
@@ -54,6 +56,8 @@ pub struct Upstream {
     /// The agent's progress token, sent down with the call.
     progress: Option<ProgressToken>,
     logs: Logs,
+    /// Who may answer the downstream's requests to the agent (direct path, handshake era).
+    asker: Option<Asker>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -62,16 +66,17 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
-/// Notifications of a direct-path call, waiting for the direct path to write them.
+/// Messages of a direct-path call (notifications, requests to the agent), serialized, waiting
+/// for the direct path to write them.
 #[derive(Default)]
 pub struct Queue {
-    items: Mutex<VecDeque<ServerJsonRpcMessage>>,
+    items: Mutex<VecDeque<Vec<u8>>>,
     ready: tokio::sync::Notify,
 }
 
 impl Queue {
     /// The next notification, once there is one.
-    pub async fn next(&self) -> ServerJsonRpcMessage {
+    pub async fn next(&self) -> Vec<u8> {
         loop {
             let ready = self.ready.notified();
             if let Some(message) = self.items.lock().unwrap_or_else(|p| p.into_inner()).pop_front() {
@@ -82,13 +87,14 @@ impl Queue {
     }
 
     /// Every notification already waiting.
-    pub fn drain(&self) -> Vec<ServerJsonRpcMessage> {
+    pub fn drain(&self) -> Vec<Vec<u8>> {
         self.items.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect()
     }
 
-    fn push(&self, message: ServerJsonRpcMessage) {
+    /// `always`: a request to the agent, which is never dropped (the call waits for its answer).
+    fn push(&self, message: Vec<u8>, always: bool) {
         let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
-        if items.len() < QUEUE_CAP {
+        if always || items.len() < QUEUE_CAP {
             items.push_back(message);
         }
         drop(items);
@@ -112,12 +118,13 @@ fn rank(level: LoggingLevel) -> u8 {
 impl Upstream {
     /// The stream of a request rmcp serves.
     pub fn peer(peer: Peer<RoleServer>, progress: Option<ProgressToken>, logs: Logs) -> Upstream {
-        Upstream { sink: Sink::Peer(peer), progress, logs }
+        Upstream { sink: Sink::Peer(peer), progress, logs, asker: None }
     }
 
-    /// The stream of a direct-path call (no progress token: such a call carries no `_meta`).
-    pub fn queue(queue: Arc<Queue>) -> Upstream {
-        Upstream { sink: Sink::Queue(queue), progress: None, logs: Logs::All }
+    /// The stream of a direct-path call (no progress token: such a call carries no `_meta`);
+    /// `asker`: the agent declared requests it may be sent.
+    pub fn queue(queue: Arc<Queue>, asker: Option<Asker>) -> Upstream {
+        Upstream { sink: Sink::Queue(queue), progress: None, logs: Logs::All, asker }
     }
 
     /// The progress token to send down with the call, if the agent gave one.
@@ -166,7 +173,24 @@ impl Upstream {
                 // The agent may have gone; the call still completes and is recorded.
                 let _ = peer.send_notification(note.notification).await;
             }
-            Sink::Queue(queue) => queue.push(ServerJsonRpcMessage::Notification(note)),
+            Sink::Queue(queue) => {
+                queue.push(serde_json::to_vec(&ServerJsonRpcMessage::Notification(note)).unwrap_or_default(), false)
+            }
+        }
+    }
+
+    /// A request the downstream sent on the call's response stream (sampling, elicitation,
+    /// roots): relayed to the agent and its answer awaited ([`asks`]); the JSON-RPC response
+    /// for the downstream. A call rmcp serves has no stream the gateway writes requests on,
+    /// so its downstream is told the agent cannot be asked.
+    pub async fn downstream_request(&self, request: Value) -> Value {
+        match &self.sink {
+            Sink::Queue(queue) => asks::ask(self.asker.as_ref(), request, |bytes| queue.push(bytes, true)).await,
+            Sink::Peer(_) => asks::refusal(
+                request.get("id").unwrap_or(&Value::Null),
+                -32601,
+                "Method not found: this call's response stream does not carry requests to the agent",
+            ),
         }
     }
 }

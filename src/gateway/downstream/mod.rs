@@ -118,6 +118,8 @@ pub struct Downstreams {
     validators: std::sync::Mutex<HashMap<String, HashMap<String, CompiledSchema>>>,
     /// Per catalog key, whether the server speaks 2026-07-28 (see [`modern`]).
     revisions: std::sync::Mutex<HashMap<String, bool>>,
+    /// Downstreams' requests to agents, waiting for their answers (handshake era).
+    pub asks: super::asks::Mailbox,
 }
 
 impl std::fmt::Debug for Downstreams {

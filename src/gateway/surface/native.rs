@@ -278,6 +278,17 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
             let connectors = declaring(state, ctx, "resources").await;
             first_answer(state, ctx, &connectors, method, &params).await
         }
+        // To each connector that declares subscriptions in turn, as a read is: the first that
+        // takes the URI holds the subscription (on this replica's session with it).
+        "resources/subscribe" | "resources/unsubscribe" => {
+            let mut connectors = Vec::new();
+            for (id, c) in declaring(state, ctx, "resources").await {
+                if server_info(state, ctx, id, c).await["capabilities"]["resources"]["subscribe"] == true {
+                    connectors.push((id, c));
+                }
+            }
+            first_answer(state, ctx, &connectors, method, &params).await
+        }
         "logging/setLevel" => {
             for (id, c) in declaring(state, ctx, "logging").await {
                 relay(state, ctx, id, c, method, &params).await.map_err(refused)?;
