@@ -2,11 +2,13 @@
 //! `InputRequiredResult` reaches the agent with a `requestState` the gateway sealed, the retry
 //! lands on the other replica, and a tampered, cross-tenant or expired state is refused
 //! before anything is sent downstream (the downstream's own log of the requests it got shows
-//! it). The downstream is the conformance downstream (official Python SDK).
+//! it). The downstream is the conformance downstream (official Python SDK). On the handshake
+//! era, a downstream's sampling and elicitation reach the agent on the call's response stream
+//! and the agent's answer, POSTed to either replica, reaches the downstream.
 
 mod common;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 use common::{Machine, Served, TestDb, cli, gatehouse, http, provision};
 use serde_json::{Value, json};
