@@ -70,32 +70,42 @@ pub async fn insert(
     .await?)
 }
 
-pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<Blueprint>> {
-    Ok(sqlx::query_as!(
-        Blueprint,
-        r#"SELECT b.id AS "id: BlueprintId", b.slug, b.name, b.created_by, b.created_at,
+/// Runs `query_as!` into a [`Blueprint`] with its one column list pasted (the query macros
+/// accept literals joined by `+`, never a `const`): `SELECT <columns> FROM blueprints b <rest>`.
+macro_rules! blueprint {
+    ($rest:literal, $($arg:expr),+ $(,)?) => {
+        sqlx::query_as!(
+            Blueprint,
+            r#"SELECT b.id AS "id: BlueprintId", b.slug, b.name, b.created_by, b.created_at,
                   (SELECT max(v.version) FROM blueprint_versions v WHERE v.tenant_id = b.tenant_id AND v.blueprint_id = b.id)
                       AS "latest_version?"
-             FROM blueprints b WHERE b.tenant_id = $1 ORDER BY b.slug"#,
-        tenant.0,
-    )
-    .fetch_all(conn)
-    .await?)
+             FROM blueprints b"# + $rest,
+            $($arg),+
+        )
+    };
+}
+
+/// Runs `query_as!` into a [`VersionRow`] with its one column list pasted: `<before> SELECT
+/// <columns> <after>`, where `after` names the version as `v` and its blueprint as `b`.
+macro_rules! version {
+    ($before:literal, $after:literal, $($arg:expr),+ $(,)?) => {
+        sqlx::query_as!(
+            VersionRow,
+            $before + r#"SELECT b.slug AS "blueprint!", v.version AS "version!", v.digest AS "digest!", v.admission AS "admission!",
+                  v.reason AS "reason?", v.created_by AS "created_by!", v.created_at AS "created_at!",
+                  v.decided_by AS "decided_by?", v.decided_at AS "decided_at?", v.document AS "document!""# + $after,
+            $($arg),+
+        )
+    };
+}
+
+pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<Blueprint>> {
+    Ok(blueprint!(" WHERE b.tenant_id = $1 ORDER BY b.slug", tenant.0,).fetch_all(conn).await?)
 }
 
 /// The blueprint `slug` with its latest version number (the one a new version follows).
 pub async fn by_slug(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<Blueprint>> {
-    Ok(sqlx::query_as!(
-        Blueprint,
-        r#"SELECT b.id AS "id: BlueprintId", b.slug, b.name, b.created_by, b.created_at,
-                  (SELECT max(v.version) FROM blueprint_versions v WHERE v.tenant_id = b.tenant_id AND v.blueprint_id = b.id)
-                      AS "latest_version?"
-             FROM blueprints b WHERE b.tenant_id = $1 AND b.slug = $2"#,
-        tenant.0,
-        slug,
-    )
-    .fetch_optional(conn)
-    .await?)
+    Ok(blueprint!(" WHERE b.tenant_id = $1 AND b.slug = $2", tenant.0, slug,).fetch_optional(conn).await?)
 }
 
 /// Inserts version `version`; a version number taken meanwhile answers 412.
@@ -109,15 +119,11 @@ pub async fn insert_version(
     created_by: &str,
 ) -> Result<Version> {
     let doc = serde_json::to_value(document).map_err(anyhow::Error::from)?;
-    sqlx::query_as!(
-        VersionRow,
+    version!(
         r#"WITH v AS (
                INSERT INTO blueprint_versions (tenant_id, blueprint_id, version, document, digest, created_by)
-               VALUES ($1, $2, $3, $4, $5, $6) RETURNING *)
-           SELECT b.slug AS "blueprint!", v.version AS "version!", v.digest AS "digest!", v.admission AS "admission!",
-                  v.reason AS "reason?", v.created_by AS "created_by!", v.created_at AS "created_at!",
-                  v.decided_by AS "decided_by?", v.decided_at AS "decided_at?", v.document AS "document!"
-             FROM v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id"#,
+               VALUES ($1, $2, $3, $4, $5, $6) RETURNING *) "#,
+        " FROM v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id",
         tenant.0,
         blueprint.0,
         version,
@@ -132,10 +138,9 @@ pub async fn insert_version(
 }
 
 pub async fn versions(conn: &mut PgConnection, tenant: TenantId, blueprint: BlueprintId) -> Result<Vec<Version>> {
-    sqlx::query_as!(
-        VersionRow,
-        "SELECT b.slug AS blueprint, v.version, v.digest, v.admission, v.reason, v.created_by, v.created_at,
-                v.decided_by, v.decided_at, v.document
+    version!(
+        "",
+        "
            FROM blueprint_versions v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id
           WHERE v.tenant_id = $1 AND v.blueprint_id = $2 ORDER BY v.version",
         tenant.0,
@@ -192,15 +197,11 @@ pub async fn decide(
     reason: Option<&str>,
     decided_by: &str,
 ) -> Result<Option<Version>> {
-    sqlx::query_as!(
-        VersionRow,
+    version!(
         r#"WITH v AS (
                UPDATE blueprint_versions SET admission = $4, reason = $5, decided_by = $6, decided_at = now()
-                WHERE tenant_id = $1 AND blueprint_id = $2 AND version = $3 AND admission = 'pending' RETURNING *)
-           SELECT b.slug AS "blueprint!", v.version AS "version!", v.digest AS "digest!", v.admission AS "admission!",
-                  v.reason AS "reason?", v.created_by AS "created_by!", v.created_at AS "created_at!",
-                  v.decided_by AS "decided_by?", v.decided_at AS "decided_at?", v.document AS "document!"
-             FROM v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id"#,
+                WHERE tenant_id = $1 AND blueprint_id = $2 AND version = $3 AND admission = 'pending' RETURNING *) "#,
+        " FROM v JOIN blueprints b ON b.tenant_id = v.tenant_id AND b.id = v.blueprint_id",
         tenant.0,
         blueprint.0,
         number,
