@@ -65,8 +65,13 @@ pub fn router(state: AppState) -> Router {
     if dev_idp {
         app = app.merge(crate::dev_idp::http::router());
     }
+    let db = state.db.clone();
     app.fallback(not_found)
         .with_state(state)
+        // Innermost, around the handlers only: a mutating API call's Idempotency-Key (its
+        // answer stored, or a stored one replayed). Below the body limit and the deadline, so
+        // the body it reads is bounded and a replay waits no longer than any request.
+        .layer(middleware::from_fn_with_state(db, crate::idempotency::layer))
         // Outermost first:
         .layer(
             ServiceBuilder::new()

@@ -22,6 +22,7 @@ pub mod findings;
 pub mod forks;
 pub mod gateway;
 pub mod http;
+pub mod idempotency;
 pub mod ids;
 pub mod kv;
 pub mod mcp_auth;

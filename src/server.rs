@@ -126,6 +126,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let reap_sweeper = tokio::spawn(crate::reap::run(state.db.clone(), state.config.copies.snapshot_dir.clone()));
     // Scheduled invariant checks (one replica per round) and the stale-findings sweep.
     let invariants = tokio::spawn(crate::findings::invariants::run(state.db.clone()));
+    // Idempotency keys older than 24 hours.
+    let idempotency_sweeper = tokio::spawn(crate::idempotency::run(state.db.clone()));
     // The replica registry: a lease, the LISTEN connection and the acknowledgements that let
     // the hot path use applied epochs instead of reading them per request (issue 20).
     let registry = tokio::spawn(crate::db::replica::run(state.db.clone(), state.config.replicas, listen.to_string()));
@@ -164,6 +166,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     copy_sweeper.abort();
     reap_sweeper.abort();
     invariants.abort();
+    idempotency_sweeper.abort();
     registry.abort();
     crate::db::replica::leave(&db).await;
     match tokio::time::timeout(grace, server).await {

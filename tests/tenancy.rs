@@ -161,6 +161,7 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO subject_keys (tenant_id, subject, key_id, envelope) VALUES ($1, $2, 'k1', 'v1.k1.x.y')",
         "INSERT INTO erasure_receipts (tenant_id, id, workspace_id, subject_digest, epoch, counts, erased_by)
          VALUES ($1, gen_random_uuid(), $1, $2, 1, '{}', 'test')",
+        "INSERT INTO idempotency_keys (tenant_id, key, request_digest) VALUES ($1, $2, convert_to($2, 'UTF8'))",
         "INSERT INTO workspace_tombstones (tenant_id, workspace_id, slug, reaped_by) VALUES ($1, gen_random_uuid(), 'gone-' || $2, 'test')",
         "INSERT INTO peer_bindings (tenant_id, workspace_id, connector_id, target_workspace_id, created_by) VALUES ($1, $1, $2, $1, 'test')",
         "INSERT INTO member_fences (tenant_id, issuer, subject, raised_at) VALUES ($1, 'https://idp', $2, now())",

@@ -182,6 +182,8 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
     let row = state
         .db
         .read(|conn, _| {
+            // A read that meets a lost connection runs again, so each run has its own copy.
+            let (secret_digest, token_digest) = (secret_digest.clone(), token_digest.clone());
             Box::pin(async move {
                 Ok(sqlx::query!(
                     r#"SELECT tenant_id AS "tenant_id!: TenantId", tenant_slug AS "tenant_slug!", tenant_status AS "tenant_status!",
@@ -331,6 +333,8 @@ impl FromRequestParts<AppState> for TenantCtx {
             }
         };
         tracing::Span::current().record("tenant_id", tracing::field::display(ctx.tenant.id.0));
+        // A mutating API call's Idempotency-Key is checked once the caller is known.
+        crate::idempotency::admit(&state.db, ctx.tenant.id, &ctx.audit.actor).await?;
         Ok(ctx)
     }
 }

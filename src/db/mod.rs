@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod embedded;
+pub mod idempotency;
 pub mod migrate;
 pub mod replica;
 
@@ -27,6 +28,24 @@ pub const APP_ROLE: &str = "gatehouse_app";
 
 /// Most attempts a serializable transaction gets before the caller sees `contention`.
 const MAX_ATTEMPTS: u32 = 12;
+
+/// How long work that met a lost connection before anything was committed (a transaction
+/// before its COMMIT, an idempotent read) keeps being retried, with backoff, on fresh
+/// connections: long enough to ride out a pooler's or proxy's reconnect, short against the
+/// request deadline (`GATEHOUSE_REQUEST_TIMEOUT_MS`, 60 s by default).
+const LOSS_RETRY_BUDGET: Duration = Duration::from_secs(3);
+
+/// The pause before retry `attempt` (1-based) after a lost connection: 25 ms doubling,
+/// at most 400 ms, jittered.
+fn loss_backoff(attempt: u32) -> Duration {
+    let cap_ms = (25u64 << attempt.min(4)).min(400);
+    Duration::from_millis(rand::rng().random_range(cap_ms / 2..=cap_ms))
+}
+
+/// Whether another retry after a lost connection fits in [`LOSS_RETRY_BUDGET`].
+fn loss_retry_fits(started: std::time::Instant, pause: Duration) -> bool {
+    started.elapsed() + pause < LOSS_RETRY_BUDGET
+}
 
 /// Whose rows a transaction may see.
 #[derive(Clone, Copy, Debug)]
@@ -206,9 +225,29 @@ impl Db {
     /// Runs `work`, an idempotent read, outside any transaction helper: on a pooled
     /// connection as it is, or, behind a transaction pooler (where a statement outside a
     /// transaction is not pinned to one server session), inside a transaction of its own.
-    pub async fn read<'a, T, F>(&self, work: F) -> Result<T>
+    /// A read that meets a lost connection runs again on a fresh one, with backoff, for up to
+    /// [`LOSS_RETRY_BUDGET`].
+    pub async fn read<'a, T, F>(&self, mut work: F) -> Result<T>
     where
-        F: for<'c> FnOnce(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + 'a,
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + 'a,
+    {
+        let started = std::time::Instant::now();
+        let mut attempt = 1;
+        loop {
+            match self.read_once(&mut work).await {
+                Err(e) if e.is_connection_loss() && loss_retry_fits(started, loss_backoff(attempt)) => {
+                    tracing::debug!(attempt, "read met a lost connection; retrying on a fresh one");
+                    tokio::time::sleep(loss_backoff(attempt)).await;
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn read_once<'a, T, F>(&self, work: &mut F) -> Result<T>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + 'a,
     {
         let mut conn = self.noted(self.pool.acquire().await)?;
         match self.pooler {
@@ -362,6 +401,7 @@ impl Db {
         T: Send + 'a,
     {
         let mut attempt = 1;
+        let started = std::time::Instant::now();
         loop {
             match self.attempt(scope, isolation, &mut work).await {
                 Ok(value) => {
@@ -371,7 +411,7 @@ impl Db {
                     }
                     return Ok((value, attempt));
                 }
-                Err(e) if e.is_retryable_conflict() && attempt < MAX_ATTEMPTS => {
+                Err(Failed::BeforeCommit(e)) if e.is_retryable_conflict() && attempt < MAX_ATTEMPTS => {
                     let cap_ms = (2u64 << attempt.min(7)).min(250);
                     let sleep_ms = rand::rng().random_range(1..=cap_ms);
                     tracing::debug!(
@@ -383,7 +423,7 @@ impl Db {
                     tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
                     attempt += 1;
                 }
-                Err(e) if e.is_retryable_conflict() => {
+                Err(Failed::BeforeCommit(e)) if e.is_retryable_conflict() => {
                     tracing::warn!(attempts = attempt, "serializable transaction gave up after repeated conflicts");
                     return Err(Error::Unavailable {
                         code: "contention",
@@ -391,22 +431,40 @@ impl Db {
                         retry_after_ms: Some(100),
                     });
                 }
-                Err(e) => return Err(e),
+                // Nothing was committed (the COMMIT was never sent), so running the whole
+                // transaction again on a fresh connection is as safe as after a conflict: a
+                // restart, failover or read-only node (25006) costs a short wait, not an error.
+                Err(Failed::BeforeCommit(e))
+                    if e.is_connection_loss() && loss_retry_fits(started, loss_backoff(attempt)) && attempt < MAX_ATTEMPTS =>
+                {
+                    tracing::debug!(
+                        attempt,
+                        sqlstate = e.sqlstate().unwrap_or_default(),
+                        "connection lost before COMMIT, retrying"
+                    );
+                    tokio::time::sleep(loss_backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(Failed::BeforeCommit(e) | Failed::AtCommit(e)) => return Err(e),
             }
         }
     }
 
-    async fn attempt<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T>
+    async fn attempt<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T, Failed>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
     {
-        self.noted(self.attempt_once(scope, isolation, work).await)
+        self.attempt_once(scope, isolation, work).await.inspect_err(|failed| {
+            let (Failed::BeforeCommit(e) | Failed::AtCommit(e)) = failed;
+            self.saw(e);
+        })
     }
 
-    async fn attempt_once<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T>
+    async fn attempt_once<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T, Failed>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
     {
+        let before = Failed::BeforeCommit;
         // The role is set for the transaction too (a no-op where the session already has
         // it), so no transaction depends on session state.
         let begin = match (isolation, self.pooler) {
@@ -418,32 +476,70 @@ impl Db {
         // The transaction is ours to end (not sqlx's), so its COMMIT can share a round trip
         // with reading which epochs it moved. Should this future be dropped or fail halfway,
         // the guard closes the connection instead of returning it mid-transaction.
-        let mut open = OpenTx(Some(self.pool.acquire().await?));
-        let conn = open.conn()?;
+        let mut open = OpenTx(Some(self.pool.acquire().await.map_err(|e| before(e.into()))?));
+        let conn = open.conn().map_err(before)?;
         // The scope rides in the BEGIN's round trip (one simple-protocol message).
-        conn.execute(sqlx::AssertSqlSafe(begin_scoped(begin, scope))).await?;
+        conn.execute(sqlx::AssertSqlSafe(begin_scoped(begin, scope))).await.map_err(|e| before(e.into()))?;
         let value = match work(conn, PhantomData).await {
             Ok(value) => value,
             Err(e) => {
                 if conn.execute("ROLLBACK").await.is_ok() {
                     open.finish();
                 }
-                return Err(e);
+                return Err(before(e));
             }
         };
+        // A mutating API call's Idempotency-Key is recorded by the transaction that wrote.
+        if let Err(e) = idempotency::claim(conn, scope).await {
+            if conn.execute("ROLLBACK").await.is_ok() {
+                open.finish();
+            }
+            return Err(before(e));
+        }
         // One simple-protocol message: the note the epoch trigger left (see the `replicas`
         // migration), then COMMIT. The note is transaction-local, so it is gone afterwards.
-        let rows = conn.fetch_all(COMMIT_NOTING_EPOCHS).await?;
+        let rows = match conn.fetch_all(COMMIT_NOTING_EPOCHS).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                let e = Error::from(e);
+                if !e.is_connection_loss() {
+                    // The server answered: the transaction did not commit (a serialization
+                    // failure found at COMMIT is retried like any other).
+                    idempotency::rolled_back();
+                    return Err(before(e));
+                }
+                idempotency::commit_unknown();
+                // The COMMIT was sent and no answer came: it may or may not have committed,
+                // so this is never retried here (the client may, with an Idempotency-Key).
+                self.saw(&e);
+                tracing::warn!(error = %e, "connection lost during COMMIT; outcome unknown");
+                return Err(Failed::AtCommit(Error::Unavailable {
+                    code: "database_commit_unknown",
+                    message: "the database connection was lost during commit: the change may or may not have been \
+                              saved; retry with the same Idempotency-Key to find out"
+                        .into(),
+                    retry_after_ms: Some(500),
+                }));
+            }
+        };
         open.finish();
+        idempotency::committed();
         let noted: Option<String> = match rows.first() {
-            Some(row) => sqlx::Row::try_get(row, 0)?,
+            Some(row) => sqlx::Row::try_get(row, 0).map_err(|e| Failed::AtCommit(e.into()))?,
             None => None,
         };
         let moved = replica::parse_notes(noted.as_deref().unwrap_or(""));
         // Committed: whatever moved an epoch returns only once every live replica applied it.
-        replica::wait_for_acks(self, &moved, self.ack_wait).await?;
+        replica::wait_for_acks(self, &moved, self.ack_wait).await.map_err(Failed::AtCommit)?;
         Ok(value)
     }
+}
+
+/// How a transaction attempt failed: before its COMMIT was sent (nothing was saved, so it may
+/// run again), or at or after it (it may have been saved: never run again).
+enum Failed {
+    BeforeCommit(Error),
+    AtCommit(Error),
 }
 
 /// How a transaction begins behind a transaction pooler, in one round trip: its isolation,

@@ -1,0 +1,77 @@
+//! The `idempotency_keys` table.
+
+use crate::{
+    db::{Db, Scope, idempotency::KEPT},
+    error::Result,
+    ids::TenantId,
+};
+
+/// A stored answer.
+pub struct Answer {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// A live key: the digest of the request that claimed it, and its answer once stored.
+pub struct Found {
+    pub digest: Vec<u8>,
+    pub answer: Option<Answer>,
+}
+
+type Row = (Vec<u8>, Option<i16>, Option<String>, Option<Vec<u8>>);
+
+pub async fn find(db: &Db, tenant: TenantId, key: &str) -> Result<Option<Found>> {
+    let row: Option<Row> = db
+        .single_decision(Scope::Tenant(tenant), |conn, _| {
+            Box::pin(async move {
+                Ok(sqlx::query_as(
+                    "SELECT request_digest, status, content_type, body FROM idempotency_keys
+                      WHERE tenant_id = $1 AND key = $2 AND created_at >= now() - make_interval(secs => $3)",
+                )
+                .bind(tenant)
+                .bind(key)
+                .bind(KEPT.as_secs_f64())
+                .fetch_optional(conn)
+                .await?)
+            })
+        })
+        .await?;
+    Ok(row.map(|(digest, status, content_type, body)| Found {
+        digest,
+        answer: status.map(|s| Answer { status: u16::try_from(s).unwrap_or(500), content_type, body: body.unwrap_or_default() }),
+    }))
+}
+
+pub async fn answer(db: &Db, tenant: TenantId, key: &str, answer: &Answer) -> Result<()> {
+    db.single_decision(Scope::Tenant(tenant), |conn, _| {
+        Box::pin(async move {
+            sqlx::query(
+                "UPDATE idempotency_keys SET status = $3, content_type = $4, body = $5
+                  WHERE tenant_id = $1 AND key = $2 AND status IS NULL",
+            )
+            .bind(tenant)
+            .bind(key)
+            .bind(i16::try_from(answer.status).unwrap_or(500))
+            .bind(answer.content_type.as_deref())
+            .bind(&answer.body)
+            .execute(conn)
+            .await?;
+            Ok(())
+        })
+    })
+    .await
+}
+
+pub async fn sweep(db: &Db) -> Result<u64> {
+    db.single_decision(Scope::Platform { reason: "expire idempotency keys" }, |conn, _| {
+        Box::pin(async move {
+            Ok(sqlx::query("DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)")
+                .bind(KEPT.as_secs_f64())
+                .execute(conn)
+                .await?
+                .rows_affected())
+        })
+    })
+    .await
+}
