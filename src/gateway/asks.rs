@@ -345,8 +345,11 @@ pub async fn answered(state: &AppState, parts: &Parts, body: &[u8]) -> Option<Re
     let notified = state
         .db
         .read(|conn, _| {
+            // A read that meets a lost connection runs again (a notification is only sent at
+            // commit), so each run has its own copy.
+            let payload = payload.clone();
             Box::pin(async move {
-                Ok(sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(&payload).execute(conn).await.map(|_| ())?)
+                Ok(sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(conn).await.map(|_| ())?)
             })
         })
         .await;
