@@ -184,7 +184,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         Command::Credential(cmd) => vault::cli::run_slot(db, audit, config, cmd).await,
         Command::Vault(cmd) => vault::cli::run(db, config, cmd).await,
         Command::ConnectLink(cmd) => connect_links::cli::run(db, audit, config, cmd).await,
-        Command::Outbox(cmd) => connect_links::cli::run_outbox(db, audit, cmd).await,
+        Command::Outbox(cmd) => connect_links::cli::run_outbox(db, audit, config, cmd).await,
         Command::Ops(cmd) => ops::cli::run(db, audit, cmd).await,
         Command::McpAuth(cmd) => mcp_auth::cli::run(db, audit, cmd).await,
         Command::Report(args) => reports::cli::run(db, args).await,

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TestDb, cli, gatehouse, run};
+use common::{TestDb, gatehouse, run};
 use gatehouse::{
     admin_log::Audit,
     connect_links,
@@ -43,6 +43,23 @@ fn secret_in(body: &str) -> String {
     rest[..end].rsplit('/').next().unwrap().to_owned()
 }
 
+/// The vault's key ring that seals outbox bodies in these tests (and its spec, for the CLI).
+static KEYS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| common::vault_key("k1"));
+static RING: std::sync::LazyLock<gatehouse::vault::KeyRing> =
+    std::sync::LazyLock::new(|| gatehouse::vault::KeyRing::parse(&KEYS).unwrap());
+
+/// A `gatehouse` command with the vault on.
+fn keyed(t: &TestDb) -> tokio::process::Command {
+    let mut c = gatehouse(Some(&t.url));
+    c.env("GATEHOUSE_VAULT_KEYS", &*KEYS);
+    c
+}
+
+/// [`common::cli`] with the vault on.
+async fn cli(t: &TestDb, args: &[&str]) -> Vec<String> {
+    common::run_ok(keyed(t), args).await
+}
+
 fn code(e: &Error) -> &'static str {
     e.code()
 }
@@ -59,22 +76,43 @@ async fn three_concurrent_consumes_have_exactly_one_winner_and_every_transition_
     let t = TestDb::new().await;
     let tenant = setup(&t, "acme").await;
     let audit = Audit::cli();
-    let minted =
-        connect_links::mint(&t.db, tenant, "acme", "http://gh.test", &audit, "main", "crm", "Ann@Example.test", None, None)
-            .await
-            .unwrap();
+    let minted = connect_links::mint(
+        &t.db,
+        tenant,
+        "acme",
+        "http://gh.test",
+        &RING,
+        &audit,
+        "main",
+        "crm",
+        "Ann@Example.test",
+        None,
+        None,
+    )
+    .await
+    .unwrap();
     let link = minted.link;
     assert_eq!((link.status.as_str(), link.email.as_str()), ("outstanding", "ann@example.test"));
     let days = (link.expires_at - link.created_at).num_hours();
     assert_eq!(days, 7 * 24, "default TTL is 7 days");
 
     // The mail waits in the outbox and carries the only copy of the secret.
-    let mail = connect_links::outbox(&t.db, tenant, false).await.unwrap();
+    let mail = connect_links::outbox(&t.db, &RING, tenant, false).await.unwrap();
     assert_eq!(mail.len(), 1);
     assert_eq!(mail[0].id, minted.mail_id);
     assert_eq!(mail[0].to, "ann@example.test");
     let secret = secret_in(&mail[0].body);
     assert!(mail[0].body.contains(&format!("http://gh.test/connect/acme/{secret}")));
+    // At rest the body is sealed: neither the secret nor the text is in the row.
+    let mut owner = t.owner_conn().await;
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    let stored: String = sqlx::query_scalar("SELECT body FROM mail_outbox").fetch_one(&mut *tx).await.unwrap();
+    assert!(!stored.contains(&secret) && !stored.contains("/connect/"), "{stored}");
+    tx.commit().await.unwrap();
+    // Another key ring opens nothing.
+    let other = gatehouse::vault::KeyRing::parse(&common::vault_key("k2")).unwrap();
+    assert!(connect_links::outbox(&t.db, &other, tenant, false).await.unwrap()[0].body.contains("no longer holds"));
     assert_eq!(connect_links::check(&t.db, tenant, &secret).await.unwrap().id, link.id);
     assert_eq!(code(&connect_links::check(&t.db, tenant, "gcl_nope").await.unwrap_err()), "not_found");
     let stored = format!("{:?}", connect_links::list(&t.db, tenant, true).await.unwrap());
@@ -114,11 +152,22 @@ async fn three_concurrent_consumes_have_exactly_one_winner_and_every_transition_
     assert_eq!(connect_links::consume(&t.db, tenant, &audit, link.id, "again").await.unwrap().status, "used");
 
     // Revocation of an outstanding link; revoking again changes nothing; restore never undoes it.
-    let second =
-        connect_links::mint(&t.db, tenant, "acme", "http://gh.test", &audit, "main", "crm", "bob@example.test", Some(30), None)
-            .await
-            .unwrap()
-            .link;
+    let second = connect_links::mint(
+        &t.db,
+        tenant,
+        "acme",
+        "http://gh.test",
+        &RING,
+        &audit,
+        "main",
+        "crm",
+        "bob@example.test",
+        Some(30),
+        None,
+    )
+    .await
+    .unwrap()
+    .link;
     assert_eq!((second.expires_at - second.created_at).num_days(), 30);
     assert_eq!(connect_links::revoke(&t.db, tenant, &audit, second.id).await.unwrap().status, "revoked");
     let again = connect_links::revoke(&t.db, tenant, &audit, second.id).await.unwrap();
@@ -145,7 +194,8 @@ async fn expired_links_are_refused_and_links_are_bounded_checked_and_tenant_scop
         let db = t.db.clone();
         let audit = audit.clone();
         async move {
-            connect_links::mint(&db, acme, "acme", "http://gh.test", &audit, ws, connector, "a@example.test", ttl, None).await
+            connect_links::mint(&db, acme, "acme", "http://gh.test", &RING, &audit, ws, connector, "a@example.test", ttl, None)
+                .await
         }
     };
     for bad in [0, 31, -1] {
@@ -154,18 +204,19 @@ async fn expired_links_are_refused_and_links_are_bounded_checked_and_tenant_scop
     assert_eq!(code(&mint(None, "mine", "main").await.unwrap_err()), "not_oauth_shared", "a personal grant takes no link");
     assert_eq!(code(&mint(None, "nope", "main").await.unwrap_err()), "not_found");
     assert_eq!(code(&mint(None, "crm", "nope").await.unwrap_err()), "not_found");
-    let bad_email = connect_links::mint(&t.db, acme, "acme", "http://gh.test", &audit, "main", "crm", "not-an-email", None, None)
-        .await
-        .unwrap_err();
+    let bad_email =
+        connect_links::mint(&t.db, acme, "acme", "http://gh.test", &RING, &audit, "main", "crm", "not-an-email", None, None)
+            .await
+            .unwrap_err();
     assert_eq!(code(&bad_email), "invalid_email");
 
     let link = mint(Some(1), "crm", "main").await.unwrap().link;
-    let secret = secret_in(&connect_links::outbox(&t.db, acme, false).await.unwrap()[0].body);
+    let secret = secret_in(&connect_links::outbox(&t.db, &RING, acme, false).await.unwrap()[0].body);
     // Another tenant sees nothing of it.
     assert_eq!(code(&connect_links::revoke(&t.db, other, &audit, link.id).await.unwrap_err()), "not_found");
     assert_eq!(code(&connect_links::consume(&t.db, other, &audit, link.id, "x").await.unwrap_err()), "not_found");
     assert_eq!(code(&connect_links::check(&t.db, other, &secret).await.unwrap_err()), "not_found");
-    assert!(connect_links::outbox(&t.db, other, true).await.unwrap().is_empty());
+    assert!(connect_links::outbox(&t.db, &RING, other, true).await.unwrap().is_empty());
 
     // Expiry is the database clock's: move it into the past as the schema owner.
     let mut owner = t.owner_conn().await;
@@ -189,25 +240,25 @@ async fn the_cli_mints_lists_and_revokes_links_and_reads_the_outbox() {
     setup(&t, "acme").await;
     let args =
         ["connect-link", "create", "--tenant", "acme", "--workspace", "main", "--connector", "crm", "--email", "c@example.test"];
-    let out = cli(&t.url, &args).await;
+    let out = cli(&t, &args).await;
     let id = out[0].clone();
-    let listed = cli(&t.url, &["connect-link", "list", "--tenant", "acme"]).await;
+    let listed = cli(&t, &["connect-link", "list", "--tenant", "acme"]).await;
     assert_eq!(listed.len(), 1);
     assert!(listed[0].starts_with(&format!("{id}\toutstanding\tcrm\tc@example.test\t")), "{listed:?}");
-    let outbox = cli(&t.url, &["outbox", "list", "--tenant", "acme"]).await;
+    let outbox = cli(&t, &["outbox", "list", "--tenant", "acme"]).await;
     let mail: serde_json::Value = serde_json::from_str(&outbox[0]).unwrap();
     assert_eq!(mail["id"].as_str(), Some(out[1].as_str()));
     assert!(mail["body"].as_str().unwrap().contains("/connect/acme/gcl_"));
-    assert_eq!(cli(&t.url, &["outbox", "sent", "--tenant", "acme", &out[1]]).await, ["sent"]);
-    assert!(cli(&t.url, &["outbox", "list", "--tenant", "acme"]).await.is_empty());
-    let mut again = gatehouse(Some(&t.url));
+    assert_eq!(cli(&t, &["outbox", "sent", "--tenant", "acme", &out[1]]).await, ["sent"]);
+    assert!(cli(&t, &["outbox", "list", "--tenant", "acme"]).await.is_empty());
+    let mut again = keyed(&t);
     again.args(["outbox", "sent", "--tenant", "acme", &out[1]]);
     assert_eq!(run(again).await.0, 3, "a mail is marked sent once");
-    assert_eq!(cli(&t.url, &["connect-link", "revoke", "--tenant", "acme", &id]).await, ["revoked"]);
-    assert_eq!(cli(&t.url, &["connect-link", "revoke", "--tenant", "acme", &id]).await, ["revoked"]);
-    assert!(cli(&t.url, &["connect-link", "list", "--tenant", "acme"]).await.is_empty());
-    assert_eq!(cli(&t.url, &["connect-link", "list", "--tenant", "acme", "--history"]).await.len(), 1);
-    let mut bad = gatehouse(Some(&t.url));
+    assert_eq!(cli(&t, &["connect-link", "revoke", "--tenant", "acme", &id]).await, ["revoked"]);
+    assert_eq!(cli(&t, &["connect-link", "revoke", "--tenant", "acme", &id]).await, ["revoked"]);
+    assert!(cli(&t, &["connect-link", "list", "--tenant", "acme"]).await.is_empty());
+    assert_eq!(cli(&t, &["connect-link", "list", "--tenant", "acme", "--history"]).await.len(), 1);
+    let mut bad = keyed(&t);
     bad.args([
         "connect-link",
         "create",
@@ -277,7 +328,7 @@ async fn with_smtp_configured_the_link_is_mailed_and_leaves_the_outbox() {
     let t = TestDb::new().await;
     setup(&t, "acme").await;
     let (port, got) = smtp_sink().await;
-    let mut c = gatehouse(Some(&t.url));
+    let mut c = keyed(&t);
     c.env("GATEHOUSE_SMTP_URL", format!("smtp://127.0.0.1:{port}")).env("GATEHOUSE_SMTP_FROM", "Gatehouse <gh@example.test>");
     c.args([
         "connect-link",
@@ -298,11 +349,11 @@ async fn with_smtp_configured_the_link_is_mailed_and_leaves_the_outbox() {
     let mails = got.lock().unwrap().clone();
     assert_eq!(mails.len(), 1);
     assert!(mails[0].contains("To: d@example.test") && mails[0].contains("/connect/acme/gcl_"), "{}", mails[0]);
-    assert!(cli(&t.url, &["outbox", "list", "--tenant", "acme"]).await.is_empty(), "delivered mail leaves the outbox");
-    assert_eq!(cli(&t.url, &["outbox", "list", "--tenant", "acme", "--all"]).await.len(), 1);
+    assert!(cli(&t, &["outbox", "list", "--tenant", "acme"]).await.is_empty(), "delivered mail leaves the outbox");
+    assert_eq!(cli(&t, &["outbox", "list", "--tenant", "acme", "--all"]).await.len(), 1);
 
     // A dead SMTP server: the mail stays in the outbox, and the link is still minted.
-    let mut c = gatehouse(Some(&t.url));
+    let mut c = keyed(&t);
     c.env("GATEHOUSE_SMTP_URL", format!("smtp://127.0.0.1:{}", common::free_port()));
     c.args([
         "connect-link",
@@ -319,7 +370,7 @@ async fn with_smtp_configured_the_link_is_mailed_and_leaves_the_outbox() {
     let (code, out, err) = run(c).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().nth(2), Some("outbox"));
-    assert_eq!(cli(&t.url, &["outbox", "list", "--tenant", "acme"]).await.len(), 1);
+    assert_eq!(cli(&t, &["outbox", "list", "--tenant", "acme"]).await.len(), 1);
     // ... and the undelivered mail is an ops failure of the tenant, naming neither the
     // recipient nor the link.
     let mut owner = t.owner_conn().await;
@@ -332,7 +383,7 @@ async fn with_smtp_configured_the_link_is_mailed_and_leaves_the_outbox() {
     assert!(!message.contains("e@example.test") && !message.contains("gcl_"), "{message}");
 
     // A malformed URL stops the command and never echoes it.
-    let mut c = gatehouse(Some(&t.url));
+    let mut c = keyed(&t);
     c.env("GATEHOUSE_SMTP_URL", "ftp://user:hunter2@x").args(["connect-link", "list", "--tenant", "acme"]);
     let (code, _, err) = run(c).await;
     assert_eq!(code, 2, "{err}");

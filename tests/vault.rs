@@ -18,7 +18,9 @@ use sqlx::Executor;
 
 /// A secret value of 32 characters (long enough to show its last four in metadata).
 fn secret(tag: &str) -> String {
-    format!("{tag}-{}", uuid::Uuid::new_v4().simple())
+    let s = format!("{tag}-{}", uuid::Uuid::new_v4().simple());
+    common::leaks::record(&s);
+    s
 }
 
 fn last4(s: &str) -> &str {
@@ -461,4 +463,49 @@ async fn a_remote_mcp_connector_sends_basic_credentials_from_its_slot_and_reconn
         assert!(!everything_text.contains(s.as_str()) && !everything_text.contains(&basic("robot", s)[6..]));
     }
     assert_eq!(served.terminate().await, 0);
+}
+
+/// The suite-wide secret scan (tests/common/leaks.rs) itself: a planted issued token in a serve
+/// log, a planted credential secret in a row and a planted recorded vault value are each found;
+/// displayed prefixes are not. The plants are removed again, so the scan at the end of this
+/// test (the log and the database) passes.
+#[tokio::test]
+async fn the_secret_scan_finds_planted_leaks_in_a_log_a_row_and_a_text() {
+    use common::leaks;
+    use std::io::Write;
+    let t = TestDb::new().await;
+    ok(cmd(&t, None), &["tenant", "create", "acme", "--name", "Acme"]).await;
+    let m = provision(&t.url, "acme").await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let clean = served.logs();
+    assert!(leaks::find(&clean).is_empty(), "{clean}");
+
+    // A log line with the whole token.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&served.log)
+        .unwrap()
+        .write_all(format!("planted {}\n", m.token).as_bytes())
+        .unwrap();
+    assert_eq!(leaks::find(&served.logs()), vec![m.token.clone()]);
+    let planted = served.logs();
+    let caught = std::panic::catch_unwind(|| leaks::check("the planted log", &planted));
+    assert!(caught.is_err(), "check fails the test on a leak");
+    std::fs::write(&served.log, &clean).unwrap();
+
+    // A row with the service credential's secret.
+    let mut owner = t.owner_conn().await;
+    owner.execute("CREATE TABLE planted (x text)").await.unwrap();
+    sqlx::query("INSERT INTO planted VALUES ($1)").bind(format!("oops {}", m.client_secret)).execute(&mut owner).await.unwrap();
+    let rows = leaks::database_text(t.url.expose()).await;
+    assert_eq!(leaks::find(&rows), vec![m.client_secret.clone()], "{rows}");
+    owner.execute("DROP TABLE planted").await.unwrap();
+    assert!(leaks::find(&leaks::database_text(t.url.expose()).await).is_empty());
+
+    // A value the test handed over as a secret, recorded.
+    let value = secret("api-key");
+    assert_eq!(leaks::find(&format!("Authorization: Bearer {value}")), vec![value.clone()]);
+    // What may be shown: a prefix, a longer base64url run, a token inside another word.
+    let shown = format!("{}… and {}B and x{}", &m.token[..12], m.token, m.token);
+    assert!(leaks::find(&shown).is_empty(), "{shown}");
 }

@@ -50,7 +50,9 @@ pub async fn run(db: &Db, audit: &Audit, config: &Config, cmd: Command) -> anyho
             let (ops, _writer) = ops::Recorder::start(db.clone());
             let mailer = super::mail::Mailer::from_config(config)?.map(|m| m.with_ops(ops.clone()));
             let (ws, c) = (workspace.as_str(), connector.as_str());
-            let m = super::mint(db, tenant.id, &tenant.slug, public, audit, ws, c, &email, ttl_days, mailer.as_ref()).await?;
+            let ring = crate::vault::slots::require(config.vault_keys.as_ref())?;
+            let m =
+                super::mint(db, tenant.id, &tenant.slug, public, ring, audit, ws, c, &email, ttl_days, mailer.as_ref()).await?;
             ops.flush().await;
             println!("{}\n{}\n{}", m.link.id, m.mail_id, if m.delivered { "sent" } else { "outbox" });
         }
@@ -86,10 +88,11 @@ pub enum OutboxCommand {
 }
 
 /// Runs a `gatehouse outbox` command (`sent` exits 3 when no undelivered mail has the id).
-pub async fn run_outbox(db: &Db, audit: &Audit, cmd: OutboxCommand) -> anyhow::Result<Outcome> {
+pub async fn run_outbox(db: &Db, audit: &Audit, config: &Config, cmd: OutboxCommand) -> anyhow::Result<Outcome> {
     match cmd {
         OutboxCommand::List { t, all } => {
-            for mail in super::outbox(db, t.resolve(db).await?, all).await? {
+            let ring = crate::vault::slots::require(config.vault_keys.as_ref())?;
+            for mail in super::outbox(db, ring, t.resolve(db).await?, all).await? {
                 println!("{}", serde_json::to_string(&mail)?);
             }
         }

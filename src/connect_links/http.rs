@@ -45,6 +45,7 @@ async fn create_link(
         ctx.tenant.id,
         &ctx.tenant.slug,
         state.config.public_origin(),
+        crate::vault::slots::require(state.config.vault_keys.as_ref())?,
         &ctx.audit,
         &ws,
         &connector,
@@ -70,7 +71,8 @@ async fn revoke_link(ctx: TenantCtx, State(state): State<AppState>, Path((_, id)
 /// when SMTP is not configured). Owners and admins only: a waiting mail carries its link.
 async fn outbox_page(ctx: TenantCtx, State(state): State<AppState>) -> Result<axum::response::Response> {
     ctx.require_admin()?;
-    let mail = super::outbox(&state.db, ctx.tenant.id, false).await?;
+    let ring = crate::vault::slots::require(state.config.vault_keys.as_ref())?;
+    let mail = super::outbox(&state.db, ring, ctx.tenant.id, false).await?;
     let mut body = format!(
         "<p>{} undelivered message(s) for <code>{}</code>. Forward each to its recipient, then run \
          <code>gatehouse outbox sent --tenant {} ID</code>.</p>",

@@ -5,7 +5,8 @@
 //! one conditional update and commits with its admin-log row; of racing consumers exactly one
 //! wins. The link's secret is stored only as its SHA-256 and travels only in the mail: sent by
 //! SMTP when `GATEHOUSE_SMTP_URL` is set, else (or when sending fails) left in the outbox for
-//! the operator (`gatehouse outbox list`, the console's outbox page).
+//! the operator (`gatehouse outbox list`, the console's outbox page). The outbox keeps each
+//! mail's body sealed with the vault's key ring, so the link is never at rest in plaintext.
 
 pub mod cli;
 pub mod http;
@@ -20,7 +21,9 @@ use crate::{
     db::{Db, Scope},
     error::{Error, Result},
     ids::TenantId,
-    secrets, workspaces,
+    secrets,
+    vault::{Aad, KeyRing, Owner},
+    workspaces,
 };
 
 pub use store::{Link, Mail};
@@ -46,14 +49,24 @@ pub fn url(public_url: &str, tenant_slug: &str, secret: &str) -> String {
     format!("{}/connect/{tenant_slug}/{secret}", public_url.trim_end_matches('/'))
 }
 
+/// What an outbox body is sealed for: its tenant and its own mail id (which stands where a
+/// workspace would), so an envelope opens only in its own row.
+fn mail_aad(tenant: TenantId, mail: Uuid) -> Aad<'static> {
+    Aad { tenant: tenant.0, workspace: mail, connector: "", owner: Owner::Shared, purpose: PURPOSE_MAIL_BODY }
+}
+
+const PURPOSE_MAIL_BODY: &str = "mail_body";
+
 /// Mints a link for `connector` of `workspace` (which must take a shared OAuth grant) and
-/// mails it to `email`; link, mail and admin-log row commit together.
+/// mails it to `email`; link, mail and admin-log row commit together. `ring` seals the mail's
+/// body in the outbox.
 #[allow(clippy::too_many_arguments)]
 pub async fn mint(
     db: &Db,
     tenant: TenantId,
     tenant_slug: &str,
     public_url: &str,
+    ring: &KeyRing,
     audit: &Audit,
     workspace: &str,
     connector: &str,
@@ -92,7 +105,9 @@ pub async fn mint(
         Box::pin(async move {
             let id = Uuid::now_v7();
             let link = store::insert(&mut *conn, tenant, id, ws_id, connector, email, hash, ttl_days * 86_400, &audit.actor).await?;
-            let mail_id = store::enqueue(&mut *conn, tenant, email, subject, body).await?;
+            let mail_id = Uuid::now_v7();
+            let sealed = ring.seal(&mail_aad(tenant, mail_id), body.as_bytes());
+            store::enqueue(&mut *conn, tenant, mail_id, email, subject, &sealed).await?;
             let entry = Entry {
                 tenant: Some(tenant),
                 audit,
@@ -224,9 +239,17 @@ pub async fn restore(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid) -> Resu
     .await
 }
 
-/// The operator's outbox: undelivered mail (or all, with `all`).
-pub async fn outbox(db: &Db, tenant: TenantId, all: bool) -> Result<Vec<Mail>> {
-    db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::outbox(conn, tenant, all, 500))).await
+/// The operator's outbox: undelivered mail (or all, with `all`), bodies opened with `ring`.
+/// A body that no key of the ring opens (its key was retired) reads as a note saying so.
+pub async fn outbox(db: &Db, ring: &KeyRing, tenant: TenantId, all: bool) -> Result<Vec<Mail>> {
+    let mut mail = db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::outbox(conn, tenant, all, 500))).await?;
+    for m in &mut mail {
+        m.body = match ring.open(&mail_aad(tenant, m.id), &m.body) {
+            Ok(plain) => String::from_utf8_lossy(&plain).into_owned(),
+            Err(_) => "(this mail's body is sealed with a key the vault no longer holds)".to_owned(),
+        };
+    }
+    Ok(mail)
 }
 
 /// Marks a mail delivered (by the operator, who forwarded it); admin-logged once.

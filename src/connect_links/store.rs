@@ -161,8 +161,8 @@ pub struct Mail {
     pub sent_at: Option<DateTime<Utc>>,
 }
 
-pub async fn enqueue(conn: &mut PgConnection, tenant: TenantId, to: &str, subject: &str, body: &str) -> Result<Uuid> {
-    let id = Uuid::now_v7();
+/// Queues a mail whose `body` is already sealed (see `connect_links::mint`).
+pub async fn enqueue(conn: &mut PgConnection, tenant: TenantId, id: Uuid, to: &str, subject: &str, body: &str) -> Result<()> {
     sqlx::query!(
         "INSERT INTO mail_outbox (tenant_id, id, to_address, subject, body) VALUES ($1, $2, $3, $4, $5)",
         tenant.0,
@@ -173,7 +173,7 @@ pub async fn enqueue(conn: &mut PgConnection, tenant: TenantId, to: &str, subjec
     )
     .execute(conn)
     .await?;
-    Ok(id)
+    Ok(())
 }
 
 pub async fn mark_sent(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<bool> {

@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod downstream;
+pub mod leaks;
 pub mod mcp_oauth;
 pub mod rogue;
 
@@ -112,18 +113,23 @@ impl Drop for TestDb {
             Server::External(url) => url.clone(),
         };
         let name = std::mem::take(&mut self.name);
+        let scan = !std::thread::panicking();
         let dropped = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(async {
+                // Every row the test left, for the secret scan (before the rows go).
+                let rows = if scan { leaks::database_text(&with_database(&admin, &name)).await } else { String::new() };
                 let mut conn = PgConnection::connect(&admin).await?;
                 conn.execute(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).await?;
-                conn.close().await
-            })?;
-            anyhow::Ok(())
+                conn.close().await?;
+                anyhow::Ok(rows)
+            })
         })
         .join();
-        if let Ok(Err(e)) = dropped {
-            eprintln!("could not drop the test database: {e:#}");
+        match dropped {
+            Ok(Ok(rows)) => leaks::check("the test database", &rows),
+            Ok(Err(e)) => eprintln!("could not drop the test database: {e:#}"),
+            Err(_) => eprintln!("the test database's drop panicked"),
         }
     }
 }
@@ -157,6 +163,17 @@ pub fn gatehouse(url: Option<&Secret>) -> Command {
 /// Runs a CLI command to completion: (exit code, stdout, stderr).
 pub async fn run(mut cmd: Command) -> (i32, String, String) {
     let out = cmd.output().await.expect("run gatehouse");
+    let args: Vec<String> = cmd.as_std().get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+    leaks::check(&format!("the stderr of gatehouse {args:?}"), &String::from_utf8_lossy(&out.stderr));
+    // A create command prints the secret it issued, once, and the outbox (a delivery channel
+    // when SMTP is off) prints the mailed links; nothing else prints a secret.
+    let issues_a_secret = matches!(
+        args.iter().map(String::as_str).collect::<Vec<_>>()[..],
+        ["token" | "service-credential", "create", ..] | ["outbox", "list", ..]
+    );
+    if !issues_a_secret {
+        leaks::check(&format!("the output of gatehouse {args:?}"), &String::from_utf8_lossy(&out.stdout));
+    }
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -235,6 +252,19 @@ impl Served {
 
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The log of a `serve` is scanned for secrets when the test is done with the process, then
+/// removed (kept when the test failed, for reading).
+impl Drop for Served {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let _ = self.child.start_kill();
+        leaks::check(&format!("the log of serve at {} ({})", self.base, self.log.display()), &self.logs());
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
