@@ -169,11 +169,19 @@ async fn gatehouse_as_a_client_passes_every_ratchet_scenario() {
     // CLIENT_CONFORMANCE_ONLY=text runs only the scenarios whose name contains it (the
     // ratchet is then checked for those alone).
     let only = std::env::var("CLIENT_CONFORMANCE_ONLY").unwrap_or_default();
-    let all: Vec<_> = scenarios().await.into_iter().filter(|(_, s)| s.contains(&only)).collect();
+    // CLIENT_CONFORMANCE_FULL=1 runs every scenario with both clients (the table of
+    // docs/conformance.md); by default (and in CI) only the ratchet's scenarios run, with
+    // Gatehouse as the client: the failing ones mostly wait for their timeouts, and the
+    // reference client's results do not gate anything.
+    let full = std::env::var_os("CLIENT_CONFORMANCE_FULL").is_some();
+    let must = ratchet();
+    let all: Vec<_> =
+        scenarios().await.into_iter().filter(|(_, s)| s.contains(&only)).filter(|key| full || must.contains(key)).collect();
+    let clients: &[&'static str] = if full { &["reference", "gatehouse"] } else { &["gatehouse"] };
     let gate = Arc::new(tokio::sync::Semaphore::new(PARALLEL));
     let mut runs = tokio::task::JoinSet::new();
     for (label, scenario) in &all {
-        for client in ["reference", "gatehouse"] {
+        for &client in clients {
             let (label, scenario, env, gate) = (label.clone(), scenario.clone(), env.clone(), gate.clone());
             runs.spawn(async move {
                 let _permit = gate.acquire_owned().await.unwrap();
@@ -208,7 +216,7 @@ async fn gatehouse_as_a_client_passes_every_ratchet_scenario() {
     let lost: Vec<_> = verdicts.iter().filter(|(_, v)| v.0 && !v.1).map(|(k, _)| format!("{} {}", k.0, k.1)).collect();
     println!("   passing for the reference, not yet for Gatehouse: {lost:?}");
 
-    let failures: Vec<String> = ratchet()
+    let failures: Vec<String> = must
         .into_iter()
         .filter(|key| key.1.contains(&only) && !verdicts.get(key).is_some_and(|v| v.1))
         .map(|(label, scenario)| format!("{label} {scenario}: in the ratchet, but fails with Gatehouse as the client"))
