@@ -138,3 +138,38 @@ async fn concurrent_duplicates_on_two_replicas_run_once_and_all_answer_the_store
         assert_eq!(r.status(), 204);
     }
 }
+
+/// An answer that hands out a secret (a new token) is not kept under its key: a retry creates
+/// nothing and is told so, and the key's row holds no secret (the suite's secret scan, which
+/// reads bytea columns too, checks every row when the test ends).
+#[tokio::test]
+async fn an_answer_that_hands_out_a_secret_is_withheld_from_a_retry_and_not_stored() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "alice@example.test"]).await;
+    let s = Served::start(gatehouse(Some(&t.url))).await;
+    let alice = common::dev_sign_in(&s, "alice@example.test").await;
+    let create = || async {
+        let csrf = alice.csrf().await;
+        let r = alice
+            .client
+            .post(format!("{}/api/v1/tenants/acme/tokens", s.base))
+            .header("origin", &s.base)
+            .header("x-csrf-token", csrf)
+            .header("idempotency-key", "k-token")
+            .json(&json!({ "name": "deploy" }))
+            .send()
+            .await
+            .unwrap();
+        let replayed = r.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
+        (r.status().as_u16(), r.json::<Value>().await.unwrap(), replayed)
+    };
+    let (status, made, replayed) = create().await;
+    assert_eq!((status, replayed), (201, false), "{made}");
+    assert!(made["secret"].as_str().is_some_and(|t| t.starts_with("gth_")), "{made}");
+    let (status, retry, replayed) = create().await;
+    assert_eq!((status, retry["code"].as_str(), replayed), (409, Some("idempotency_answer_withheld"), true), "{retry}");
+    assert!(!retry.to_string().contains("gth_"), "{retry}");
+    let id = made["token"]["id"].as_str().unwrap();
+    assert_eq!(logged(&t, &format!("token:{id}")).await, 1, "the retry created nothing");
+    assert_eq!(stored_keys(&t).await, 1);
+}

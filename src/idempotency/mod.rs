@@ -109,6 +109,17 @@ fn reused() -> Error {
     )
 }
 
+/// What a retry gets when the first answer handed out a secret (see [`record`]).
+fn withheld_answer() -> Response {
+    Error::Conflict {
+        code: "idempotency_answer_withheld",
+        message: "the request with this Idempotency-Key was carried out; its answer held a secret, which Gatehouse \
+                  shows only once, so it is not replayed (list the resource to find what it created)"
+            .into(),
+    }
+    .into_response()
+}
+
 /// Answers what the first request with the key stored, waiting for it while that request is
 /// still running (or storing its answer).
 async fn replay(db: &Db, tenant: TenantId, pending: &Pending) -> Response {
@@ -153,10 +164,23 @@ async fn record(db: &Db, tenant: TenantId, pending: &Pending, response: Response
             return Error::Internal(anyhow::anyhow!("unreadable answer")).into_response();
         }
     };
-    let answer = store::Answer {
-        status: parts.status.as_u16(),
-        content_type: parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
-        body: bytes.to_vec(),
+    // An answer that must not be stored (`Cache-Control: no-store`: it hands out a secret, such
+    // as a new token's) is kept as a refusal that says so: a retry neither runs the request
+    // again nor gets the secret a second time, and no secret is at rest in the key's row.
+    let withheld = parts.headers.get(header::CACHE_CONTROL).is_some_and(|v| v.as_bytes().starts_with(b"no-store"));
+    let answer = if withheld {
+        let (refusal, body) = withheld_answer().into_parts();
+        store::Answer {
+            status: refusal.status.as_u16(),
+            content_type: refusal.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
+            body: axum::body::to_bytes(body, MAX_ANSWER_BYTES).await.map(|b| b.to_vec()).unwrap_or_default(),
+        }
+    } else {
+        store::Answer {
+            status: parts.status.as_u16(),
+            content_type: parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned),
+            body: bytes.to_vec(),
+        }
     };
     // The mutation committed: storing its answer is worth a few tries (the database may be
     // failing over); should all fail, retries answer `idempotency_key_in_progress`.

@@ -83,7 +83,19 @@ pub async fn database_text(url: &str) -> String {
     .expect("list tables for the secret scan");
     let mut text = String::new();
     for (schema, table) in tables {
-        let sql = format!("SELECT t::text FROM \"{schema}\".\"{table}\" t");
+        // A row's text shows bytea as hex; `encode(…, 'escape')` keeps printable ASCII (every
+        // issued secret) as it is, so those columns are read that way as well.
+        let bytea: Vec<String> = sqlx::query_scalar(
+            "SELECT column_name::text FROM information_schema.columns \
+             WHERE table_schema = $1 AND table_name = $2 AND data_type = 'bytea' ORDER BY ordinal_position",
+        )
+        .bind(&schema)
+        .bind(&table)
+        .fetch_all(&mut conn)
+        .await
+        .expect("list bytea columns for the secret scan");
+        let escaped: String = bytea.iter().map(|c| format!(" || ' ' || coalesce(encode(t.\"{c}\", 'escape'), '')")).collect();
+        let sql = format!("SELECT t::text{escaped} FROM \"{schema}\".\"{table}\" t");
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&mut conn).await.expect("read a table for the secret scan");
         for row in rows {
             let line: String = row.get(0);
