@@ -57,6 +57,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::oauth::http::router())
         .merge(crate::mcp_auth::http::router())
         .merge(crate::gateway::activity::http::router())
+        .merge(crate::gateway::pins::http::router())
         .merge(crate::console::router(&state))
         .merge(crate::findings::http::router())
         .merge(crate::reports::http::router())

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use gatehouse::{
-    admin_log::Audit, blueprints, cli::Outcome, config::Config, connect_links, copies, db::Db, erasure, error::Error, forks, kv,
-    mcp_auth, ops, peers, reap, reports, server, service_credentials, snapshots, tenants, tokens, vault, workspaces,
+    admin_log::Audit, blueprints, cli::Outcome, config::Config, connect_links, copies, db::Db, erasure, error::Error, forks,
+    gateway::pins, kv, mcp_auth, ops, peers, reap, reports, server, service_credentials, snapshots, tenants, tokens, vault,
+    workspaces,
 };
 
 #[derive(Parser)]
@@ -79,6 +80,9 @@ enum Command {
     /// Blueprints: named, versioned workspace configurations, admitted before use.
     #[command(subcommand)]
     Blueprint(blueprints::cli::Command),
+    /// Pinned tool definitions of a workspace, and approving a quarantined change.
+    #[command(subcommand, name = "tool-pin")]
+    ToolPin(pins::cli::Command),
 }
 
 /// `gatehouse workspace …`: one command over the nouns that act on a workspace.
@@ -189,5 +193,6 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         Command::McpAuth(cmd) => mcp_auth::cli::run(db, audit, cmd).await,
         Command::Report(args) => reports::cli::run(db, args).await,
         Command::Blueprint(cmd) => blueprints::cli::run(db, audit, config, cmd).await,
+        Command::ToolPin(cmd) => pins::cli::run(db, audit, cmd).await,
     }
 }

@@ -292,7 +292,7 @@ async fn a_catalog_that_changes_under_the_same_configuration_is_drift() {
     let tool = |name: &str| -> rmcp::model::Tool {
         serde_json::from_value(serde_json::json!({ "name": name, "inputSchema": { "type": "object" } })).unwrap()
     };
-    let target = |key| Target { tenant: a, workspace, connector_id: "github", config_key: key };
+    let target = |key| Target { tenant: a, workspace, connector_id: "github", config_key: key, pinning: Default::default() };
     let store = |key: &'static str, tools: Vec<rmcp::model::Tool>| {
         let db = t.db.clone();
         async move { catalogs::store(&db, target(key), &tools, None).await.unwrap() }

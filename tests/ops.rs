@@ -295,6 +295,7 @@ async fn retention_keeps_just_inside_and_prunes_just_outside_every_window() {
         client_name: None,
         client_version: None,
         pool: None,
+        redactions: 0,
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     let actors = loop {
@@ -466,6 +467,7 @@ async fn a_lost_activity_batch_becomes_an_ops_failure() {
         client_name: None,
         client_version: None,
         pool: None,
+        redactions: 0,
     });
     let fp = ops::fingerprint("activity.write", "insert", "internal");
     let db = t.db.clone();

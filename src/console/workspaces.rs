@@ -167,6 +167,7 @@ async fn connector_view(
                 workspace: bound.workspace.id.0,
                 connector_id: id,
                 config_key: downstream::config_key(&key),
+                pinning: bound.document.pinning,
             };
             match catalogs::load(&state.db, target).await? {
                 Some((at, tools)) => (tools, format!("fetched {}", when(&at))),

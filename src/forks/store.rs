@@ -41,8 +41,21 @@ pub async fn insert_fork(
     Ok(())
 }
 
-/// Copies the source's stored connector catalogs (the connector state) to the fork.
+/// Copies the source's stored connector catalogs (the connector state) to the fork, with its
+/// pinned tool definitions (a fork must not accept a definition its source quarantined).
 pub async fn copy_catalogs(conn: &mut PgConnection, tenant: TenantId, source: Uuid, fork: Uuid) -> Result<u64> {
+    sqlx::query(
+        "INSERT INTO tool_pins (tenant_id, workspace_id, connector_id, tool_name, digest, definition, pending_digest, pending,
+                                pinned_at, changed_at, approved_at, approved_by)
+         SELECT tenant_id, $3, connector_id, tool_name, digest, definition, pending_digest, pending,
+                pinned_at, changed_at, approved_at, approved_by
+           FROM tool_pins WHERE tenant_id = $1 AND workspace_id = $2",
+    )
+    .bind(tenant)
+    .bind(source)
+    .bind(fork)
+    .execute(&mut *conn)
+    .await?;
     let done = sqlx::query!(
         "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools, fetched_at)
          SELECT tenant_id, $3, connector_id, config_key, tools, fetched_at FROM connector_catalogs

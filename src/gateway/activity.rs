@@ -50,6 +50,8 @@ pub struct Row {
     pub client_name: Option<String>,
     pub client_version: Option<String>,
     pub pool: Option<String>,
+    /// Matches of the workspace's redaction detectors in the call's arguments and result.
+    pub redactions: i32,
 }
 
 impl Row {
@@ -81,6 +83,7 @@ impl Row {
             client_name: ctx.client.as_ref().map(|c| c.0.clone()),
             client_version: ctx.client.as_ref().map(|c| c.1.clone()),
             pool: ctx.pool.as_ref().map(|(name, _)| name.clone()),
+            redactions: outcome.redactions.min(i32::MAX as u32) as i32,
         }
     }
 }
@@ -191,10 +194,11 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
             let col = |f: &dyn Fn(&Row) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
             sqlx::query(
                 "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, request_id, actor_kind, actor_id, connector, tool,
-                     source, outcome, duration_ms, error_code, classification, result_bytes, client_name, client_version, pool)
+                     source, outcome, duration_ms, error_code, classification, result_bytes, client_name, client_version, pool,
+                     redactions)
                  SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[],
                      $8::text[], $9::text[], $10::text[], $11::text[], $12::int[], $13::text[], $14::text[], $15::int[], $16::text[],
-                     $17::text[], $18::text[])",
+                     $17::text[], $18::text[], $19::int[])",
             )
             .bind(rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>())
             .bind(rows.iter().map(|r| r.occurred_at).collect::<Vec<_>>())
@@ -214,6 +218,7 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
             .bind(col(&|r| r.client_name.clone()))
             .bind(col(&|r| r.client_version.clone()))
             .bind(col(&|r| r.pool.clone()))
+            .bind(rows.iter().map(|r| r.redactions).collect::<Vec<_>>())
             .execute(&mut *conn)
             .await?;
             // Retention, pruned on write (every 16th batch) in a bounded batch served by
@@ -341,6 +346,7 @@ pub mod http {
                 "result_bytes": row.try_get::<i32, _>("result_bytes")?,
                 "client": { "name": row.try_get::<Option<String>, _>("client_name")?, "version": row.try_get::<Option<String>, _>("client_version")? },
                 "pool": row.try_get::<Option<String>, _>("pool")?,
+                "redactions": row.try_get::<Option<i32>, _>("redactions")?,
             }));
         }
         let next = if rows.len() as i64 == limit { next } else { None };
@@ -376,6 +382,7 @@ mod tests {
             client_name: None,
             client_version: None,
             pool: None,
+            redactions: 0,
         }
     }
 

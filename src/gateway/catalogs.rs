@@ -24,6 +24,8 @@ pub struct Target<'a> {
     pub connector_id: &'a str,
     /// The digest of the connector's configuration.
     pub config_key: &'a str,
+    /// What a changed or new tool definition does before approval (see [`super::pins`]).
+    pub pinning: crate::workspaces::config::Pinning,
 }
 
 async fn load_row(conn: &mut PgConnection, t: Target<'_>) -> Result<Option<(DateTime<Utc>, Vec<Tool>)>> {
@@ -100,32 +102,54 @@ fn drift(t: Target<'_>, was: i64, now: usize, at: DateTime<Utc>) -> crate::findi
     }
 }
 
-/// Stores a freshly fetched catalog (last writer wins: two replicas fetching at once store
-/// equivalent answers). With `audit`, an operator asked for it: the admin log says so.
-pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], audit: Option<&Audit>) -> Result<DateTime<Utc>> {
-    let tools = serde_json::to_value(tools).map_err(anyhow::Error::from)?;
-    let tools = &tools;
-    db.single_decision(Scope::Tenant(t.tenant), move |conn, _| {
+/// Stores a freshly fetched catalog as the pins allow it to be served (see [`super::pins`]),
+/// and answers what is served. Two replicas fetching at once store equivalent answers (the
+/// decision is serializable). With `audit`, an operator asked for it: the admin log says so.
+pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], audit: Option<&Audit>) -> Result<(DateTime<Utc>, Vec<Tool>)> {
+    let listed = super::pins::as_json(tools)?;
+    let listed = &listed;
+    db.serializable(Scope::Tenant(t.tenant), move |conn, _| {
         Box::pin(async move {
-            let (fetched_at, drifted_from) = store_row(&mut *conn, t, tools).await?;
+            let now: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&mut *conn).await?;
+            let applied = super::pins::apply(&mut *conn, t, listed, now).await?;
+            let served = serde_json::Value::Array(applied.served);
+            let (fetched_at, drifted_from) = store_row(&mut *conn, t, &served).await?;
+            let mut findings = applied.findings;
             if let Some(was) = drifted_from {
-                let now = tools.as_array().map_or(0, Vec::len);
-                crate::findings::observe(&mut *conn, &[drift(t, was, now, fetched_at)]).await?;
+                let now = served.as_array().map_or(0, Vec::len);
+                findings.push(drift(t, was, now, fetched_at));
+            }
+            if !findings.is_empty() {
+                crate::findings::observe(&mut *conn, &findings).await?;
             }
             if let Some(audit) = audit {
-                let count = tools.as_array().map_or(0, Vec::len);
                 let entry = Entry {
                     tenant: Some(t.tenant),
                     audit,
                     action: "connector.catalog_refresh",
                     target: format!("connector:{}", t.connector_id),
                     before: None,
-                    after: Some(json!({ "workspace_id": t.workspace, "tools": count, "fetched_at": fetched_at })),
+                    after: Some(json!({ "workspace_id": t.workspace, "tools": listed.len(), "fetched_at": fetched_at })),
                 };
-                admin_log::record(conn, entry).await?;
+                admin_log::record(&mut *conn, entry).await?;
             }
-            Ok(fetched_at)
+            let served: Vec<Tool> =
+                serde_json::from_value(served).map_err(|e| anyhow::anyhow!("a served definition is no tool: {e}"))?;
+            Ok((fetched_at, served))
         })
     })
     .await
+}
+
+/// Drops the workspace's stored catalog of `connector` (in the caller's transaction): the
+/// tenant's epoch moves, every replica reads its configuration again, and the next call
+/// fetches the catalog afresh.
+pub(crate) async fn forget(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, connector: &str) -> Result<()> {
+    sqlx::query("DELETE FROM connector_catalogs WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3")
+        .bind(tenant)
+        .bind(workspace)
+        .bind(connector)
+        .execute(conn)
+        .await?;
+    Ok(())
 }

@@ -13,6 +13,7 @@ pub mod jsonrpc;
 pub mod listen;
 pub mod mcp_client;
 pub mod peer;
+pub mod pins;
 pub mod sse;
 pub mod stash;
 pub mod surface;

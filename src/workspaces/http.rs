@@ -113,7 +113,9 @@ async fn configure(
     ApiJson(body): ApiJson<ConfigurePatch>,
 ) -> Result<Json<Bound>> {
     ctx.require_person(Permission::CredentialAdministration)?;
-    if let Some(unknown) = body.patch.keys().find(|k| !["classification", "grants", "pools"].contains(&k.as_str())) {
+    if let Some(unknown) =
+        body.patch.keys().find(|k| !["classification", "grants", "pools", "pinning", "redaction"].contains(&k.as_str()))
+    {
         return Err(Error::InvalidConfig {
             issues: vec![FieldIssue { field: unknown.clone(), message: "unknown field".into() }],
         });
@@ -147,6 +149,7 @@ async fn refresh_connector(
         workspace: bound.workspace.id.0,
         connector_id: &id,
         config_key: crate::gateway::downstream::config_key(&key),
+        pinning: bound.document.pinning,
     };
     let caller = crate::gateway::credentials::Caller {
         tenant: ctx.tenant.id,

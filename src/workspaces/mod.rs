@@ -59,6 +59,16 @@ pub struct Bound {
     /// connector's configuration, which this bound copy never changes).
     #[serde(skip)]
     pub keys: std::sync::OnceLock<std::collections::HashMap<String, String>>,
+    /// The document's redaction detectors, compiled on first use (`None`: none configured).
+    #[serde(skip)]
+    pub redactor: std::sync::OnceLock<Option<std::sync::Arc<config::redaction::Redactor>>>,
+}
+
+impl Bound {
+    /// The compiled redaction detectors of this configuration, if it has any.
+    pub fn redactor(&self) -> Option<&config::redaction::Redactor> {
+        self.redactor.get_or_init(|| config::redaction::Redactor::of(&self.document.redaction)).as_deref()
+    }
 }
 
 /// A connector's catalog is fetched again after this long. It lives with the workspace,
@@ -186,7 +196,14 @@ where
                 after: Some(json!({ "version": read + 1, "digest": digest, "change": detail })),
             };
             admin_log::record(conn, entry).await?;
-            Ok(Bound { workspace, document: next, catalogs: CatalogStamps::new(), epoch: 0, keys: Default::default() })
+            Ok(Bound {
+                workspace,
+                document: next,
+                catalogs: CatalogStamps::new(),
+                epoch: 0,
+                keys: Default::default(),
+                redactor: Default::default(),
+            })
         })
     })
     .await
@@ -239,7 +256,7 @@ pub async fn remove_connector(
     .await
 }
 
-/// Replaces the classification overrides, grants and/or pools (a new configuration version).
+/// Replaces the classification overrides, grants, pools and/or pinning (a new configuration version).
 /// In `patch`, a present `classification` replaces the map; a present `grants` replaces the
 /// list, and `null` removes it (everything granted again).
 pub async fn configure(
@@ -266,6 +283,14 @@ pub async fn configure(
         ),
         None => None,
     };
+    let redaction = match patch.get("redaction") {
+        Some(v) => Some(serde_json::from_value::<config::redaction::Redaction>(v.clone()).map_err(|e| bad("redaction", e))?),
+        None => None,
+    };
+    let pinning = match patch.get("pinning") {
+        Some(v) => Some(serde_json::from_value::<config::Pinning>(v.clone()).map_err(|e| bad("pinning", e))?),
+        None => None,
+    };
     let grants = match patch.get("grants") {
         Some(v) => Some(serde_json::from_value::<Option<Vec<config::Grant>>>(v.clone()).map_err(|e| bad("grants", e))?),
         None => None,
@@ -280,7 +305,16 @@ pub async fn configure(
         if let Some(p) = &pools {
             doc.pools = p.clone();
         }
-        Ok(json!({ "classification": doc.classification, "grants": doc.grants, "pools": doc.pools }))
+        if let Some(p) = pinning {
+            doc.pinning = p;
+        }
+        if let Some(r) = &redaction {
+            doc.redaction = r.clone();
+        }
+        Ok(json!({
+            "classification": doc.classification, "grants": doc.grants, "pools": doc.pools, "pinning": doc.pinning,
+            "redaction": doc.redaction,
+        }))
     })
     .await
 }

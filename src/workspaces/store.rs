@@ -127,7 +127,14 @@ pub async fn bound(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Res
         serde_json::from_value(document).map_err(|e| anyhow::anyhow!("stored configuration unreadable: {e}"))?;
     let catalogs: serde_json::Value = row.try_get("catalogs")?;
     let catalogs = serde_json::from_value(catalogs).map_err(|e| anyhow::anyhow!("catalog stamps unreadable: {e}"))?;
-    Ok(Some(Bound { workspace: workspace(&row)?, document, catalogs, epoch: row.try_get("epoch")?, keys: Default::default() }))
+    Ok(Some(Bound {
+        workspace: workspace(&row)?,
+        document,
+        catalogs,
+        epoch: row.try_get("epoch")?,
+        keys: Default::default(),
+        redactor: Default::default(),
+    }))
 }
 
 /// A workspace's slug by its id.

@@ -86,6 +86,7 @@ pub const TABLES: &[Table] = &[
     table("oauth_grants", Column, Delete, Nothing, Nothing, DeleteMember),
     table("credentials", Column, Delete, Shared, All, DeleteMember),
     table("connector_catalogs", Column, Delete, All, All, Untouched),
+    table("tool_pins", Column, Delete, All, Nothing, Untouched),
     table("result_stash", Column, Delete, Nothing, Nothing, Untouched),
     table("activity", Column, Delete, Nothing, All, Redact),
     table("ops_failures", Column, Delete, Nothing, Nothing, Redact),

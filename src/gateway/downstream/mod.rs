@@ -241,12 +241,13 @@ impl Downstreams {
             Ok(Err(e)) => return Err(self.failed(key, credential, e).await),
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
-        let fetched_at = match catalogs::store(db, target, &tools, audit).await {
-            Ok(at) => Some(at),
-            Err(e) if audit.is_some() => return Err(Failure::Unavailable(format!("could not store the catalog: {e}"))),
+        // What is served is what the pins allow, decided with the stored catalog: a catalog
+        // that cannot be checked against its pins is not served (fail closed).
+        let (fetched_at, tools) = match catalogs::store(db, target, &tools, audit).await {
+            Ok((at, served)) => (Some(at), Arc::new(served)),
             Err(e) => {
                 tracing::warn!(error = %e, "could not store a catalog in the shared cache");
-                None
+                return Err(Failure::Unavailable(format!("could not check the catalog against its pinned definitions: {e}")));
             }
         };
         self.remember(key, (fetched_at, tools.clone())).await;

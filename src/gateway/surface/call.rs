@@ -58,6 +58,36 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
     if !ctx.visible(id, Some(name)) {
         return unknown();
     }
+    // The arguments are only counted (they go to the downstream as the agent sent them, and
+    // nothing of them is recorded), unless a blocking detector refuses the call.
+    let arg_hits = match ctx.bound.redactor() {
+        None => 0,
+        Some(r) => {
+            let scan = r.scan(&mut instance.clone());
+            if let Some(detector) = scan.blocked {
+                return blocked(&detector, "arguments").about(id, name);
+            }
+            scan.masked
+        }
+    };
+    let mut out = call_granted(state, ctx, address, (id, name, c), instance, writes).await;
+    out.redactions = out.redactions.saturating_add(arg_hits);
+    out
+}
+
+/// [`call_with`] for a granted tool of a visible connector.
+async fn call_granted(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    address: &str,
+    (id, name, c): (&str, &str, &Connector),
+    instance: &Value,
+    writes: Writes<'_>,
+) -> Outcome {
+    let Value::Object(tool_args) = instance else {
+        return Outcome::error("invalid_args", "`args` must be an object".into(), None);
+    };
+    let unknown = || Outcome::error("unknown_tool", format!("no tool `{}` here; use search_tools", echo(address)), None);
     let key = key(ctx, id, c);
     let tools = match catalog(state, ctx, id, &key, c).await {
         Ok(tools) => tools,
@@ -107,6 +137,10 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
             // The target's refusal names its own address; the caller needs this one.
             out = approval_required(address, tool_args);
         }
+        match redact(ctx, &mut out.result) {
+            Ok(hits) => out.redactions = hits,
+            Err(refused) => out = refused,
+        }
         if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
             let body = serde_json::to_string(&out.result).unwrap_or_default();
             if ctx.peer_path.is_empty() && body.len() > stash::INLINE_CAP_BYTES {
@@ -152,8 +186,11 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
             state.downstreams.call(ctx.tenant.id.0, &key, c, call, credential.as_ref()).await
         }
     };
-    let mut out = match called {
-        Ok(result) => {
+    let mut hits = 0;
+    let mut out = match called.map(|mut result| redact(ctx, &mut result).map(|h| (h, result))) {
+        Ok(Err(refused)) => refused,
+        Ok(Ok((masked, result))) => {
+            hits = masked;
             let body = serde_json::to_string(&result).unwrap_or_default();
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
             // Through a peer, the outermost workspace stashes (its caller pages it there).
@@ -169,16 +206,70 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
                 result_bytes: body.len().min(i32::MAX as usize) as i32,
                 jsonrpc: None,
                 interim: None,
+                redactions: 0,
             }
         }
         Err(f) => {
             note(state, ctx, "downstream.call", id, c, &f);
-            failure(f)
+            // A downstream's error text reaches the agent too.
+            let mut out = failure(f);
+            match redact(ctx, &mut out.result) {
+                Ok(masked) => hits = masked,
+                Err(refused) => out = refused,
+            }
+            out
         }
     }
     .about(id, name);
     out.classification = Some(class_name(class));
+    out.redactions = hits;
     out
+}
+
+/// Masks, in place, what the workspace's detectors find in a result on its way to the agent
+/// (before any stash): its content blocks (all but their `type`), `structuredContent` and
+/// `_meta`. The number masked, or the refusal when a blocking detector matched.
+fn redact(ctx: &GatewayCtx, result: &mut CallToolResult) -> Result<u32, Outcome> {
+    let Some(r) = ctx.bound.redactor() else { return Ok(0) };
+    let mut value = serde_json::to_value(&*result).map_err(|_| blocked("unreadable", "result"))?;
+    let mut masked = 0u32;
+    let mut stop = None;
+    let mut add = |scan: crate::workspaces::config::redaction::Scan| {
+        masked = masked.saturating_add(scan.masked);
+        if stop.is_none() {
+            stop = scan.blocked;
+        }
+    };
+    if let Some(content) = value.get_mut("content").and_then(Value::as_array_mut) {
+        for block in content.iter_mut().filter_map(Value::as_object_mut) {
+            for (key, v) in block.iter_mut() {
+                if key != "type" {
+                    add(r.scan(v));
+                }
+            }
+        }
+    }
+    for key in ["structuredContent", "_meta"] {
+        if let Some(v) = value.get_mut(key) {
+            add(r.scan(v));
+        }
+    }
+    if let Some(detector) = stop {
+        return Err(blocked(&detector, "result"));
+    }
+    if masked > 0 {
+        *result = serde_json::from_value(value).map_err(|_| blocked("unreadable", "result"))?;
+    }
+    Ok(masked)
+}
+
+/// The refusal of a call whose arguments or result a blocking detector matched.
+fn blocked(detector: &str, what: &str) -> Outcome {
+    Outcome::error(
+        "redaction_blocked",
+        format!("the {what} held something this workspace's redaction blocks (detector {detector})"),
+        Some(json!({ "detector": detector })),
+    )
 }
 
 /// The refusal of a write made through `call_tool` (or a program), naming the call to make.

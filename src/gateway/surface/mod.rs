@@ -60,6 +60,9 @@ pub struct Outcome {
     /// Not a result yet (2026-07-28): the downstream asks the agent for input, or the agent's
     /// retry was refused. `result` then holds nothing the agent sees.
     pub interim: Option<Interim>,
+    /// What the workspace's redaction detectors found in the arguments and the result (a
+    /// count; nothing of what they found is kept).
+    pub redactions: u32,
 }
 
 /// What a call answers instead of a result on 2026-07-28.
@@ -84,6 +87,7 @@ impl Outcome {
             stashed: false,
             jsonrpc: None,
             interim: None,
+            redactions: 0,
         }
     }
 
@@ -113,6 +117,7 @@ impl Outcome {
             stashed: false,
             jsonrpc: None,
             interim: None,
+            redactions: 0,
         }
     }
 
@@ -243,6 +248,7 @@ pub(crate) async fn catalog(
         workspace: ctx.bound.workspace.id.0,
         connector_id: id,
         config_key: downstream::config_key(key),
+        pinning: ctx.bound.document.pinning,
     };
     if let Connector::Peer { blueprint } = c {
         return super::peer::catalog(state, ctx, id, blueprint).await;

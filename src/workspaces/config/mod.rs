@@ -4,6 +4,7 @@
 
 mod auth;
 pub mod http_api_description;
+pub mod redaction;
 #[cfg(test)]
 mod tests;
 mod validate;
@@ -37,6 +38,48 @@ pub struct Document {
     /// Named subsets of the workspace's tools, each served at `…/mcp/{pool}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<String, Pool>,
+    /// What a changed or new downstream tool definition does before an admin approves it.
+    /// Left out of stored documents while it is the default, so older documents keep their
+    /// digests.
+    #[serde(default, skip_serializing_if = "Pinning::is_default")]
+    pub pinning: Pinning,
+    /// Detectors applied to tool results before agents (and the stash) see them, and to
+    /// arguments before anything of them is recorded. Empty: nothing is scanned.
+    #[serde(default, skip_serializing_if = "redaction::Redaction::is_empty")]
+    pub redaction: redaction::Redaction,
+}
+
+/// Pinned tool definitions: the first definition of each tool a workspace sees is pinned (its
+/// name, title, description, schemas and annotations); a different one is quarantined until
+/// an admin approves it (see `gateway::pins`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Pinning {
+    /// What agents see of a tool whose definition changed, until the change is approved.
+    #[serde(default)]
+    pub on_change: OnChange,
+    /// A tool a connector lists for the first time after its first catalog is quarantined
+    /// too (hidden until approved). Off by default: new tools are pinned as they come.
+    #[serde(default)]
+    pub quarantine_new_tools: bool,
+}
+
+impl Pinning {
+    fn is_default(&self) -> bool {
+        *self == Pinning::default()
+    }
+}
+
+/// What agents see of a tool whose definition changed, until the change is approved.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnChange {
+    /// The pinned definition (with the stricter of the two safety hints, so the change can
+    /// never widen what `call_tool` accepts).
+    #[default]
+    ServePinned,
+    /// Nothing: the tool is hidden.
+    Hide,
 }
 
 /// A pool only ever narrows: its tools, intersected with the caller's grants.

@@ -192,6 +192,14 @@ impl Document {
                 }
             }
         }
+        if self.redaction.detectors.len() > super::redaction::MAX_DETECTORS {
+            bad("redaction.detectors".into(), "at most 32 detectors");
+        }
+        for (i, d) in self.redaction.detectors.iter().enumerate() {
+            if let Some(problem) = super::redaction::problem(d) {
+                bad(format!("redaction.detectors.{i}"), &problem);
+            }
+        }
         for (i, grant) in self.grants.iter().flatten().enumerate() {
             let ok_to = grant.to == "machines"
                 || grant.to.strip_prefix("role:").is_some_and(|r| crate::members::Role::parse(r).is_ok())
