@@ -98,7 +98,7 @@ async fn secrets_in_results_are_masked_before_the_agent_the_stash_and_activity()
     // of them; the secret scan reads every row and the serve log when the test ends.
     let rows = || platform_text(&t, "SELECT redactions, coalesce(error_code, '') FROM activity ORDER BY occurred_at, id");
     assert!(eventually(Duration::from_secs(10), || async { rows().await.len() >= 6 }).await);
-    let counted: Vec<(Option<i32>, String)> = rows().await.into_iter().filter(|(_, code)| code != "").collect();
+    let counted: Vec<(Option<i32>, String)> = rows().await.into_iter().filter(|(_, code)| !code.is_empty()).collect();
     assert_eq!(counted, [(Some(0), "redaction_blocked".to_owned()), (Some(0), "redaction_blocked".to_owned())]);
     let ok: Vec<Option<i32>> = rows().await.into_iter().filter(|(_, code)| code.is_empty()).map(|(n, _)| n).collect();
     assert_eq!(ok[..2], [Some(4), Some(4)], "{ok:?}");

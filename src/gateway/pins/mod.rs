@@ -159,17 +159,15 @@ fn hints(definition: &Value) -> (bool, bool) {
 pub fn guarded(pinned: &Value, pending: &Value) -> Value {
     let ((ro_p, de_p), (ro_q, de_q)) = (hints(pinned), hints(pending));
     let mut served = pinned.clone();
-    if (ro_p && !ro_q) || (!de_p && de_q) {
-        if let Some(map) = served.as_object_mut() {
-            let annotations = map.entry("annotations").or_insert_with(|| json!({}));
-            if let Some(annotations) = annotations.as_object_mut() {
-                if ro_p && !ro_q {
-                    annotations.insert("readOnlyHint".into(), Value::Bool(false));
-                }
-                if !de_p && de_q {
-                    annotations.insert("destructiveHint".into(), Value::Bool(true));
-                }
-            }
+    if ((ro_p && !ro_q) || (!de_p && de_q))
+        && let Some(map) = served.as_object_mut()
+        && let Some(annotations) = map.entry("annotations").or_insert_with(|| json!({})).as_object_mut()
+    {
+        if ro_p && !ro_q {
+            annotations.insert("readOnlyHint".into(), Value::Bool(false));
+        }
+        if !de_p && de_q {
+            annotations.insert("destructiveHint".into(), Value::Bool(true));
         }
     }
     served
@@ -177,7 +175,7 @@ pub fn guarded(pinned: &Value, pending: &Value) -> Value {
 
 /// Caps one side of a diff line.
 fn side(v: Option<&Value>) -> String {
-    let text = v.map_or_else(|| "(absent)".to_owned(), |v| canonical_text(v));
+    let text = v.map_or_else(|| "(absent)".to_owned(), canonical_text);
     let mut end = text.len().min(DIFF_SIDE_CAP);
     while !text.is_char_boundary(end) {
         end -= 1;

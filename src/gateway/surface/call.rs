@@ -139,7 +139,7 @@ async fn call_granted(
         }
         match redact(ctx, &mut out.result) {
             Ok(hits) => out.redactions = hits,
-            Err(refused) => out = refused,
+            Err(detector) => out = blocked(&detector, "result"),
         }
         if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
             let body = serde_json::to_string(&out.result).unwrap_or_default();
@@ -188,7 +188,7 @@ async fn call_granted(
     };
     let mut hits = 0;
     let mut out = match called.map(|mut result| redact(ctx, &mut result).map(|h| (h, result))) {
-        Ok(Err(refused)) => refused,
+        Ok(Err(detector)) => blocked(&detector, "result"),
         Ok(Ok((masked, result))) => {
             hits = masked;
             let body = serde_json::to_string(&result).unwrap_or_default();
@@ -215,7 +215,7 @@ async fn call_granted(
             let mut out = failure(f);
             match redact(ctx, &mut out.result) {
                 Ok(masked) => hits = masked,
-                Err(refused) => out = refused,
+                Err(detector) => out = blocked(&detector, "result"),
             }
             out
         }
@@ -228,10 +228,10 @@ async fn call_granted(
 
 /// Masks, in place, what the workspace's detectors find in a result on its way to the agent
 /// (before any stash): its content blocks (all but their `type`), `structuredContent` and
-/// `_meta`. The number masked, or the refusal when a blocking detector matched.
-fn redact(ctx: &GatewayCtx, result: &mut CallToolResult) -> Result<u32, Outcome> {
+/// `_meta`. The number masked, or the blocking detector that matched.
+fn redact(ctx: &GatewayCtx, result: &mut CallToolResult) -> Result<u32, String> {
     let Some(r) = ctx.bound.redactor() else { return Ok(0) };
-    let mut value = serde_json::to_value(&*result).map_err(|_| blocked("unreadable", "result"))?;
+    let mut value = serde_json::to_value(&*result).map_err(|_| "unreadable".to_owned())?;
     let mut masked = 0u32;
     let mut stop = None;
     let mut add = |scan: crate::workspaces::config::redaction::Scan| {
@@ -255,10 +255,10 @@ fn redact(ctx: &GatewayCtx, result: &mut CallToolResult) -> Result<u32, Outcome>
         }
     }
     if let Some(detector) = stop {
-        return Err(blocked(&detector, "result"));
+        return Err(detector);
     }
     if masked > 0 {
-        *result = serde_json::from_value(value).map_err(|_| blocked("unreadable", "result"))?;
+        *result = serde_json::from_value(value).map_err(|_| "unreadable".to_owned())?;
     }
     Ok(masked)
 }

@@ -69,7 +69,8 @@ pub enum Action {
 /// The compiled detectors of one configuration.
 #[derive(Debug)]
 pub struct Redactor {
-    detectors: Vec<(String, Regex, Action)>,
+    /// `None`: a detector that does not compile, which blocks everything.
+    detectors: Vec<(String, Option<Regex>, Action)>,
 }
 
 /// What a scan found: matches masked, and the first blocking detector that matched.
@@ -129,10 +130,8 @@ impl Redactor {
         let mut detectors = Vec::with_capacity(redaction.detectors.len());
         for d in &redaction.detectors {
             match compile(d) {
-                Ok(re) => detectors.push((d.name.clone(), re, d.action)),
-                Err(_) => {
-                    detectors.push((d.name.clone(), Regex::new(r"[\s\S]").unwrap_or_else(|_| unreachable!()), Action::Block))
-                }
+                Ok(re) => detectors.push((d.name.clone(), Some(re), d.action)),
+                Err(_) => detectors.push((d.name.clone(), None, Action::Block)),
             }
         }
         Some(Arc::new(Redactor { detectors }))
@@ -166,6 +165,10 @@ impl Redactor {
         }
         let mut current: Option<String> = None;
         for (name, re, action) in &self.detectors {
+            let Some(re) = re else {
+                scan.blocked.get_or_insert_with(|| name.clone());
+                continue;
+            };
             let haystack = current.as_deref().unwrap_or(text);
             let found = re.find_iter(haystack).count();
             if found == 0 {
