@@ -28,6 +28,10 @@ if (($# == 0)); then
   need /usr/bin/chromedriver chromium-driver
   # tests/pooler.rs runs Gatehouse behind pgbouncer in transaction mode.
   need /usr/sbin/pgbouncer pgbouncer
+  # tests/ha.rs runs a Patroni cluster (etcd as its store) behind haproxy.
+  need /usr/bin/patroni patroni
+  need /usr/bin/etcd etcd-server
+  need /usr/sbin/haproxy haproxy
 fi
 if ((${#missing[@]})); then
   echo "scripts/test.sh: missing system packages; install them first:" >&2

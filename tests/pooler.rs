@@ -10,14 +10,11 @@
 
 mod common;
 
-use std::{
-    os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
-    process::Stdio,
-    time::Duration,
+use common::{
+    Everything, Machine, Served, TestDb, dev_sign_in, gatehouse, mcp_post, mcp_tool,
+    pooler::{Bouncer, bouncer, log},
+    run,
 };
-
-use common::{Everything, Machine, Served, TestDb, dev_sign_in, eventually, gatehouse, mcp_post, mcp_tool, run};
 use gatehouse::{
     admin_log::Audit,
     config::{Pooler, Secret},
@@ -27,87 +24,6 @@ use gatehouse::{
 };
 use serde_json::json;
 use sqlx::{Connection, Executor, Row};
-
-/// pgbouncer in transaction mode in front of the test database; killed when dropped.
-struct Bouncer {
-    child: tokio::process::Child,
-    /// The database's URL through the bouncer (same role and password as the owner URL).
-    url: Secret,
-    dir: PathBuf,
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn pgbouncer_binary() -> PathBuf {
-    let found = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"].into_iter().map(PathBuf::from).find(|p| p.exists());
-    found.expect("pgbouncer is not installed: apt-get install pgbouncer (scripts/test.sh names it too)")
-}
-
-/// pgbouncer refuses to run as root: as root, it runs as the `postgres` user the PostgreSQL
-/// package creates (or the `gatehouse` one the harness makes for the embedded cluster).
-fn unprivileged() -> Option<nix::unistd::User> {
-    if !nix::unistd::geteuid().is_root() {
-        return None;
-    }
-    ["postgres", "gatehouse"].into_iter().find_map(|n| nix::unistd::User::from_name(n).ok().flatten())
-}
-
-async fn bouncer(direct: &Secret) -> Bouncer {
-    let url = url::Url::parse(direct.expose()).unwrap();
-    let (user, password) = (url.username().to_owned(), url.password().unwrap().to_owned());
-    let (host, server_port, database) = (url.host_str().unwrap().to_owned(), url.port().unwrap(), url.path()[1..].to_owned());
-    let dir = std::env::temp_dir().join(format!("gatehouse-pgbouncer-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let port = common::free_port();
-    let ini = format!(
-        "[databases]\n{database} = host={host} port={server_port} dbname={database}\n\n[pgbouncer]\n\
-         listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
-         auth_type = plain\nauth_file = {auth}\npool_mode = transaction\n\
-         default_pool_size = 2\nmin_pool_size = 0\nreserve_pool_size = 0\nmax_client_conn = 500\n\
-         ignore_startup_parameters = extra_float_digits\nadmin_users = {user}\n\
-         logfile = {log}\npidfile = {pid}\n",
-        auth = dir.join("users.txt").display(),
-        log = dir.join("pgbouncer.log").display(),
-        pid = dir.join("pgbouncer.pid").display(),
-    );
-    std::fs::write(dir.join("pgbouncer.ini"), ini).unwrap();
-    std::fs::write(dir.join("users.txt"), format!("\"{user}\" \"{password}\"\n")).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let mut cmd = match unprivileged() {
-        Some(u) => {
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                std::os::unix::fs::chown(entry.unwrap().path(), Some(u.uid.as_raw()), Some(u.gid.as_raw())).unwrap();
-            }
-            std::os::unix::fs::chown(&dir, Some(u.uid.as_raw()), Some(u.gid.as_raw())).unwrap();
-            let mut c = tokio::process::Command::new("runuser");
-            c.args(["-u", &u.name, "--"]).arg(pgbouncer_binary());
-            c
-        }
-        None => tokio::process::Command::new(pgbouncer_binary()),
-    };
-    let child = cmd
-        .arg(dir.join("pgbouncer.ini"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run pgbouncer");
-    let up =
-        eventually(Duration::from_secs(20), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
-            .await;
-    assert!(up, "pgbouncer did not listen on {port}: {}", log(&dir));
-    let url = Secret::new(format!("postgres://{user}:{password}@127.0.0.1:{port}/{database}"));
-    Bouncer { child, url, dir }
-}
-
-fn log(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("pgbouncer.log")).unwrap_or_default()
-}
 
 /// A `gatehouse` command whose database is reached through the bouncer.
 fn pooled(b: &Bouncer, direct: &Secret) -> tokio::process::Command {
@@ -145,7 +61,7 @@ async fn pools(b: &Bouncer, database: &str) -> (i64, i64) {
 #[tokio::test]
 async fn the_cli_serve_sign_in_mcp_revocation_and_cas_work_through_pgbouncer_in_transaction_mode() {
     let t = TestDb::new().await;
-    let b = bouncer(&t.url).await;
+    let b = bouncer(&t.url, 2).await;
 
     // Before the change this very command failed: `prepared statement "sqlx_s_1" already
     // exists` (two clients' statements met on one server connection).

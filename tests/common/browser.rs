@@ -5,6 +5,7 @@
 use reqwest::{Client, Method, StatusCode};
 use url::Url;
 
+#[derive(Clone)]
 pub struct Browser {
     pub client: Client,
     /// Gatehouse's base URL: walking stops on the first page of it that is not part of sign-in.
@@ -106,14 +107,25 @@ impl Browser {
     /// A same-origin API write with the session's CSRF token.
     pub async fn write(&self, method: Method, path: &str, body: serde_json::Value) -> reqwest::Response {
         let csrf = self.csrf().await;
+        self.same_origin(method, path, &csrf, body).send().await.unwrap()
+    }
+
+    /// [`Browser::write`] where the server may be unreachable or failing (a load test):
+    /// `None` when no answer came, else the status and the JSON body (`null` if none).
+    pub async fn try_write(&self, method: Method, path: &str, body: serde_json::Value) -> Option<(u16, serde_json::Value)> {
+        let me: serde_json::Value = self.client.get(format!("{}/api/v1/me", self.base)).send().await.ok()?.json().await.ok()?;
+        let csrf = me["csrf_token"].as_str()?.to_owned();
+        let r = self.same_origin(method, path, &csrf, body).send().await.ok()?;
+        let status = r.status().as_u16();
+        Some((status, r.json().await.unwrap_or(serde_json::Value::Null)))
+    }
+
+    fn same_origin(&self, method: Method, path: &str, csrf: &str, body: serde_json::Value) -> reqwest::RequestBuilder {
         self.client
             .request(method, format!("{}{path}", self.base))
             .header("origin", &self.base)
             .header("x-csrf-token", csrf)
             .json(&body)
-            .send()
-            .await
-            .unwrap()
     }
 }
 

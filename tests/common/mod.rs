@@ -6,6 +6,7 @@ pub mod browser;
 pub mod downstream;
 pub mod leaks;
 pub mod mcp_oauth;
+pub mod pooler;
 pub mod rogue;
 
 use std::{
@@ -565,8 +566,13 @@ pub fn email_fill(email: &'static str) -> impl Fn(&str) -> Option<String> {
 
 /// A browser signed in to `served` through the development provider as `email`.
 pub async fn dev_sign_in(served: &Served, email: &'static str) -> browser::Browser {
-    let browser = browser::Browser::new(&served.base);
-    let landing = browser.walk(&format!("{}/login?next=/", served.base), email_fill(email)).await;
+    dev_sign_in_at(&served.base, email).await
+}
+
+/// [`dev_sign_in`] at `base`: a `serve` process's, or a load balancer's in front of several.
+pub async fn dev_sign_in_at(base: &str, email: &'static str) -> browser::Browser {
+    let browser = browser::Browser::new(base);
+    let landing = browser.walk(&format!("{base}/login?next=/"), email_fill(email)).await;
     assert_eq!(landing.status, reqwest::StatusCode::OK, "{landing:?}");
     browser
 }
