@@ -254,7 +254,7 @@ def check_k8s(args: argparse.Namespace) -> Report:
 
 # ----------------------------------------------------------------------- compose
 
-EXPECTED_SERVICES = {"postgres", "migrate", "gatehouse-1", "gatehouse-2", "lb", "oidc"}
+EXPECTED_SERVICES = {"postgres", "pgbouncer", "migrate", "gatehouse-1", "gatehouse-2", "lb", "oidc"}
 GATEHOUSE_ENV = {
     "DATABASE_URL", "GATEHOUSE_PUBLIC_URL", "GATEHOUSE_OIDC_ISSUER", "GATEHOUSE_OIDC_CLIENT_ID",
     "GATEHOUSE_OIDC_CLIENT_SECRET", "GATEHOUSE_ENV", "GATEHOUSE_VAULT_KEYS", "RUST_LOG",
@@ -350,6 +350,25 @@ def check_compose(args: argparse.Namespace) -> Report:
         if name != "migrate" and deps(svc).get("migrate", {}).get("condition") != "service_completed_successfully":
             problems.append("does not wait for migrate to complete successfully")
         rep.check("compose", f"{name}: gatehouse {want} with the full environment", problems)
+
+    # The pooler: the replicas' pool goes through pgbouncer in transaction mode, so they say
+    # so (GATEHOUSE_DB_POOLER) and reach PostgreSQL directly for migrations and LISTEN.
+    ini_path = root / "deploy/compose/pgbouncer.ini"
+    ini = ini_path.read_text() if ini_path.exists() else ""
+    mode = re.search(r"^\s*pool_mode\s*=\s*(\w+)", ini, re.M)
+    problems = [] if mode and mode.group(1) == "transaction" else [f"{ini_path.name}: pool_mode is not transaction"]
+    if not re.search(r"^\s*ignore_startup_parameters\s*=.*extra_float_digits", ini, re.M):
+        problems.append(f"{ini_path.name}: ignore_startup_parameters lacks extra_float_digits")
+    for name, svc in sorted(gh.items()):
+        env = svc.get("environment") or {}
+        env = env if isinstance(env, dict) else dict(item.split("=", 1) for item in env)
+        if "@pgbouncer:" not in str(env.get("DATABASE_URL", "")):
+            problems.append(f"{name}: DATABASE_URL does not go through pgbouncer")
+        if env.get("GATEHOUSE_DB_POOLER") != "transaction":
+            problems.append(f"{name}: GATEHOUSE_DB_POOLER is not transaction")
+        if "@postgres:" not in str(env.get("GATEHOUSE_MIGRATE_URL", "")):
+            problems.append(f"{name}: GATEHOUSE_MIGRATE_URL does not go to postgres directly")
+    rep.check("compose", "pgbouncer: transaction mode, replicas pooled through it, migrations direct", problems)
 
     # The load balancer: round-robin over every replica, no affinity.
     lb = services.get("lb", {})
