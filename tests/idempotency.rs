@@ -173,3 +173,49 @@ async fn an_answer_that_hands_out_a_secret_is_withheld_from_a_retry_and_not_stor
     assert_eq!(logged(&t, &format!("token:{id}")).await, 1, "the retry created nothing");
     assert_eq!(stored_keys(&t).await, 1);
 }
+
+/// A change that committed but whose answer was never stored (the database failed between the
+/// COMMIT and storing the answer, or the COMMIT's answer was lost) is no longer "in progress"
+/// once its claim is 30 s old: a retry learns, definitely, that it was carried out, and runs
+/// nothing. The state is made the way a failover leaves it: the stored answer removed, the
+/// claim aged.
+#[tokio::test]
+async fn a_committed_change_whose_answer_was_lost_answers_answer_lost_and_runs_nothing_again() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    let ann = provision(&t.url, "acme").await;
+    let s = Served::start(gatehouse(Some(&t.url))).await;
+    let put = || common::http().put(format!("{}/api/v1/tenants/acme/kv/lost", s.base));
+    assert_eq!(send(&ann, put(), Some("k-lost"), json!({ "value": 1 })).await.0, 200);
+
+    let orphan = |age_secs: i32| {
+        let t = &t;
+        async move {
+            let mut owner = t.owner_conn().await;
+            let mut tx = owner.begin().await.unwrap();
+            tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+            sqlx::query(
+                "UPDATE idempotency_keys SET status = NULL, content_type = NULL, body = NULL,
+                        created_at = clock_timestamp() - make_interval(secs => $1) WHERE key = 'k-lost'",
+            )
+            .bind(f64::from(age_secs))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+        }
+    };
+    orphan(31).await;
+    let (status, problem, _) = send(&ann, put(), Some("k-lost"), json!({ "value": 1 })).await;
+    assert_eq!((status, problem["code"].as_str()), (409, Some("idempotency_answer_lost")), "{problem}");
+    // The same key with another body is still refused as reused, not told about the first.
+    let (status, problem, _) = send(&ann, put(), Some("k-lost"), json!({ "value": 2 })).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("idempotency_key_reused")), "{problem}");
+    assert_eq!(logged(&t, "kv:lost").await, 1, "the retries ran nothing");
+
+    // A claim still young is in progress: the retry waits for the answer, then says so.
+    orphan(0).await;
+    let (status, problem, _) = send(&ann, put(), Some("k-lost"), json!({ "value": 1 })).await;
+    assert_eq!((status, problem["code"].as_str()), (409, Some("idempotency_key_in_progress")), "{problem}");
+    assert_eq!(logged(&t, "kv:lost").await, 1);
+}

@@ -119,9 +119,9 @@ pub(super) async fn claim(conn: &mut PgConnection, scope: Scope) -> Result<()> {
         return Ok(());
     }
     let claimed: Option<bool> = sqlx::query_scalar(
-        "INSERT INTO idempotency_keys AS k (tenant_id, key, request_digest) VALUES ($1, $2, $3)
+        "INSERT INTO idempotency_keys AS k (tenant_id, key, request_digest, created_at) VALUES ($1, $2, $3, clock_timestamp())
          ON CONFLICT (tenant_id, key) DO UPDATE
-            SET request_digest = EXCLUDED.request_digest, created_at = now(), status = NULL, content_type = NULL, body = NULL
+            SET request_digest = EXCLUDED.request_digest, created_at = clock_timestamp(), status = NULL, content_type = NULL, body = NULL
           WHERE k.created_at < now() - make_interval(secs => $4)
          RETURNING true",
     )

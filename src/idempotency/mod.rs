@@ -109,6 +109,18 @@ fn reused() -> Error {
     )
 }
 
+/// What a retry gets when the first request's change committed but its answer was never
+/// stored (see [`store::Found::orphaned`]): a definite outcome, never "retry shortly" forever.
+fn lost_answer() -> Response {
+    Error::Conflict {
+        code: "idempotency_answer_lost",
+        message: "the request with this Idempotency-Key was carried out (its change was saved), but its answer was lost \
+                  in a database failure; read the resource to see the outcome"
+            .into(),
+    }
+    .into_response()
+}
+
 /// What a retry gets when the first answer handed out a secret (see [`record`]).
 fn withheld_answer() -> Response {
     Error::Conflict {
@@ -128,6 +140,7 @@ async fn replay(db: &Db, tenant: TenantId, pending: &Pending) -> Response {
     loop {
         match store::find(db, tenant, &pending.key).await {
             Ok(Some(found)) if found.digest != pending.digest() => return reused().into_response(),
+            Ok(Some(store::Found { answer: None, orphaned: true, .. })) => return lost_answer(),
             Ok(Some(store::Found { answer: Some(answer), .. })) => {
                 let mut r = (StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK), answer.body).into_response();
                 if let Some(ct) = answer.content_type.and_then(|ct| HeaderValue::from_str(&ct).ok()) {

@@ -17,29 +17,40 @@ pub struct Answer {
 pub struct Found {
     pub digest: Vec<u8>,
     pub answer: Option<Answer>,
+    /// No answer, and claimed longer than [`ORPHANED`] ago: the request's change committed
+    /// (the claim is written by its transaction) but its answer was never stored, because the
+    /// database failed between the COMMIT and the answer, or the COMMIT's answer was lost.
+    pub orphaned: bool,
 }
 
-type Row = (Vec<u8>, Option<i16>, Option<String>, Option<Vec<u8>>);
+/// How long after its claim (just before COMMIT) a key's answer must have been stored.
+pub const ORPHANED: std::time::Duration = std::time::Duration::from_secs(30);
+
+type Row = (Vec<u8>, Option<i16>, Option<String>, Option<Vec<u8>>, bool);
 
 pub async fn find(db: &Db, tenant: TenantId, key: &str) -> Result<Option<Found>> {
     let row: Option<Row> = db
         .single_decision(Scope::Tenant(tenant), |conn, _| {
             Box::pin(async move {
                 Ok(sqlx::query_as(
-                    "SELECT request_digest, status, content_type, body FROM idempotency_keys
+                    "SELECT request_digest, status, content_type, body,
+                            status IS NULL AND created_at < clock_timestamp() - make_interval(secs => $4)
+                       FROM idempotency_keys
                       WHERE tenant_id = $1 AND key = $2 AND created_at >= now() - make_interval(secs => $3)",
                 )
                 .bind(tenant)
                 .bind(key)
                 .bind(KEPT.as_secs_f64())
+                .bind(ORPHANED.as_secs_f64())
                 .fetch_optional(conn)
                 .await?)
             })
         })
         .await?;
-    Ok(row.map(|(digest, status, content_type, body)| Found {
+    Ok(row.map(|(digest, status, content_type, body, orphaned)| Found {
         digest,
         answer: status.map(|s| Answer { status: u16::try_from(s).unwrap_or(500), content_type, body: body.unwrap_or_default() }),
+        orphaned,
     }))
 }
 
