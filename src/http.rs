@@ -163,7 +163,8 @@ async fn healthz() -> impl IntoResponse {
 ///
 /// A probe that meets a dead connection (the database restarted or failed over while this
 /// replica was idle) condemns the pool's older connections and asks once more on a fresh one,
-/// so readiness follows the database as soon as it is back.
+/// so readiness follows the database as soon as it is back. Each ask is one attempt bounded
+/// in time ([`crate::db::Db::probe`]): while the database is gone the answer is a prompt 503.
 async fn readyz(State(state): State<AppState>) -> Response {
     let mut current = migrate::is_current(&state.db).await;
     if let Err(e) = &current

@@ -22,7 +22,7 @@ pub async fn run(owner_url: &Secret) -> Result<()> {
 /// True when every migration this binary knows is applied (readiness).
 pub async fn is_current(db: &super::Db) -> Result<bool> {
     let applied: Vec<i64> = db
-        .read(|conn, _| {
+        .probe(|conn, _| {
             Box::pin(async move {
                 Ok(sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
                     .fetch_all(conn)

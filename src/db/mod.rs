@@ -35,6 +35,11 @@ const MAX_ATTEMPTS: u32 = 12;
 /// request deadline (`GATEHOUSE_REQUEST_TIMEOUT_MS`, 60 s by default).
 const LOSS_RETRY_BUDGET: Duration = Duration::from_secs(3);
 
+/// How long a readiness probe waits for the database (see [`Db::probe`]): under the 2 s
+/// `timeoutSeconds` of `deploy/base/deployment.yaml`, past which the kubelet has given up on
+/// the probe anyway, and long enough for a fresh connection on a busy replica.
+const PROBE_WAIT: Duration = Duration::from_millis(1500);
+
 /// The pause before retry `attempt` (1-based) after a lost connection: 25 ms doubling,
 /// at most 400 ms, jittered.
 fn loss_backoff(attempt: u32) -> Duration {
@@ -242,6 +247,24 @@ impl Db {
                 }
                 outcome => return outcome,
             }
+        }
+    }
+
+    /// [`Db::read`] for a readiness probe: one attempt, and an answer within
+    /// [`PROBE_WAIT`] whatever the database does. A probe must say "not ready" promptly while
+    /// the database is gone, and must not still be sleeping in a retry's backoff (or the
+    /// pool's reconnect backoff) when it comes back: the next probe then sees it at once.
+    pub async fn probe<'a, T, F>(&self, mut work: F) -> Result<T>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + 'a,
+    {
+        match tokio::time::timeout(PROBE_WAIT, self.read_once(&mut work)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Error::Unavailable {
+                code: "database_unavailable",
+                message: format!("the database did not answer within {} ms", PROBE_WAIT.as_millis()),
+                retry_after_ms: None,
+            }),
         }
     }
 
