@@ -52,9 +52,13 @@ async fn a_confidential_client_finds_its_resource_from_a_401_and_authenticates_e
     let everything = common::Everything::start().await;
     let upstream = everything.url.trim_end_matches("/mcp").to_owned();
     // The metadata is only where the 401 says: the well-known paths answer 401 too.
-    let options = GateOptions { challenge_path: Some("/meta/resource.json"), resource: None };
+    let options = GateOptions { challenge_path: Some("/meta/resource.json"), ..Default::default() };
     let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream, options).await;
-    let elsewhere = GateOptions { challenge_path: Some("/meta/resource.json"), resource: Some(format!("{mcp_url}/other")) };
+    let elsewhere = GateOptions {
+        challenge_path: Some("/meta/resource.json"),
+        resource: Some(format!("{mcp_url}/other")),
+        ..Default::default()
+    };
     let (wrong_url, _) = protected_mcp(&provider.issuer, &upstream, elsewhere).await;
     tenant(&t, &keys).await;
     let auth =
@@ -384,4 +388,83 @@ async fn revocation_intents_a_crash_left_are_settled_once_by_the_replicas_sweeps
     .await;
     assert!(recorded, "an unknown outcome is an ops failure");
     assert!(!format!("{}\n{}", b.logs(), c.logs()).contains(&token));
+}
+
+/// A downstream that starts refusing a connected grant (HTTP 401, then 403 after a repair):
+/// the agent is answered `auth_required` with the repair path (never `unavailable`), the grant
+/// is marked as needing a new authorization (its tokens dropped, an admin-log row), the
+/// refusal is an ops failure, and `authorize_connector` says how to connect again.
+#[tokio::test]
+async fn a_downstream_refusing_a_connected_grant_marks_it_for_repair_and_answers_auth_required() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT)]).await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let options = GateOptions::default();
+    let refuse = options.refuse.clone();
+    let (mcp_url, _seen) = protected_mcp(&provider.issuer, &upstream, options).await;
+    tenant(&t, &keys).await;
+    let auth = json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "scopes": ["openid", "mcp"] });
+    add_remote(&t, &keys, "everything", &mcp_url, auth).await;
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let machine = common::provision(&t.url, "acme").await;
+    let mcp = format!("{}/t/acme/w/main/mcp", served.base);
+    let echo = json!({ "address": "everything.echo", "args": { "message": "hello" } });
+    let grant_status = || async {
+        let r = ann.client.get(format!("{}{}", served.base, grant_path("everything"))).send().await.unwrap();
+        r.json::<Value>().await.unwrap()["status"].clone()
+    };
+
+    for (round, (status, challenge)) in
+        [(401, r#"Bearer error="invalid_token""#), (403, r#"Bearer error="insufficient_scope", scope="mcp profile""#)]
+            .into_iter()
+            .enumerate()
+    {
+        let landing = ann.walk(&connect_url(&ann, "everything").await, |f| (f == "login").then(|| "ops".to_owned())).await;
+        assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+        let (err, body, _) = tool(&mcp, &machine, "call_tool", echo.clone()).await;
+        assert!(!err, "{body}");
+        assert_eq!(grant_status().await, "active");
+
+        // The server now refuses the token it accepted a moment ago.
+        *refuse.lock().unwrap() = Some((status, challenge.to_owned()));
+        let (err, body, raw) = tool(&mcp, &machine, "call_tool", echo.clone()).await;
+        assert!(err && body["error"]["code"] == "auth_required", "HTTP {status} is no outage: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("authorize_connector"), "the repair path: {body}");
+        assert!(!raw.contains("unavailable"), "{raw}");
+        assert_eq!(grant_status().await, "auth_required", "the grant needs repair");
+        // Every later call says so at once, and authorize_connector says how to repair it.
+        let (err, body, _) = tool(&mcp, &machine, "call_tool", echo.clone()).await;
+        assert!(err && body["error"]["code"] == "auth_required", "{body}");
+        let (_, body, _) = tool(&mcp, &machine, "authorize_connector", json!({ "connector": "everything" })).await;
+        assert_eq!(body["status"], "auth_required", "{body}");
+        assert!(body["message"].as_str().unwrap().contains("connect-links"), "{body}");
+        let n = round as i64 + 1;
+        let recorded = eventually(Duration::from_secs(10), || async {
+            count(&t, "SELECT count(*) FROM ops_failures WHERE code = 'credential_refused' AND operation = 'oauth.use'").await
+                == n
+        })
+        .await;
+        assert!(recorded, "each refusal is one ops failure");
+        assert_eq!(count(&t, "SELECT count(*) FROM admin_log WHERE action = 'oauth.grant_refused'").await, n);
+        assert_eq!(count(&t, "SELECT count(*) FROM credentials").await, 0, "the refused tokens are dropped");
+        assert_eq!(count(&t, "SELECT count(*) FROM ops_failures WHERE code = 'unavailable'").await, 0);
+        // A 403 `insufficient_scope` records a step-up: the grant's scopes and the challenge's.
+        let step_up = if status == 403 { "ARRAY['openid', 'mcp', 'profile']" } else { "NULL" };
+        let sql = format!("SELECT count(*) FROM oauth_grants WHERE step_up_scopes IS NOT DISTINCT FROM {step_up}");
+        assert_eq!(count(&t, &sql).await, 1, "step-up after HTTP {status}");
+        *refuse.lock().unwrap() = None;
+    }
+    // Repaired once more (the authorization asks for the union of scopes, once), the server
+    // serves the calls again.
+    let landing = ann.walk(&connect_url(&ann, "everything").await, |f| (f == "login").then(|| "ops".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    let sql = "SELECT count(*) FROM oauth_grants WHERE scopes = ARRAY['openid', 'mcp', 'profile'] AND step_up_scopes IS NULL";
+    assert_eq!(count(&t, sql).await, 1, "the step-up's authorization asked for the union");
+    let (err, body, _) = tool(&mcp, &machine, "call_tool", echo).await;
+    assert!(!err, "{body}");
 }

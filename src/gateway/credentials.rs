@@ -45,7 +45,7 @@ pub struct Problem {
     /// `auth_required`, `credential_unreadable` or `vault_disabled`.
     pub code: &'static str,
     pub message: String,
-    /// `missing`, `incomplete`, `unreadable`, `vault_disabled`, `no_member`.
+    /// `missing`, `incomplete`, `unreadable`, `vault_disabled`, `no_member`, `refused`.
     pub state: &'static str,
 }
 
@@ -179,4 +179,45 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Co
     }
     let digest = Sha256::digest(format!("{}|{}", row.version, row.updated_at.timestamp_micros()));
     Ok(Some(Credential { headers, tag: format!("{}@{}", owner.as_text(), hex::encode(&digest[..8])) }))
+}
+
+/// A downstream refused the credential of a call (HTTP `status`, 401 or 403): the problem to
+/// answer, always `auth_required` with how to repair it. An OAuth grant is marked as needing
+/// a new authorization ([`crate::oauth::refused`]); a slot's credential must be set again; a
+/// connector without credentials must be configured with some. Each is an ops failure.
+pub async fn refused(
+    state: &AppState,
+    at: &Caller<'_>,
+    id: &str,
+    connector: &Connector,
+    credential: Option<&Credential>,
+    status: u16,
+    challenge: Option<&str>,
+) -> Problem {
+    if let Some(o) = connector.auth().oauth() {
+        return crate::oauth::refused(state, at, id, o, credential.map(|c| c.tag.as_str()), status, challenge).await;
+    }
+    let message = match connector.auth().slot() {
+        Some(kind) => format!(
+            "the connector's server refused its credential (HTTP {status}); set it again: {}",
+            how_to_set(at.tenant_slug, at.workspace_slug, id, kind)
+        ),
+        None => format!(
+            "the connector's server asks for authorization (HTTP {status}), but connector `{id}` is configured without credentials: an operator must configure its auth"
+        ),
+    };
+    crate::ops::record(
+        &state.ops,
+        crate::ops::Failure {
+            operation: "downstream.auth",
+            stage: connector.kind().to_owned(),
+            tenant: Some(at.tenant.0),
+            workspace: Some(at.workspace),
+            status: crate::ops::Status::Failed,
+            code: "credential_refused".into(),
+            message: format!("connector {id}: the server answered HTTP {status} to its credential"),
+            reference: None,
+        },
+    );
+    Problem { code: "auth_required", state: "refused", message }
 }

@@ -105,6 +105,13 @@ pub async fn call(
     }
     let mut response = request.send().await.map_err(|e| Failure::Unavailable(without_url(e)))?;
     let status = response.status();
+    // A credential the API refuses: a 401, or a 403 with a Bearer challenge (a plain 403 is
+    // the API's own answer about the resource, passed on as a tool error).
+    let challenged = response.headers().contains_key(axum::http::header::WWW_AUTHENTICATE);
+    if credential.is_some() && (status.as_u16() == 401 || (status.as_u16() == 403 && challenged)) {
+        return Err(Failure::refused(status.as_u16(), response.headers())
+            .unwrap_or(Failure::Refused { status: status.as_u16(), challenge: None }));
+    }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| Failure::Unavailable(without_url(e)))? {
         if body.len() + chunk.len() > MAX_RESPONSE_BYTES {

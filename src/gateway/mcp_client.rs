@@ -93,6 +93,9 @@ impl HttpSession {
         session.server = result;
         let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
         let r = session.post(&note).await?;
+        if let Some(refused) = Failure::refused(r.status().as_u16(), r.headers()) {
+            return Err(refused);
+        }
         if !r.status().is_success() {
             return Err(Failure::Unavailable(format!("HTTP {} to notifications/initialized", r.status().as_u16())));
         }
@@ -121,6 +124,9 @@ impl HttpSession {
         // so the caller may open a new session and send it once more.
         if matches!(status.as_u16(), 400 | 404) && self.headers.contains_key(SESSION_ID) {
             return Err(Trouble::SessionGone);
+        }
+        if let Some(refused) = Failure::refused(status.as_u16(), r.headers()) {
+            return Err(refused.into());
         }
         if !status.is_success() {
             return Err(Failure::Unavailable(format!("HTTP {}", status.as_u16())).into());
@@ -345,6 +351,9 @@ pub async fn stateless(
         serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id, method, params }).map_err(|e| Failure::Unavailable(e.to_string()))?;
     let r = http.post(url).headers(headers).body(body).send().await.map_err(unavailable)?;
     let status = r.status();
+    if let Some(refused) = Failure::refused(status.as_u16(), r.headers()) {
+        return Err(refused);
+    }
     let streamed =
         r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
     let message = if streamed {

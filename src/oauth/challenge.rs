@@ -151,12 +151,29 @@ pub fn parse(header: &str) -> Option<Vec<Challenge>> {
 
 /// The `resource_metadata` URL of the first Bearer challenge in any of `values`.
 pub fn resource_metadata<'a>(values: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    bearer_param(values, "resource_metadata")
+}
+
+/// The parameter `name` (lowercase) of the first Bearer challenge in any of `values`.
+pub fn bearer_param<'a>(values: impl IntoIterator<Item = &'a str>, name: &str) -> Option<String> {
     values
         .into_iter()
         .filter_map(parse)
         .flatten()
         .find(|c| c.scheme.eq_ignore_ascii_case("bearer"))
-        .and_then(|c| c.params.into_iter().find(|(n, _)| n == "resource_metadata").map(|(_, v)| v))
+        .and_then(|c| c.params.into_iter().find(|(n, _)| n == name).map(|(_, v)| v))
+}
+
+/// The scopes a Bearer challenge's `scope` names (RFC 6750 §3: space-separated), if it names any.
+pub fn scopes<'a>(values: impl IntoIterator<Item = &'a str>) -> Option<Vec<String>> {
+    let scope = bearer_param(values, "scope")?;
+    let scopes: Vec<String> = scope.split(' ').filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    (!scopes.is_empty()).then_some(scopes)
+}
+
+/// Whether a Bearer challenge says the token lacks scope (RFC 6750 §3.1 `insufficient_scope`).
+pub fn insufficient_scope<'a>(values: impl IntoIterator<Item = &'a str>) -> bool {
+    bearer_param(values, "error").as_deref() == Some("insufficient_scope")
 }
 
 #[cfg(test)]
@@ -176,6 +193,11 @@ mod tests {
         assert_eq!(parse("Negotiate abc/+==, Bearer").unwrap().len(), 2);
         assert_eq!(resource_metadata(["Basic realm=x", "bearer RESOURCE_METADATA = \"u\""]).as_deref(), Some("u"));
         assert_eq!(resource_metadata(["Bearer realm=\"x\""]), None);
+        let h = r#"Bearer error="insufficient_scope", scope="mcp:basic  mcp:write", resource_metadata="u""#;
+        assert!(insufficient_scope([h]));
+        assert_eq!(scopes([h]), Some(vec!["mcp:basic".to_owned(), "mcp:write".to_owned()]));
+        assert!(!insufficient_scope([r#"Bearer error="invalid_token""#]));
+        assert_eq!(scopes(["Bearer scope=\"\""]), None);
         for bad in ["Bearer realm=\"open", "Bearer =x", "Bearer realm=x y", "\"x\"", "Bearer a=b c=d"] {
             assert_eq!(parse(bad), None, "{bad}");
         }

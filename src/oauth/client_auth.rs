@@ -202,6 +202,7 @@ mod tests {
             token_auth_methods: None,
             revocation_auth_methods: None,
             resource: None,
+            scopes: None,
         }
     }
 

@@ -40,6 +40,10 @@ pub struct Endpoints {
     /// The RFC 8707 resource indicator to send (the checked `resource` of the protected
     /// resource metadata, or the connector's configured one).
     pub resource: Option<String>,
+    /// The scopes to ask for when the connector names none (MCP's scope selection strategy):
+    /// the `scope` of the server's 401 challenge, else its protected resource metadata's
+    /// `scopes_supported`; None: omit `scope`.
+    pub scopes: Option<Vec<String>>,
 }
 
 impl Endpoints {
@@ -54,6 +58,7 @@ struct ResourceMetadata {
     resource: Option<String>,
     #[serde(default)]
     authorization_servers: Vec<String>,
+    scopes_supported: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -139,9 +144,20 @@ fn mismatch(resource: Option<&str>, url: &str) -> Error {
     }
 }
 
-/// The metadata URL a 401 from the connector names: one unauthenticated request, as an MCP
-/// client's first request is (an `initialize` POST; a GET of a legacy SSE stream).
-async fn challenged_metadata_url(http: &reqwest::Client, connector: &Connector) -> Option<String> {
+/// What a 401 from the connector names: its metadata URL and the scopes it asks for.
+#[derive(Default)]
+struct Challenged {
+    metadata: Option<String>,
+    scopes: Option<Vec<String>>,
+}
+
+/// What a 401 from the connector names: one unauthenticated request, as an MCP client's first
+/// request is (an `initialize` POST; a GET of a legacy SSE stream).
+async fn challenged(http: &reqwest::Client, connector: &Connector) -> Challenged {
+    challenge_of(http, connector).await.unwrap_or_default()
+}
+
+async fn challenge_of(http: &reqwest::Client, connector: &Connector) -> Option<Challenged> {
     let Connector::RemoteMcp { url, transport, .. } = connector else { return None };
     let request = if matches!(transport, crate::workspaces::config::RemoteTransport::Sse) {
         http.get(url).header("accept", "text/event-stream")
@@ -154,24 +170,35 @@ async fn challenged_metadata_url(http: &reqwest::Client, connector: &Connector) 
     if response.status() != reqwest::StatusCode::UNAUTHORIZED {
         return None;
     }
-    let values = response.headers().get_all("www-authenticate").iter().filter_map(|v| v.to_str().ok());
-    let found = super::challenge::resource_metadata(values)?;
-    Url::parse(&found).ok().filter(|u| matches!(u.scheme(), "http" | "https")).map(|u| u.to_string())
+    let values: Vec<&str> = response.headers().get_all("www-authenticate").iter().filter_map(|v| v.to_str().ok()).collect();
+    let metadata = super::challenge::resource_metadata(values.iter().copied())
+        .and_then(|found| Url::parse(&found).ok())
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .map(|u| u.to_string());
+    Some(Challenged { metadata, scopes: super::challenge::scopes(values.iter().copied()) })
+}
+
+/// What a protected resource's metadata names.
+struct Named {
+    issuer: String,
+    resource: String,
+    scopes: Option<Vec<String>>,
 }
 
 /// The issuer and resource a protected resource names (RFC 9728): from the metadata URL its
 /// 401 names, else the path-specific well-known document, else the origin's.
-async fn resource_issuer(http: &reqwest::Client, connector: &Connector, resource: &str) -> Result<Option<(String, String)>> {
+async fn resource_issuer(http: &reqwest::Client, connector: &Connector, resource: &str) -> Result<Option<Named>> {
     let specific = well_known(resource, "oauth-protected-resource")?;
     let url = Url::parse(resource).map_err(|_| unavailable("the connector's URL does not parse"))?;
     let root = format!("{}/.well-known/oauth-protected-resource", url.origin().ascii_serialization());
-    let challenged = challenged_metadata_url(http, connector).await;
-    for candidate in challenged.into_iter().chain([specific, root]) {
+    let challenged = challenged(http, connector).await;
+    for candidate in challenged.metadata.into_iter().chain([specific, root]) {
         if let Some(m) = fetch::<ResourceMetadata>(http, &candidate).await
             && let Some(issuer) = m.authorization_servers.first().cloned()
         {
+            let scopes = challenged.scopes.or(m.scopes_supported.filter(|s| !s.is_empty()));
             return match m.resource {
-                Some(r) if resource_matches(&r, resource) => Ok(Some((issuer, r))),
+                Some(r) if resource_matches(&r, resource) => Ok(Some(Named { issuer, resource: r, scopes })),
                 other => Err(mismatch(other.as_deref(), resource)),
             };
         }
@@ -198,18 +225,22 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
             token_auth_methods: None,
             revocation_auth_methods: None,
             resource: o.resource.clone(),
+            scopes: None,
         });
     }
-    let (issuer, resource) = match (&o.issuer, connector) {
+    let (issuer, resource, scopes) = match (&o.issuer, connector) {
         // A remote MCP server's resource is always discovered: its tokens are bound to it.
         (issuer, Connector::RemoteMcp { url, .. }) => match (issuer, resource_issuer(http, connector, url).await?) {
-            (Some(issuer), found) => (issuer.clone(), found.map(|(_, r)| r)),
-            (None, Some((named, resource))) => (named, Some(resource)),
+            (Some(issuer), found) => {
+                let (resource, scopes) = found.map(|n| (Some(n.resource), n.scopes)).unwrap_or_default();
+                (issuer.clone(), resource, scopes)
+            }
+            (None, Some(n)) => (n.issuer, Some(n.resource), n.scopes),
             (None, None) => {
                 return Err(unavailable("the server publishes no protected resource metadata naming an authorization server"));
             }
         },
-        (Some(issuer), Connector::HttpApi(_)) => (issuer.clone(), o.resource.clone()),
+        (Some(issuer), Connector::HttpApi(_)) => (issuer.clone(), o.resource.clone(), None),
         (None, Connector::HttpApi(_)) => return Err(unavailable("the connector names no authorization server")),
         // A peer takes no credentials (it calls another workspace as the same caller).
         (_, Connector::Peer { .. }) => return Err(unavailable("a peer connector has no authorization server")),
@@ -230,6 +261,7 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
         token_auth_methods: m.token_endpoint_auth_methods_supported,
         revocation_auth_methods: m.revocation_endpoint_auth_methods_supported,
         resource,
+        scopes,
     })
 }
 

@@ -116,12 +116,14 @@ fn credential(owner: Owner, grant: &store::Grant, access_token: &str) -> Result<
     let mut value = HeaderValue::from_str(&format!("Bearer {access_token}"))
         .map_err(|_| problem("auth_required", "incomplete", "the access token cannot be sent in an HTTP header".into()))?;
     value.set_sensitive(true);
+    Ok(Some(Credential { headers: vec![(HeaderName::from_static("authorization"), value)], tag: stamp(owner, grant) }))
+}
+
+/// The tag of a grant's credential: its owner and a digest of its tokens' version.
+fn stamp(owner: Owner, grant: &store::Grant) -> String {
     let stamp = format!("{:?}|{:?}", grant.version, grant.updated_at.map(|u| u.timestamp_micros()));
     let digest = Sha256::digest(stamp.as_bytes());
-    Ok(Some(Credential {
-        headers: vec![(HeaderName::from_static("authorization"), value)],
-        tag: format!("{}@{}", owner.as_text(), hex::encode(&digest[..8])),
-    }))
+    format!("{}@{}", owner.as_text(), hex::encode(&digest[..8]))
 }
 
 enum Refreshed {
@@ -275,4 +277,90 @@ async fn refresh_once(
         }
     }
     Ok(Refreshed::Done)
+}
+
+/// A downstream refused this caller's OAuth credential during use (HTTP `status`, its
+/// `WWW-Authenticate` in `challenge`): the grant the credential came from (`tag`, see
+/// [`credential`]) is marked as needing repair (`auth_required`, its tokens dropped, an admin-log
+/// row), and the refusal is an ops failure. A grant replaced since the credential was read is
+/// left alone. Answers the `auth_required` problem with the repair path `authorize_connector`
+/// gives.
+pub async fn refused(
+    state: &AppState,
+    at: &Caller<'_>,
+    id: &str,
+    o: &OauthAuth,
+    tag: Option<&str>,
+    status: u16,
+    challenge: Option<&str>,
+) -> Problem {
+    let answer = problem(
+        "auth_required",
+        "auth_required",
+        format!("the connector's server refused its authorization (HTTP {status}), so it needs a new one; {}", reconnect(at, id)),
+    );
+    let Some(owner) = owner(o, at.member_id) else { return answer };
+    let (tenant, workspace) = (at.tenant, at.workspace);
+    let audit = Audit { actor: "system:oauth_refused".into(), request_id: None };
+    let audit = &audit;
+    // A challenge naming scopes (a 403 `insufficient_scope`, or a 401 asking for more) names
+    // what the call needs: the next authorization asks for them beside the grant's own (a
+    // step-up, SEP-2350; the person authorizes it through the usual connect link, since no
+    // person is here to be redirected).
+    let wanted = challenge.and_then(|c| challenge::scopes([c])).unwrap_or_default();
+    let wanted = &wanted;
+    let marked = state
+        .db
+        .serializable(Scope::Tenant(tenant), move |conn, _| {
+            Box::pin(async move {
+                let (row, _) = store::grant(&mut *conn, tenant, workspace, id, owner).await?;
+                // Only the grant whose token was refused: not one connected again meanwhile.
+                let current =
+                    row.as_ref().filter(|g| g.status == "active").is_some_and(|g| Some(stamp(owner, g).as_str()) == tag);
+                if !current || !store::kill(&mut *conn, tenant, workspace, id, owner).await? {
+                    return Ok(false);
+                }
+                let granted = row.as_ref().and_then(|g| g.scopes.clone()).unwrap_or_default();
+                let all = super::union(&granted, wanted);
+                if all.len() > granted.len() {
+                    store::step_up(&mut *conn, tenant, workspace, id, owner, &all).await?;
+                }
+                let entry = Entry {
+                    tenant: Some(tenant),
+                    audit,
+                    action: "oauth.grant_refused",
+                    target: format!("connector:{id}/grant:{}", owner.as_text()),
+                    before: Some(json!({ "status": "active" })),
+                    after: Some(json!({ "status": "auth_required", "http_status": status, "step_up_scopes": wanted })),
+                };
+                admin_log::record(conn, entry).await?;
+                Ok(true)
+            })
+        })
+        .await;
+    let marked = match marked {
+        Ok(marked) => marked,
+        Err(e) => {
+            tracing::warn!(error = %e, connector = %id, "could not mark a refused OAuth grant");
+            false
+        }
+    };
+    crate::ops::record(
+        &state.ops,
+        crate::ops::Failure {
+            operation: "oauth.use",
+            stage: "downstream".into(),
+            tenant: Some(tenant.0),
+            workspace: Some(workspace),
+            status: crate::ops::Status::Failed,
+            code: "credential_refused".into(),
+            message: format!(
+                "connector {id} ({} grant): the server answered HTTP {status} to its token{}",
+                owner.as_text(),
+                if marked { "; the grant needs a new authorization" } else { "" }
+            ),
+            reference: None,
+        },
+    );
+    answer
 }

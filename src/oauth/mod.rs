@@ -30,7 +30,7 @@ pub mod sweep;
 
 use client_auth::{Creds, Method, Registration};
 pub use disconnect::{GrantInfo, disconnect, show};
-pub use grants::resolve;
+pub use grants::{refused, resolve};
 use registration::register;
 
 use std::{sync::Arc, time::Duration};
@@ -279,7 +279,7 @@ pub async fn start(
         }
         (Registration::Static, Some(c)) => (c.clone(), Method::None),
         (Registration::MetadataDocument, _) => (client_auth::document_url(state), Method::None),
-        _ => (register(state, tenant, workspace, id, &endpoints).await?, Method::None),
+        _ => register(state, tenant, workspace, id, &endpoints).await?,
     };
     // The authorization request carries no secret.
     let public = Creds { id: client_id.clone(), method: Method::None, secret: None };
@@ -288,7 +288,8 @@ pub async fn start(
     // The tenant leads the state, so the callback knows whose rows to look in.
     let flow_state = Zeroizing::new(format!("{}.{}", tenant.0.simple(), secrets::random_b64(32)));
     let mut request = client.authorize_url(|| CsrfToken::new(flow_state.to_string())).set_pkce_challenge(challenge);
-    for scope in &o.scopes {
+    let scopes = scopes_for(state, tenant, workspace, id, owner, o, &endpoints).await?;
+    for scope in scopes.iter().flatten() {
         request = request.add_scope(OauthScope::new(scope.clone()));
     }
     if let Some(resource) = &endpoints.resource {
@@ -306,6 +307,7 @@ pub async fn start(
         token_endpoint: &endpoints.token,
         client_auth: method.as_str(),
         resource: endpoints.resource.as_deref(),
+        scopes: scopes.as_deref(),
     };
     let (hash, sealed, iss) = (&hash, &sealed, &endpoints.iss_check());
     state
@@ -315,6 +317,40 @@ pub async fn start(
         })
         .await?;
     Ok(url.to_string())
+}
+
+/// The scopes an authorization asks for: the connector's configured ones, else those its
+/// server names (its 401's challenge, else `scopes_supported`), plus any step-up recorded on the
+/// grant (the union, SEP-2350). None: `scope` is omitted.
+async fn scopes_for(
+    state: &AppState,
+    tenant: TenantId,
+    workspace: Uuid,
+    id: &str,
+    owner: Owner,
+    o: &OauthAuth,
+    endpoints: &discovery::Endpoints,
+) -> Result<Option<Vec<String>>> {
+    let base = if o.scopes.is_empty() { endpoints.scopes.clone().unwrap_or_default() } else { o.scopes.clone() };
+    let step_up = state
+        .db
+        .single_decision(Scope::Tenant(tenant), move |conn, _| {
+            Box::pin(store::step_up_scopes(conn, tenant, workspace, id, owner))
+        })
+        .await?;
+    let all = union(&base, step_up.as_deref().unwrap_or_default());
+    Ok((!all.is_empty()).then_some(all))
+}
+
+/// `a`, then what of `b` is not in it, each once.
+fn union(a: &[String], b: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(a.len() + b.len());
+    for s in a.iter().chain(b) {
+        if !out.contains(s) {
+            out.push(s.clone());
+        }
+    }
+    out
 }
 
 /// What a completed callback did.
@@ -415,6 +451,7 @@ pub async fn finish(
             token_endpoint: &flow.token_endpoint,
             client_auth: method.as_str(),
             resource: flow.resource.as_deref(),
+            scopes: flow.scopes.as_deref(),
         },
         label: label.as_deref(),
     };

@@ -23,6 +23,8 @@ pub struct FlowClient<'a> {
     pub client_auth: &'a str,
     /// The RFC 8707 resource indicator.
     pub resource: Option<&'a str>,
+    /// The scopes the authorization request asked for (None: `scope` omitted).
+    pub scopes: Option<&'a [String]>,
 }
 
 /// A pending flow, as the callback claims it.
@@ -39,6 +41,7 @@ pub struct Flow {
     pub resource: Option<String>,
     /// What the callback's `iss` must be (RFC 9207).
     pub iss: IssCheck,
+    pub scopes: Option<Vec<String>>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -61,8 +64,8 @@ pub async fn insert_flow(
         .await?;
     sqlx::query(
         "INSERT INTO oauth_flows (tenant_id, state_hash, workspace_id, connector_id, owner, started_by, link_id, verifier,
-                                  token_endpoint, expires_at, client_id, client_auth, resource, issuer, iss_required)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8), $11, $12, $13, $14, $15)",
+                                  token_endpoint, expires_at, client_id, client_auth, resource, issuer, iss_required, scopes)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8), $11, $12, $13, $14, $15, $16)",
     )
     .bind(tenant)
     .bind(state_hash)
@@ -79,6 +82,7 @@ pub async fn insert_flow(
     .bind(client.resource)
     .bind(iss.issuer.as_deref())
     .bind(iss.required)
+    .bind(client.scopes)
     .execute(conn)
     .await?;
     Ok(())
@@ -98,7 +102,7 @@ pub async fn claim_flow(
           WHERE tenant_id = $1 AND state_hash = $2 AND claimed_at IS NULL AND expires_at > now()
             AND (started_by IS NULL OR started_by = $3)
           RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, client_id, token_endpoint, client_auth, resource,
-                    issuer, iss_required",
+                    issuer, iss_required, scopes",
     )
     .bind(tenant)
     .bind(state_hash)
@@ -118,6 +122,7 @@ pub async fn claim_flow(
             client_auth: r.try_get("client_auth")?,
             resource: r.try_get("resource")?,
             iss: IssCheck { issuer: r.try_get("issuer")?, required: r.try_get("iss_required")? },
+            scopes: r.try_get("scopes")?,
         })
     })
     .transpose()
@@ -132,6 +137,8 @@ pub struct Grant {
     pub token_endpoint: String,
     pub client_auth: String,
     pub resource: Option<String>,
+    /// The scopes its authorization asked for.
+    pub scopes: Option<Vec<String>>,
     pub account_label: Option<String>,
     pub connected_at: DateTime<Utc>,
     pub refreshed_at: Option<DateTime<Utc>>,
@@ -156,7 +163,7 @@ pub async fn grant(
 ) -> Result<(Option<Grant>, i64)> {
     let row = sqlx::query(
         "SELECT (SELECT epoch FROM tenants WHERE id = $1) AS epoch, g.status, g.access_expires_at, g.client_id, g.token_endpoint,
-                g.client_auth, g.resource, g.account_label, g.connected_at, g.refreshed_at, c.envelope, c.version, c.updated_at
+                g.client_auth, g.resource, g.scopes, g.account_label, g.connected_at, g.refreshed_at, c.envelope, c.version, c.updated_at
            FROM (SELECT 1) one
            LEFT JOIN oauth_grants g ON g.tenant_id = $1 AND g.workspace_id = $2 AND g.connector_id = $3 AND g.owner = $4
            LEFT JOIN credentials c ON c.tenant_id = $1 AND c.workspace_id = $2 AND c.connector_id = $3 AND c.owner = $4",
@@ -178,6 +185,7 @@ pub async fn grant(
             token_endpoint: row.try_get("token_endpoint")?,
             client_auth: row.try_get("client_auth")?,
             resource: row.try_get("resource")?,
+            scopes: row.try_get("scopes")?,
             account_label: row.try_get("account_label")?,
             connected_at: row.try_get("connected_at")?,
             refreshed_at: row.try_get("refreshed_at")?,
@@ -204,11 +212,12 @@ pub async fn upsert_grant(
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO oauth_grants AS g (tenant_id, workspace_id, connector_id, owner, member_id, access_expires_at,
-                                       token_endpoint, account_label, connected_by, client_id, client_auth, resource)
-         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8), $7, $8, $9, $10, $11, $12)
+                                       token_endpoint, account_label, connected_by, client_id, client_auth, resource, scopes)
+         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8), $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (tenant_id, workspace_id, connector_id, owner) DO UPDATE
             SET status = 'active', access_expires_at = EXCLUDED.access_expires_at, token_endpoint = EXCLUDED.token_endpoint,
                 client_id = EXCLUDED.client_id, client_auth = EXCLUDED.client_auth, resource = EXCLUDED.resource,
+                scopes = EXCLUDED.scopes, step_up_scopes = NULL,
                 account_label = EXCLUDED.account_label, connected_by = EXCLUDED.connected_by, connected_at = now(),
                 lease_holder = NULL, lease_until = NULL, spent_refresh = NULL, refreshed_at = NULL",
     )
@@ -224,9 +233,54 @@ pub async fn upsert_grant(
     .bind(client.client_id)
     .bind(client.client_auth)
     .bind(client.resource)
+    .bind(client.scopes)
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Records the scopes a grant's next authorization asks for (a step-up).
+pub async fn step_up(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+    scopes: &[String],
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE oauth_grants SET step_up_scopes = $5
+          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(owner.as_text())
+    .bind(scopes)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The scopes a step-up asks the grant's next authorization for, if one is recorded.
+pub async fn step_up_scopes(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+) -> Result<Option<Vec<String>>> {
+    let scopes: Option<Option<Vec<String>>> = sqlx::query_scalar(
+        "SELECT step_up_scopes FROM oauth_grants
+          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4",
+    )
+    .bind(tenant)
+    .bind(workspace)
+    .bind(connector)
+    .bind(owner.as_text())
+    .fetch_optional(conn)
+    .await?;
+    Ok(scopes.flatten())
 }
 
 /// Takes the refresh lease and records `refresh_digest` as spent, in one statement: only an
@@ -321,16 +375,18 @@ pub async fn delete(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, 
     Ok(done.rows_affected() == 1)
 }
 
-/// The client registered for this connector at `issuer`, if any.
+/// The client registered for this connector at `issuer`, if any: its id and how it
+/// authenticates at the token endpoint.
 pub async fn registered_client(
     conn: &mut PgConnection,
     tenant: TenantId,
     workspace: Uuid,
     connector: &str,
     issuer: &str,
-) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar(
-        "SELECT client_id FROM oauth_clients WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND issuer = $4",
+) -> Result<Option<(String, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT client_id, client_auth FROM oauth_clients
+          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND issuer = $4",
     )
     .bind(tenant)
     .bind(workspace)
@@ -340,7 +396,8 @@ pub async fn registered_client(
     .await?)
 }
 
-/// Keeps a registration unless another replica's came first; answers the one kept.
+/// Keeps a registration unless another replica's came first: the one kept, and whether it is
+/// this one.
 pub async fn keep_client(
     conn: &mut PgConnection,
     tenant: TenantId,
@@ -348,9 +405,11 @@ pub async fn keep_client(
     connector: &str,
     issuer: &str,
     client_id: &str,
-) -> Result<String> {
+    client_auth: &str,
+) -> Result<((String, String), bool)> {
     let kept: Option<String> = sqlx::query_scalar(
-        "INSERT INTO oauth_clients (tenant_id, workspace_id, connector_id, issuer, client_id) VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO oauth_clients (tenant_id, workspace_id, connector_id, issuer, client_id, client_auth)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT DO NOTHING RETURNING client_id",
     )
     .bind(tenant)
@@ -358,11 +417,15 @@ pub async fn keep_client(
     .bind(connector)
     .bind(issuer)
     .bind(client_id)
+    .bind(client_auth)
     .fetch_optional(&mut *conn)
     .await?;
     match kept {
-        Some(id) => Ok(id),
-        None => Ok(registered_client(conn, tenant, workspace, connector, issuer).await?.unwrap_or_else(|| client_id.to_owned())),
+        Some(id) => Ok(((id, client_auth.to_owned()), true)),
+        None => {
+            let other = registered_client(conn, tenant, workspace, connector, issuer).await?;
+            Ok((other.unwrap_or_else(|| (client_id.to_owned(), client_auth.to_owned())), false))
+        }
     }
 }
 

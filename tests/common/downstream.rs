@@ -75,7 +75,13 @@ pub struct GateOptions {
     pub challenge_path: Option<&'static str>,
     /// The `resource` the metadata names (default: the gate's own /mcp URL).
     pub resource: Option<String>,
+    /// While set, the gate refuses every MCP request, whatever its token, with this status and
+    /// `WWW-Authenticate` value (a downstream that starts refusing a grant it accepted).
+    pub refuse: Refusal,
 }
+
+/// A switch that makes a gate refuse: `(status, WWW-Authenticate)`.
+pub type Refusal = Arc<Mutex<Option<(u16, String)>>>;
 
 /// The gate in front of `upstream` (an MCP server's base URL). Answers (its /mcp URL, tokens
 /// shown).
@@ -90,11 +96,18 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
     let path = options.challenge_path.unwrap_or("/.well-known/oauth-protected-resource/mcp");
     let challenge = options.challenge_path.map(|p| format!("Bearer realm=\"mcp\", resource_metadata=\"{base}{p}\""));
     let (log, issuer, upstream) = (seen.clone(), issuer.to_owned(), upstream.to_owned());
+    let refusal = options.refuse.clone();
     let app = axum::Router::new().route(path, axum::routing::get(move || async move { axum::Json(metadata) })).fallback(
         move |request: Request| {
             let (log, issuer, upstream, own, challenge) =
                 (log.clone(), issuer.clone(), upstream.clone(), own.clone(), challenge.clone());
+            let refusal = refusal.lock().unwrap().clone();
             async move {
+                if let Some((status, value)) = refusal {
+                    let mut r = (StatusCode::from_u16(status).unwrap(), "refused").into_response();
+                    r.headers_mut().insert("www-authenticate", value.parse().unwrap());
+                    return r;
+                }
                 let refuse = |why: &'static str| {
                     let mut r = (StatusCode::UNAUTHORIZED, why).into_response();
                     if let Some(c) = &challenge {

@@ -88,22 +88,36 @@ async def sample(context, params):
 CALLBACKS = {"elicitation_callback": elicit, "sampling_callback": sample}
 
 
-async def use(url: str, http) -> None:
+def needs_repair(result) -> bool:
+    """Whether Gatehouse answered a call `auth_required` (the downstream refused the grant)."""
+    if not result.is_error:
+        return False
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    return '"auth_required"' in text
+
+
+async def call_all(session, tools, repair) -> None:
+    """Calls each tool; a call answered `auth_required` is repaired (`repair`: a person connects
+    again through a fresh connect link) and made once more, as an agent's operator would."""
+    for tool in tools:
+        result = await session.call_tool(tool.name, arguments_for(tool.input_schema))
+        if repair is not None and needs_repair(result):
+            log("auth_required from", tool.name, "- connecting again")
+            await repair()
+            result = await session.call_tool(tool.name, arguments_for(tool.input_schema))
+        log("called", tool.name, "isError" if result.is_error else "ok")
+
+
+async def use(url: str, http, repair=None) -> None:
     """Lists the tools at `url` and calls each one, at the scenario's revision."""
     if VERSION.startswith("2026"):
         async with Client(streamable_http_client(url, http_client=http), mode=VERSION, **CALLBACKS) as client:
-            tools = (await client.list_tools()).tools
-            for tool in tools:
-                result = await client.call_tool(tool.name, arguments_for(tool.input_schema))
-                log("called", tool.name, "isError" if result.is_error else "ok")
+            await call_all(client, (await client.list_tools()).tools, repair)
         return
     async with streamable_http_client(url, http_client=http) as (read, write, *_):
         async with ClientSession(read, write, **CALLBACKS) as session:
             await session.initialize()
-            tools = (await session.list_tools()).tools
-            for tool in tools:
-                result = await session.call_tool(tool.name, arguments_for(tool.input_schema))
-                log("called", tool.name, "isError" if result.is_error else "ok")
+            await call_all(session, (await session.list_tools()).tools, repair)
 
 
 # ---- Gatehouse as the client ------------------------------------------------------------------
@@ -159,8 +173,8 @@ async def through_gatehouse(server_url: str) -> None:
     gatehouse("workspace", "configure", "--tenant", tenant, "--workspace", "main", "--file", json_file(pools))
     sc = gatehouse("service-credential", "create", "--tenant", tenant, "--name", "conformance")
     token = gatehouse("token", "create", "--tenant", tenant, "--name", "conformance")
-    async with httpx2.AsyncClient(timeout=30, follow_redirects=False) as http:
-        if NEEDS_AUTH:
+    async def connect() -> None:
+        async with httpx2.AsyncClient(timeout=30, follow_redirects=False) as http:
             args = ["connect-link", "create", "--tenant", tenant, "--workspace", "main", "--connector", "c"]
             mail_id = gatehouse(*args, "--email", "ops@example.test")[1]
             mails = [json.loads(m) for m in gatehouse("outbox", "list", "--tenant", tenant)]
@@ -168,13 +182,16 @@ async def through_gatehouse(server_url: str) -> None:
             path = body[body.index("/connect/"):].splitlines()[0]
             landed = await follow(http, base + path)
             log("connect flow ended with", landed.status_code, landed.text[:300].replace("\n", " "))
+
+    if NEEDS_AUTH:
+        await connect()
     headers = {
         "Gatehouse-Client-Id": sc[1],
         "Gatehouse-Client-Secret": sc[2],
         "Authorization": f"Bearer {token[1]}",
     }
     async with create_mcp_http_client(headers=headers) as http:
-        await use(f"{base}/t/{tenant}/w/main/mcp/native", http)
+        await use(f"{base}/t/{tenant}/w/main/mcp/native", http, connect if NEEDS_AUTH else None)
 
 
 # ---- the reference: the SDK client itself --------------------------------------------------------

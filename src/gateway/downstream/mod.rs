@@ -59,6 +59,10 @@ pub enum Failure {
     RateLimited,
     /// The connector's credential slot cannot be used (missing, unreadable, vault off).
     Auth(super::credentials::Problem),
+    /// The downstream refused the request's credential (HTTP 401 or 403) after connecting:
+    /// `challenge` is its `WWW-Authenticate`, if any. The gateway turns it into `auth_required`
+    /// (marking an OAuth grant as needing repair), never `unavailable`.
+    Refused { status: u16, challenge: Option<String> },
     /// The arguments cannot be turned into a request (they passed the schema, but e.g. a path
     /// argument is `..`).
     BadArguments(String),
@@ -68,6 +72,17 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// The failure of an answer with this HTTP status, if it is a refusal of the credential
+    /// (401, or 403): `challenge` from the response's `WWW-Authenticate` values.
+    pub fn refused(status: u16, headers: &axum::http::HeaderMap) -> Option<Failure> {
+        matches!(status, 401 | 403).then(|| {
+            let values: Vec<&str> =
+                headers.get_all(axum::http::header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).collect();
+            let challenge = (!values.is_empty()).then(|| cap(&values.join(", ")));
+            Failure::Refused { status, challenge }
+        })
+    }
+
     /// A downstream's JSON-RPC error, bounded: the message capped, `data` dropped when larger
     /// than [`ERROR_DATA_CAP`] serialized.
     pub fn json_rpc(code: i32, message: &str, data: Option<serde_json::Value>) -> Failure {
@@ -88,6 +103,12 @@ impl Failure {
             Failure::Rejected(message) | Failure::BadArguments(message) => ("downstream_error", message, None),
             Failure::JsonRpc(error) => ("downstream_error", error.message.into_owned(), None),
             Failure::Auth(problem) => return problem.into_error(),
+            Failure::Refused { status, .. } => {
+                return crate::error::Error::Conflict {
+                    code: "auth_required",
+                    message: format!("the connector's server refused its credential (HTTP {status})"),
+                };
+            }
             Failure::Peer { code, message } => return crate::error::Error::Conflict { code, message },
         };
         crate::error::Error::Unavailable { code, message, retry_after_ms }

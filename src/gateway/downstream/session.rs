@@ -39,7 +39,8 @@ impl SessionError {
         match f {
             None => SessionError::Gone,
             Some(failure) => {
-                let drop = matches!(failure, Failure::Unavailable(_));
+                // A refused credential's session is never used again either.
+                let drop = matches!(failure, Failure::Unavailable(_) | Failure::Refused { .. });
                 SessionError::Failed { failure, drop }
             }
         }

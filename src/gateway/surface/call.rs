@@ -210,6 +210,7 @@ async fn call_granted(
             }
         }
         Err(f) => {
+            let f = super::repair(state, ctx, id, c, credential.as_ref(), f).await;
             note(state, ctx, "downstream.call", id, c, &f);
             // A downstream's error text reaches the agent too.
             let mut out = failure(f);

@@ -174,6 +174,15 @@ fn failure(f: Failure) -> Outcome {
         }
         Failure::BadArguments(message) => Outcome::error("invalid_args", message, None),
         Failure::Auth(p) => Outcome::error(p.code, p.message, None),
+        // Turned into `Auth` by [`repair`] where the call knows its connector; never
+        // `unavailable` either way.
+        Failure::Refused { status, .. } => Outcome::error(
+            "auth_required",
+            format!(
+                "the connector's server refused its credential (HTTP {status}); call authorize_connector for how to repair it"
+            ),
+            None,
+        ),
         Failure::Peer { code, message } => Outcome::error(code, message, None),
         Failure::RateLimited => Outcome::error(
             "rate_limited",
@@ -255,7 +264,11 @@ pub(crate) async fn catalog(
     }
     // An HTTP API's catalog is its configuration; an MCP server is asked with the credential.
     let credential = if matches!(c, Connector::HttpApi(_)) { None } else { credential(state, ctx, id, c).await? };
-    let result = state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c, credential.as_ref()).await;
+    let result = match state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c, credential.as_ref()).await
+    {
+        Err(f) => Err(repair(state, ctx, id, c, credential.as_ref(), f).await),
+        ok => ok,
+    };
     if let Err(f) = &result {
         note(state, ctx, "downstream.catalog", id, c, f);
     }
@@ -288,15 +301,34 @@ fn note(state: &AppState, ctx: &GatewayCtx, operation: &'static str, id: &str, c
     );
 }
 
-/// The connector's credential for this caller, if it takes one.
-async fn credential(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Result<Option<Credential>, Failure> {
-    let caller = credentials::Caller {
+/// A downstream's refusal of the call's credential (HTTP 401/403) as the `auth_required`
+/// problem with its repair path, the grant marked and the refusal recorded
+/// ([`credentials::refused`]); any other failure unchanged.
+pub(crate) async fn repair(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    id: &str,
+    c: &Connector,
+    credential: Option<&Credential>,
+    f: Failure,
+) -> Failure {
+    let Failure::Refused { status, challenge } = f else { return f };
+    let caller = caller(ctx);
+    Failure::Auth(credentials::refused(state, &caller, id, c, credential, status, challenge.as_deref()).await)
+}
+
+fn caller(ctx: &GatewayCtx) -> credentials::Caller<'_> {
+    credentials::Caller {
         tenant: ctx.tenant.id,
         tenant_slug: &ctx.tenant.slug,
         workspace: ctx.bound.workspace.id.0,
         workspace_slug: &ctx.bound.workspace.slug,
         member_id: ctx.caller.member_id,
         epoch: Some(ctx.bound.epoch),
-    };
-    credentials::resolve(state, &caller, id, c).await.map_err(Failure::Auth)
+    }
+}
+
+/// The connector's credential for this caller, if it takes one.
+async fn credential(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Result<Option<Credential>, Failure> {
+    credentials::resolve(state, &caller(ctx), id, c).await.map_err(Failure::Auth)
 }

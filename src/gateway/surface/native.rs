@@ -87,7 +87,10 @@ async fn relay(
     params: &Value,
 ) -> Result<Value, Failure> {
     let credential = credential(state, ctx, id, c).await?;
-    state.downstreams.relay(ctx.tenant.id.0, &key(ctx, id, c), c, method, params, credential.as_ref()).await
+    match state.downstreams.relay(ctx.tenant.id.0, &key(ctx, id, c), c, method, params, credential.as_ref()).await {
+        Err(f) => Err(super::repair(state, ctx, id, c, credential.as_ref(), f).await),
+        ok => ok,
+    }
 }
 
 /// The connector's `initialize` result; Null when it cannot be had (it then offers nothing
