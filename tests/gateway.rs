@@ -294,6 +294,9 @@ async fn the_direct_path_answers_tools_call_exactly_as_rmcp_does() {
         call(json!(-3), "search_tools", json!({ "query": "echo" })),
         call(json!(4), "no_such_surface_tool", json!({})),
         json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": { "name": "search_tools" } }),
+        // A progress token alone in `_meta` is the direct path's too (its notifications come
+        // back on the call's stream; search_tools sends none, so the answer is plain JSON).
+        json!({ "jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": { "name": "search_tools", "arguments": { "query": "x" }, "_meta": { "progressToken": 1 } } }),
     ];
     for body in &calls {
         let before = posts(&served.base).await;
@@ -309,7 +312,7 @@ async fn the_direct_path_answers_tools_call_exactly_as_rmcp_does() {
     // Requests the direct path does not take exactly, all answered by rmcp.
     let others = [
         json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} }),
-        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "search_tools", "arguments": { "query": "x" }, "_meta": { "progressToken": 1 } } }),
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "search_tools", "arguments": { "query": "x" }, "_meta": { "progressToken": 1, "com.example/trace": "t" } } }),
         json!({ "jsonrpc": "2.0", "id": null, "method": "tools/call", "params": { "name": "search_tools" } }),
         // An id past i64 is not one rmcp takes.
         json!({ "jsonrpc": "2.0", "id": u64::MAX, "method": "tools/call", "params": { "name": "search_tools" } }),
@@ -326,7 +329,7 @@ async fn the_direct_path_answers_tools_call_exactly_as_rmcp_does() {
     }
     let (_, _, text) = raw_post(&url, m, plain, &others[1]).await;
     let answer: Value = serde_json::from_str(&text).unwrap();
-    assert!(answer["result"]["content"][0]["text"].is_string(), "a call with _meta is still served, by rmcp: {answer}");
+    assert!(answer["result"]["content"][0]["text"].is_string(), "a call with other _meta is still served, by rmcp: {answer}");
     assert_eq!(served.terminate().await, 0);
 }
 

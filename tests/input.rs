@@ -360,3 +360,266 @@ async fn configure_reads(t: &TestDb, tools: &[&str]) {
     std::fs::write(&file, patch.to_string()).unwrap();
     cli(&t.url, &["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file", file.to_str().unwrap()]).await;
 }
+
+/// A handshake-era agent is asked during a call that carries `_meta` (a progress token), and
+/// during a native pool's `prompts/get` and `resources/read`: the official Python SDK agent
+/// answers the downstream's sampling and elicitation, its HTTP requests alternating between two
+/// replicas. (Before, such requests went to rmcp, whose stateless path cannot carry the
+/// agent's answer, and the downstream was told -32601.)
+#[tokio::test]
+async fn a_handshake_era_agent_is_asked_during_calls_with_progress_tokens_prompts_and_reads() {
+    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (_downstream, downstream_url) = common::conformance_downstream_logging(Some(&log)).await;
+    let t = TestDb::new().await;
+    let acme = tenant(&t, "acme", &downstream_url).await;
+    configure_reads(&t, &["test_sampling", "test_tool_with_progress"]).await;
+    let (a, b, _) = two_replicas(&t).await;
+    let native = format!("{}/t/acme/w/main/mcp/native", a.base);
+    let steps = json!([[0.0, 100.0, "step 0"], [50.0, 100.0, "step 50"], [100.0, 100.0, "step 100"]]);
+    let calls = json!([
+        ["test_sampling", { "prompt": "What is the capital of France?" }, { "progress": true }],
+        ["test_tool_with_progress", {}, { "progress": true }],
+        ["@prompt", { "name": "test_prompt_with_sampling" }],
+        ["@resource", { "uri": "test://asked/weather" }],
+    ]);
+    let out = agent_in(&native, &b.base, &acme, None, calls).await;
+    assert_eq!(out["protocol"], "2025-11-25", "{out}");
+    assert_eq!(out["calls"][0]["text"][0], "LLM response: Paris, says the agent", "{out}");
+    assert_eq!(out["calls"][1]["progress"], steps, "{out}");
+    assert_eq!(out["calls"][2]["prompt"], json!(["The agent's word: Paris, says the agent"]), "{out}");
+    assert_eq!(out["calls"][3]["resource"], json!(["weather read by Ann"]), "{out}");
+
+    let surface = format!("{}/t/acme/w/main/mcp", a.base);
+    let wrapped = json!([
+        ["call_tool", { "address": "conformance.test_sampling", "args": { "prompt": "Capital?" } }, { "progress": true }],
+        ["call_tool", { "address": "conformance.test_tool_with_progress", "args": {} }, { "progress": true }],
+    ]);
+    let out = agent_in(&surface, &b.base, &acme, None, wrapped).await;
+    assert_eq!(out["calls"][0]["text"][0], "LLM response: Paris, says the agent", "{out}");
+    assert_eq!(out["calls"][1]["progress"], steps, "{out}");
+
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
+
+/// On 2026-07-28 a native pool's `resources/read` may be answered with an `InputRequiredResult`
+/// too: the official Python SDK agent fulfils it and retries on the other replica; a tampered
+/// state is refused before anything reaches the downstream.
+#[tokio::test]
+async fn a_resource_read_asks_for_input_on_2026_07_28_and_the_retry_crosses_replicas() {
+    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (_downstream, downstream_url) = common::conformance_downstream_logging(Some(&log)).await;
+    let t = TestDb::new().await;
+    let acme = tenant(&t, "acme", &downstream_url).await;
+    let (a, b, _) = two_replicas(&t).await;
+    let native = format!("{}/t/acme/w/main/mcp/native", a.base);
+    let out = agent(&native, &b.base, &acme, json!([["@resource", { "uri": "test://asked/weather" }]])).await;
+    assert_eq!(out["calls"][0]["resource"], json!(["weather read by Ann"]), "{out}");
+    let reads: Vec<i64> =
+        out["replicas"].as_array().unwrap().iter().filter(|r| r[0] == "resources/read").map(|r| r[1].as_i64().unwrap()).collect();
+    assert_eq!(reads.len(), 2, "{out}");
+    assert_ne!(reads[0], reads[1], "the retry went to the other replica: {out}");
+    let reads_of = |uri: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("resources/read") && l.contains(uri))
+            .count()
+    };
+    assert_eq!(reads_of("test://asked/weather"), 2);
+
+    // A raw first round, then a retry with its state tampered: refused, nothing sent down.
+    let uri = "test://asked/rain";
+    let read = |extra: Value| {
+        let mut params = json!({ "uri": uri, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
+            "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} }
+        } });
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            params[k] = v;
+        }
+        let body = json!({ "jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": params });
+        acme.headers(http().post(&native))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "resources/read")
+            .header("mcp-name", uri)
+            .json(&body)
+            .send()
+    };
+    let first: Value = read(json!({})).await.unwrap().json().await.unwrap();
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    assert_eq!(first["result"]["inputRequests"]["reader"]["method"], "elicitation/create", "{first}");
+    let sealed = first["result"]["requestState"].as_str().unwrap_or_default().to_owned();
+    let mut tampered = sealed.clone().into_bytes();
+    let last = tampered.len() - 1;
+    tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+    let answer = json!({ "reader": { "action": "accept", "content": { "name": "Bo" } } });
+    let tampered = json!({ "inputResponses": answer, "requestState": String::from_utf8(tampered).unwrap() });
+    let body: Value = read(tampered).await.unwrap().json().await.unwrap();
+    assert_eq!(body["error"]["data"]["code"], "request_state_invalid", "{body}");
+    assert_eq!(reads_of(uri), 1, "a refused state must not reach the downstream");
+    let body: Value = read(json!({ "inputResponses": answer, "requestState": sealed })).await.unwrap().json().await.unwrap();
+    assert_eq!(body["result"]["contents"][0]["text"], "rain read by Bo", "{body}");
+
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
+
+/// SEP-2243: a native pool checks a 2026-07-28 `tools/call`'s `Mcp-Param-*` headers against its
+/// arguments for the downstream tool's `x-mcp-header` annotations (-32020, HTTP 400, nothing
+/// sent down), and computes them for the downstream, so `call_tool` (whose own headers name
+/// no such argument) reaches a downstream that checks them.
+#[tokio::test]
+async fn mcp_param_headers_are_checked_against_the_body_and_computed_for_the_downstream() {
+    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (_downstream, downstream_url) = common::conformance_downstream_logging(Some(&log)).await;
+    let t = TestDb::new().await;
+    let acme = tenant(&t, "acme", &downstream_url).await;
+    configure_reads(&t, &["test_header_param"]).await;
+    let (a, _b, _) = two_replicas(&t).await;
+    let native = format!("{}/t/acme/w/main/mcp/native", a.base);
+    let tool = "test_header_param";
+    let send = |url: String, name: &'static str, arguments: Value, region: Option<&'static str>| {
+        let body = json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "name": name, "arguments": arguments, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
+                "io.modelcontextprotocol/clientCapabilities": {}
+        } } });
+        let mut r = acme
+            .headers(http().post(url))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", name);
+        if let Some(region) = region {
+            r = r.header("mcp-param-region", region);
+        }
+        async move {
+            let r = r.json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    // Matching, Base64-wrapped: served.
+    let (status, body) = send(native.clone(), tool, json!({ "region": "eu-west1" }), Some("=?base64?ZXUtd2VzdDE=?=")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["content"][0]["text"], "region=eu-west1", "{body}");
+    assert_eq!(calls_of(&log, tool), 1);
+    // Mismatched, missing, or malformed Base64: -32020 with 400, and nothing reaches the downstream.
+    for region in [Some("us-east1"), None, Some("=?base64?ZXUtd2VzdDE?=")] {
+        let (status, body) = send(native.clone(), tool, json!({ "region": "eu-west1" }), region).await;
+        assert_eq!((status, &body["error"]["code"]), (400, &json!(-32020)), "{region:?}: {body}");
+    }
+    assert_eq!(calls_of(&log, tool), 1, "a mismatched header must not reach the downstream");
+
+    // The six-tool surface: the agent's call names `call_tool`; the downstream gets the header
+    // its own tool's schema asks for (it refuses the call without it).
+    let call = json!({ "address": format!("conformance.{tool}"), "args": { "region": "ap-south1" } });
+    let (status, body) = send(format!("{}/t/acme/w/main/mcp", a.base), "call_tool", call, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["isError"], false, "{body}");
+    assert_eq!(body["result"]["content"][0]["text"], "region=ap-south1", "{body}");
+    assert_eq!(calls_of(&log, tool), 2);
+    assert_eq!(params_of(&log, tool).last(), Some(&json!({ "mcp-param-region": "ap-south1" })));
+    // A value that cannot travel bare goes down Base64-wrapped, and the downstream reads it back.
+    let call = json!({ "address": format!("conformance.{tool}"), "args": { "region": "zürich" } });
+    let (status, body) = send(format!("{}/t/acme/w/main/mcp", a.base), "call_tool", call, None).await;
+    assert_eq!((status, &body["result"]["content"][0]["text"]), (200, &json!("region=zürich")), "{body}");
+    assert_eq!(params_of(&log, tool).last(), Some(&json!({ "mcp-param-region": "=?base64?esO8cmljaA==?=" })));
+
+    // The official Python SDK client in its 2026 mode computes the header from the pool's
+    // tools/list and passes the gateway's check.
+    let out = agent(&native, &a.base, &acme, json!([[tool, { "region": "sa-east1" }]])).await;
+    assert_eq!(out["calls"][0], json!({ "isError": false, "text": ["region=sa-east1"] }), "{out}");
+    assert_eq!(params_of(&log, tool).last(), Some(&json!({ "mcp-param-region": "sa-east1" })));
+    assert_eq!(a.terminate().await, 0);
+}
+
+/// The `Mcp-Param-*` headers each `tools/call` of `tool` carried to the downstream, in order.
+fn params_of(log: &PathBuf, tool: &str) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["method"] == "tools/call" && l["name"] == tool)
+        .map(|l| l["params"].clone())
+        .collect()
+}
+
+/// Tasks (SEP-2663) are not relayed: a native pool declares no tasks extension (though its
+/// downstream does), a 2026-07-28 agent that declares it still gets a plain result because the
+/// downstream is not told, a downstream that answers with a task anyway is refused, and
+/// `tasks/get`, `tasks/update`, `tasks/cancel` are not methods here.
+#[tokio::test]
+async fn no_task_ever_reaches_an_agent() {
+    let log = std::env::temp_dir().join(format!("gatehouse-calls-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (_downstream, downstream_url) = common::conformance_downstream_logging(Some(&log)).await;
+    let t = TestDb::new().await;
+    let acme = tenant(&t, "acme", &downstream_url).await;
+    configure_reads(&t, &["test_task_regardless"]).await;
+    let (a, _b, _) = two_replicas(&t).await;
+    let native = format!("{}/t/acme/w/main/mcp/native", a.base);
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
+        "io.modelcontextprotocol/clientCapabilities": { "extensions": { "io.modelcontextprotocol/tasks": {} } }
+    });
+    let post = |url: String, method: &'static str, name: Option<&'static str>, mut params: Value| {
+        params["_meta"] = meta.clone();
+        let body = json!({ "jsonrpc": "2.0", "id": 4, "method": method, "params": params });
+        let mut r = acme
+            .headers(http().post(url))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        if let Some(name) = name {
+            r = r.header("mcp-name", name);
+        }
+        async move {
+            let r = r.json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let call = |name: &'static str| json!({ "name": name, "arguments": {} });
+    // The downstream itself answers a declaring client with a task (so the checks below can fail).
+    let (_, direct) = post(downstream_url.clone(), "tools/call", Some("test_task_tool"), call("test_task_tool")).await;
+    assert_eq!(direct["result"]["resultType"], "task", "{direct}");
+    let (_, discovered) = post(downstream_url.clone(), "server/discover", None, json!({})).await;
+    assert!(discovered["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(), "{discovered}");
+
+    let (_, discovered) = post(native.clone(), "server/discover", None, json!({})).await;
+    assert!(discovered["result"]["capabilities"].is_object(), "{discovered}");
+    assert!(discovered["result"]["capabilities"].get("extensions").is_none(), "{discovered}");
+    assert!(discovered["result"]["capabilities"].get("tasks").is_none(), "{discovered}");
+    let (_, called) = post(native.clone(), "tools/call", Some("test_task_tool"), call("test_task_tool")).await;
+    assert_eq!(called["result"]["resultType"], "complete", "{called}");
+    assert_eq!(called["result"]["content"][0]["text"], "ran without a task", "{called}");
+    assert!(called["result"].get("taskId").is_none(), "{called}");
+    assert_eq!(calls_of(&log, "test_task_tool"), 2);
+    // A downstream that answers with a task all the same: refused, never passed on.
+    let (_, refused) = post(native.clone(), "tools/call", Some("test_task_regardless"), call("test_task_regardless")).await;
+    assert_eq!(calls_of(&log, "test_task_regardless"), 1, "{refused}");
+    assert!(refused["result"].get("taskId").is_none() && refused["result"]["resultType"] != "task", "{refused}");
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(refused.to_string().contains("downstream_error") && refused.to_string().contains("does not relay"), "{refused}");
+    println!("a native pool refuses a downstream's task: {refused}");
+    // The same through the six-tool surface's `call_tool`.
+    let surface = format!("{}/t/acme/w/main/mcp", a.base);
+    let wrapped = json!({ "name": "call_tool", "arguments": { "address": "conformance.test_task_regardless", "args": {} } });
+    let (_, refused) = post(surface, "tools/call", Some("call_tool"), wrapped).await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(refused.to_string().contains("does not relay"), "{refused}");
+    assert!(!refused.to_string().contains("task-1"), "{refused}");
+    println!("call_tool refuses a downstream's task: {refused}");
+    for (method, params) in [
+        ("tasks/get", json!({ "taskId": "task-1" })),
+        ("tasks/update", json!({ "taskId": "task-1", "inputResponses": {} })),
+        ("tasks/cancel", json!({ "taskId": "task-1" })),
+    ] {
+        let (_, answer) = post(native.clone(), method, Some("task-1"), params).await;
+        assert_eq!(answer["error"]["code"], -32601, "{method}: {answer}");
+    }
+    assert_eq!(a.terminate().await, 0);
+}

@@ -1,16 +1,20 @@
-//! The endpoint's direct path for the one request agents send most: a lone `tools/call` POST
-//! in the handshake-era revisions (no per-request protocol metadata, no SEP-2243 headers).
+//! The endpoint's direct path for the requests agents send most, and for those whose
+//! downstream may talk back to the agent while they run: on the handshake-era revisions (no
+//! per-request protocol metadata, no SEP-2243 headers), a lone `tools/call` POST, and a
+//! native pool's `prompts/get` and `resources/read`; `_meta` may carry a progress token.
 //!
 //! rmcp's stateless server answers such a request by parsing it into its message model,
 //! spawning a service task with its own channels and cancellation token, and serializing the
 //! reply back. That machinery was most of the gateway's own CPU per call. This path parses
-//! the same body into a small struct, runs the very same handler ([`super::call_tool`]), and
-//! writes the JSON-RPC response rmcp would have written, byte for byte (tested in
-//! `tests/gateway.rs`). Anything it does not recognise exactly (another method, a batch,
-//! `_meta`, an unknown field, the 2026 revision, a `Mcp-Method` header, an event-stream-only
-//! client…) is handed to rmcp unchanged, so the protocol's checks stay rmcp's. When the
-//! downstream sends log messages while the call runs, the answer becomes an event stream, as
-//! rmcp's would.
+//! the same body into a small struct, runs the very same handler ([`super::call_tool`],
+//! [`super::surface::native_request`]), and writes the JSON-RPC response rmcp would have
+//! written, byte for byte (tested in `tests/gateway.rs`). Anything it does not recognise
+//! exactly (another method, a batch, other `_meta`, an unknown field, the 2026 revision, a
+//! `Mcp-Method` header, an event-stream-only client…) is handed to rmcp unchanged, so the
+//! protocol's checks stay rmcp's. When the downstream sends progress or log messages, or asks
+//! the agent something (sampling, elicitation, roots: [`super::asks`]) while the request
+//! runs, the answer becomes an event stream, as rmcp's would; rmcp's own stateless path
+//! cannot carry the agent's answers to such requests, which is why these requests come here.
 
 use std::sync::{
     Arc,
@@ -23,7 +27,10 @@ use axum::{
     http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
-use rmcp::model::{JsonObject, ProtocolVersion, ServerResult};
+use rmcp::model::{
+    GetPromptRequestParams, GetPromptResponse, JsonObject, ProgressToken, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ServerResult,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -59,6 +66,44 @@ struct CallParams {
     name: String,
     #[serde(default)]
     arguments: Option<JsonObject>,
+    #[serde(rename = "_meta", default)]
+    meta: Option<PlainMeta>,
+}
+
+/// A request's `_meta` as this path takes it: a progress token and nothing else (any other key
+/// may be protocol metadata, which rmcp judges).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainMeta {
+    #[serde(rename = "progressToken")]
+    progress_token: ProgressToken,
+}
+
+/// A native pool's `prompts/get` or `resources/read` as this path takes it (handshake era):
+/// relayed with the agent's response stream, so a downstream may ask the agent during it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RelayRequest<'a> {
+    #[serde(borrow)]
+    jsonrpc: &'a str,
+    id: Value,
+    #[serde(borrow)]
+    method: &'a str,
+    params: JsonObject,
+}
+
+/// What this path runs for a request.
+enum Work {
+    Call {
+        name: String,
+        arguments: Option<JsonObject>,
+    },
+    /// `prompts/get` or `resources/read` of a native pool, its params as rmcp's typed
+    /// params serialize them.
+    Relay {
+        method: &'static str,
+        params: Value,
+    },
 }
 
 #[derive(Serialize)]
@@ -71,8 +116,8 @@ struct CallResponse<'a> {
     error: Option<&'a rmcp::ErrorData>,
 }
 
-/// A call's answer: its result, or the downstream's JSON-RPC error (a native pool's).
-type Answered = Result<rmcp::model::CallToolResult, rmcp::ErrorData>;
+/// A request's answer: its result, or the downstream's JSON-RPC error (a native pool's).
+type Answered = Result<ServerResult, rmcp::ErrorData>;
 
 /// Whether the request says its body is JSON (any other body is rmcp's to refuse, with 415).
 fn json_body(headers: &HeaderMap) -> bool {
@@ -160,7 +205,12 @@ where
         && (call.id.is_i64() || call.id.is_string())
     {
         DIRECT.fetch_add(1, Ordering::Relaxed);
-        return answer(state, parts, call).await;
+        let CallRequest { id, params: CallParams { name, arguments, meta }, .. } = call;
+        return answer(state, parts, id, meta.map(|m| m.progress_token), Work::Call { name, arguments }).await;
+    }
+    if direct && let Some((id, progress, work)) = relayable(&parts, &bytes) {
+        DIRECT.fetch_add(1, Ordering::Relaxed);
+        return answer(state, parts, id, progress, work).await;
     }
     // An agent's answer to a request the gateway relayed to it during a call.
     if let Some(answered) = super::asks::answered(&state, &parts, &bytes).await {
@@ -205,7 +255,51 @@ fn event_stream_wanted(headers: &HeaderMap) -> bool {
     sse && handshake_era
 }
 
-async fn answer(state: AppState, mut parts: Parts, call: CallRequest<'_>) -> Response {
+/// A native pool's `prompts/get` or `resources/read` this path serves: its id, progress
+/// token and params (typed as rmcp types them, so what goes down is what rmcp's path sends).
+/// Anything else, or anything unusual about it, is rmcp's.
+fn relayable(parts: &Parts, bytes: &[u8]) -> Option<(Value, Option<ProgressToken>, Work)> {
+    let native = parts.extensions.get::<GatewayCtx>()?.pool.as_ref().is_some_and(|(_, p)| p.native);
+    if !native {
+        return None;
+    }
+    let request = serde_json::from_slice::<RelayRequest>(bytes).ok()?;
+    if request.jsonrpc != "2.0" || !(request.id.is_i64() || request.id.is_string()) {
+        return None;
+    }
+    let progress = match request.params.get("_meta") {
+        None => None,
+        Some(meta) => Some(serde_json::from_value::<PlainMeta>(meta.clone()).ok()?.progress_token),
+    };
+    let params = Value::Object(request.params);
+    let (method, params) = match request.method {
+        "prompts/get" => ("prompts/get", super::params(serde_json::from_value::<GetPromptRequestParams>(params).ok()?).ok()?),
+        "resources/read" => {
+            ("resources/read", super::params(serde_json::from_value::<ReadResourceRequestParams>(params).ok()?).ok()?)
+        }
+        _ => return None,
+    };
+    Some((request.id, progress, Work::Relay { method, params }))
+}
+
+/// What `work` answers, as rmcp's handler answers it ([`super::Gateway`]).
+async fn run(state: AppState, ctx: GatewayCtx, work: Work) -> Answered {
+    match work {
+        Work::Call { name, arguments } => {
+            super::call_tool(&state, ctx, &name, arguments.unwrap_or_default()).await.map(ServerResult::CallToolResult)
+        }
+        Work::Relay { method, params } => {
+            let answer = Box::pin(super::surface::native_request(&state, &ctx, method, params)).await?;
+            Ok(if method == "prompts/get" {
+                ServerResult::from(GetPromptResponse::Complete(super::relayed(answer)?))
+            } else {
+                ServerResult::from(ReadResourceResponse::Complete(super::relayed(answer)?))
+            })
+        }
+    }
+}
+
+async fn answer(state: AppState, mut parts: Parts, id: Value, progress: Option<ProgressToken>, work: Work) -> Response {
     // The request is answered here, so its context is taken, not copied.
     let Some(mut ctx) = parts.extensions.remove::<GatewayCtx>() else {
         return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
@@ -213,12 +307,12 @@ async fn answer(state: AppState, mut parts: Parts, call: CallRequest<'_>) -> Res
     // What rmcp reports as a stateless request's client: its default implementation.
     let client = rmcp::model::Implementation::default();
     ctx.client = Some((client.name, client.version));
-    // The downstream's log messages for this call wait here until written to the agent.
+    // The downstream's notifications and requests for this call wait here until written to
+    // the agent.
     let queue = Arc::new(Queue::default());
     let asker = super::asks::Asker::of(&state, &ctx, super::asks::Declared::of_headers(&parts.headers));
-    ctx.upstream = Some(Upstream::queue(queue.clone(), asker));
-    let CallRequest { id, params: CallParams { name, arguments }, .. } = call;
-    let mut running = Box::pin(async move { super::call_tool(&state, ctx, &name, arguments.unwrap_or_default()).await });
+    ctx.upstream = Some(Upstream::queue(queue.clone(), asker, progress));
+    let mut running = Box::pin(run(state, ctx, work));
     let first = tokio::select! {
         biased;
         result = &mut running => {
@@ -259,8 +353,7 @@ async fn answer(state: AppState, mut parts: Parts, call: CallRequest<'_>) -> Res
 /// a JSON-RPC error as such (HTTP 200).
 fn legacy(answered: Answered) -> (Option<ServerResult>, Option<rmcp::ErrorData>) {
     match answered {
-        Ok(result) => {
-            let mut result = ServerResult::CallToolResult(result);
+        Ok(mut result) => {
             result.strip_result_type_for_legacy_peer();
             result.strip_non_object_output_for_legacy_peer();
             (Some(result), None)

@@ -190,6 +190,22 @@ pub struct Call<'a> {
     /// `tools/call`, `prompts/get` or `resources/read`, and its tool, prompt or URI.
     pub method: &'a str,
     pub target: &'a str,
+    /// A tool's input schema, whose `x-mcp-header` annotations name the `Mcp-Param-*`
+    /// headers the downstream gets (SEP-2243); `None` for prompts and resources.
+    pub schema: Option<&'a rmcp::model::JsonObject>,
+}
+
+/// The agent's capabilities as a downstream sees them: without the tasks extension (SEP-2663),
+/// which the gateway does not relay, so a downstream never answers the agent with a task.
+fn without_tasks(capabilities: &Value) -> Value {
+    let mut out = capabilities.clone();
+    if let Some(caps) = out.as_object_mut() {
+        caps.remove("tasks");
+        if let Some(extensions) = caps.get_mut("extensions").and_then(Value::as_object_mut) {
+            extensions.remove(rmcp::model::TASKS_EXTENSION_ID);
+        }
+    }
+    out
 }
 
 pub async fn relay(
@@ -213,7 +229,7 @@ pub async fn relay(
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": ProtocolVersion::V_2026_07_28.as_str(),
         "io.modelcontextprotocol/clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
-        CAPABILITIES_KEY: agent.capabilities,
+        CAPABILITIES_KEY: without_tasks(&agent.capabilities),
     });
     // The agent's progress token and log level go down as the streams relay expects them.
     if let Some(upstream) = &ctx.upstream {
@@ -230,9 +246,14 @@ pub async fn relay(
     if let Some(inner) = inner {
         params["requestState"] = Value::String(inner);
     }
+    let param_headers = match (call.schema, params["arguments"].as_object()) {
+        (Some(schema), Some(arguments)) => super::param_headers::compute(schema, arguments),
+        _ => Vec::new(),
+    };
+    let routing = (call.method, Some(call.target), param_headers.as_slice());
     let mut message = state
         .downstreams
-        .stateless(tenant, call.c, call.credential, (call.method, Some(call.target)), &params, ctx.upstream.as_ref())
+        .stateless(tenant, call.c, call.credential, routing, &params, ctx.upstream.as_ref())
         .await
         .map_err(Stopped::Failed)?;
     if let Some(error) = message.get("error") {
@@ -242,8 +263,17 @@ pub async fn relay(
         return Err(Stopped::Refused(Refused { code: "downstream_error", message, passthrough: Some(error) }));
     }
     let mut result = message["result"].take();
-    if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
-        return Ok(Some(Relayed::Complete(result)));
+    match result.get("resultType").and_then(Value::as_str) {
+        None | Some("complete") => return Ok(Some(Relayed::Complete(result))),
+        Some("input_required") => {}
+        // A task (SEP-2663), which the gateway does not relay (nor declare it may), or a shape
+        // of a later revision: never passed on as if it were a result.
+        Some(other) => {
+            return Err(Stopped::Failed(super::downstream::Failure::Rejected(format!(
+                "the downstream answered a `{}` result, which this gateway does not relay",
+                other.chars().take(32).collect::<String>()
+            ))));
+        }
     }
     if agent.program {
         return Err(Stopped::Refused(Refused::new(
@@ -260,4 +290,23 @@ pub async fn relay(
     let inner = result.get("requestState").and_then(Value::as_str).map(str::to_owned);
     result["requestState"] = Value::String(seal(ring, ctx, call.connector, call.method, call.target, inner));
     Ok(Some(Relayed::InputRequired(result)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_downstream_never_learns_the_agent_takes_tasks() {
+        let declared = json!({
+            "elicitation": {},
+            "tasks": { "requests": {} },
+            "extensions": { "io.modelcontextprotocol/tasks": {}, "com.example/other": { "x": 1 } },
+        });
+        assert_eq!(
+            super::without_tasks(&declared),
+            json!({ "elicitation": {}, "extensions": { "com.example/other": { "x": 1 } } })
+        );
+        assert_eq!(super::without_tasks(&json!({})), json!({}));
+    }
 }

@@ -274,9 +274,10 @@ impl HttpSession {
     }
 
     /// Any other request a native pool relays (prompts, resources, completion, logging), its
-    /// result as the server sent it.
-    pub async fn relay(&self, method: &str, params: &Value) -> Result<Value, Option<Failure>> {
-        self.request(method, params, "result", None).await
+    /// result as the server sent it; with `upstream`, what the server sends on the request's
+    /// stream (notifications, requests to the agent) goes to the agent as during a call.
+    pub async fn relay(&self, method: &str, params: &Value, upstream: Option<&Upstream>) -> Result<Value, Option<Failure>> {
+        self.request(method, params, "result", upstream).await
     }
 
     /// `tools/call`; with `upstream`, the agent's progress token goes down and the call's
@@ -343,7 +344,9 @@ pub async fn stateless(
     headers.insert(PROTOCOL_VERSION, HeaderValue::from_str(revision).map_err(|_| bad())?);
     headers.insert(HeaderName::from_static("mcp-method"), HeaderValue::from_str(method).map_err(|_| bad())?);
     if let Some(name) = name {
-        headers.insert(HeaderName::from_static("mcp-name"), HeaderValue::from_str(name).map_err(|_| bad())?);
+        // A name that cannot travel bare (non-ASCII, say) travels Base64-wrapped (SEP-2243).
+        let name = super::param_headers::encode(name);
+        headers.insert(HeaderName::from_static("mcp-name"), HeaderValue::from_str(&name).map_err(|_| bad())?);
     }
     // One request per POST, so its id needs only be unique within it.
     let id = 1;

@@ -12,6 +12,7 @@ pub mod input;
 pub mod jsonrpc;
 pub mod listen;
 pub mod mcp_client;
+pub mod param_headers;
 pub mod peer;
 pub mod pins;
 pub mod sse;
@@ -74,6 +75,9 @@ pub struct GatewayCtx {
     /// On 2026-07-28: the agent's capabilities, answers and sealed state for the downstream
     /// (see [`input`]); `None` on the handshake era.
     pub input: Option<Arc<input::Agent>>,
+    /// On 2026-07-28, a native pool's `tools/call`: the request's `Mcp-Param-*` headers, checked
+    /// against the tool's schema ([`param_headers`]); `None` elsewhere.
+    pub param_headers: Option<Arc<Vec<(String, String)>>>,
 }
 
 impl GatewayCtx {
@@ -216,6 +220,7 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
         peer_path: Vec::new(),
         upstream: None,
         input: None,
+        param_headers: None,
     });
     Ok(parts)
 }
@@ -381,8 +386,13 @@ impl ServerHandler for Gateway {
         request: ReadResourceRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let ctx = native_ctx(&cx, "resources/read")?;
+        let mut ctx = native_ctx(&cx, "resources/read")?;
+        let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
+        ctx.input = input::Agent::of(&cx, responses, request.request_state.clone());
         let mut answer = Box::pin(surface::native_request(&self.state, &ctx, "resources/read", params(request)?)).await?;
+        if answer["resultType"] == "input_required" {
+            return Ok(ReadResourceResponse::InputRequired(relayed(answer)?));
+        }
         // The downstream's own hints stand, but a read filtered per caller is theirs alone.
         if hinted(&cx) && surface::per_caller(&ctx) && answer.is_object() {
             answer["cacheScope"] = serde_json::Value::String("private".into());
@@ -453,6 +463,13 @@ impl ServerHandler for Gateway {
         }
         let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
         ctx.input = input::Agent::of(&cx, responses, request.request_state);
+        if native && hinted(&cx) {
+            let headers = cx.extensions.get::<axum::http::request::Parts>().map(|p| param_headers::of_request(&p.headers));
+            match headers.transpose() {
+                Ok(sent) => ctx.param_headers = sent.map(Arc::new),
+                Err(reason) => return Err(McpError::header_mismatch(reason, None)),
+            }
+        }
         let mut outcome = call_outcome(&self.state, ctx, &request.name, request.arguments.unwrap_or_default()).await;
         if native && let Some(error) = outcome.jsonrpc.take() {
             return Err(error);

@@ -117,6 +117,8 @@ async fn enter(state: &AppState, ctx: &GatewayCtx, id: &str, blueprint: &str) ->
         // A peer workspace is called on the handshake era (its downstreams cannot ask this
         // agent for input through it).
         input: None,
+        // The target's tools are called by address, not with the agent's headers.
+        param_headers: None,
     })
 }
 

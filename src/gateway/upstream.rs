@@ -121,10 +121,10 @@ impl Upstream {
         Upstream { sink: Sink::Peer(peer), progress, logs, asker: None }
     }
 
-    /// The stream of a direct-path call (no progress token: such a call carries no `_meta`);
-    /// `asker`: the agent declared requests it may be sent.
-    pub fn queue(queue: Arc<Queue>, asker: Option<Asker>) -> Upstream {
-        Upstream { sink: Sink::Queue(queue), progress: None, logs: Logs::All, asker }
+    /// The stream of a direct-path request (handshake era): `progress`, the token its `_meta`
+    /// gave; `asker`, set when the agent declared requests it may be sent.
+    pub fn queue(queue: Arc<Queue>, asker: Option<Asker>, progress: Option<ProgressToken>) -> Upstream {
+        Upstream { sink: Sink::Queue(queue), progress, logs: Logs::All, asker }
     }
 
     /// The progress token to send down with the call, if the agent gave one.

@@ -141,9 +141,10 @@ pub fn http() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
-/// The `gatehouse` binary cargo built for these tests.
+/// The `gatehouse` binary cargo built for these tests, or the one `GATEHOUSE_TEST_BIN` names
+/// (to measure an earlier build with today's tests, e.g. the conformance table before a change).
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gatehouse"))
+    std::env::var_os("GATEHOUSE_TEST_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_gatehouse")), PathBuf::from)
 }
 
 /// A `gatehouse` command against `url` with a clean configuration environment.

@@ -5,6 +5,9 @@
 Connects through the SDK's streamable HTTP client with the machine credentials, initializes,
 lists tools, makes each call of CALLS_JSON ([[name, arguments], ...]) and prints one JSON
 object: server name, negotiated protocol, tool names, and per call isError plus text blocks.
+A call named "@prompt" gets the prompt its arguments name ({"name", "arguments"}) and reports
+its messages' texts (`prompt`); "@resource" reads the resource {"uri"} and reports its text
+contents (`resource`).
 Each call also reports the log messages (`logs`: their data) that arrived while it ran; a call
 given as [name, arguments, {"progress": true}] asks for progress and reports it (`progress`:
 [progress, total, message] per notification). In a 2026 mode the client opts in to log
@@ -106,6 +109,15 @@ async def drive(session, streams: Streams, describe, calls: list) -> dict:
     out = {"server": server, "protocol": protocol, "tools": [t.name for t in tools.tools], "calls": []}
     for spec in calls:
         name, arguments, progress = streams.call(spec)
+        if name == "@prompt":
+            prompt = await session.get_prompt(arguments["name"], arguments.get("arguments"))
+            texts = [m.content.text for m in prompt.messages if getattr(m.content, "text", None) is not None]
+            out["calls"].append({"prompt": texts})
+            continue
+        if name == "@resource":
+            read = await session.read_resource(arguments["uri"])
+            out["calls"].append({"resource": [c.text for c in read.contents if getattr(c, "text", None) is not None]})
+            continue
         result = await session.call_tool(name, arguments, progress_callback=progress)
         out["calls"].append(streams.report(result, spec))
     out["replicas"] = SEEN

@@ -15,17 +15,23 @@ first (tests prove with it what reached the downstream).
 """
 import asyncio
 import base64
+import datetime
 import json
 import sys
 import weakref
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
+
+from mcp.server.context import CallNext
+from mcp.server.extension import Extension
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     AudioContent,
+    CallToolRequestParams,
     CallToolResult,
     ClientCapabilities,
     Completion,
@@ -55,7 +61,34 @@ WAV_B64 = base64.b64encode(
     + b"data" + (2).to_bytes(4, "little") + b"\x00\x00"
 ).decode()
 
-server = MCPServer(name="conformance-downstream", version="1.0.0", instructions="The conformance suite's downstream.")
+TASKS = "io.modelcontextprotocol/tasks"
+
+
+class Tasks(Extension):
+    """SEP-2663 as a downstream may offer it, so tests prove no task reaches an agent through
+    the gateway (which does not relay tasks): `test_task_tool` answers a client that declared the
+    extension in the request's capabilities with a task, and `test_task_regardless` answers
+    every 2026-07-28 client with one, declared or not (a downstream that breaks the rule)."""
+
+    identifier = TASKS
+
+    async def intercept_tool_call(self, params: CallToolRequestParams, ctx: Any, call_next: CallNext) -> Any:
+        meta = (ctx.params or {}).get("_meta") or {}
+        declared = TASKS in ((meta.get("io.modelcontextprotocol/clientCapabilities") or {}).get("extensions") or {})
+        modern = (ctx.protocol_version or "") >= "2026-07-28"
+        if modern and (params.name == "test_task_regardless" or (params.name == "test_task_tool" and declared)):
+            now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            return {"resultType": "task", "taskId": "task-1", "status": "working", "createdAt": now,
+                    "lastUpdatedAt": now, "ttlMs": 60000}
+        return await call_next(ctx)
+
+
+server = MCPServer(
+    name="conformance-downstream",
+    version="1.0.0",
+    instructions="The conformance suite's downstream.",
+    extensions=[Tasks()],
+)
 
 # What the client subscribed to (handshake era); the suite only checks the answers.
 subscribed: set[str] = set()
@@ -382,6 +415,55 @@ async def test_trigger_prompt_change(ctx: Context) -> str:
     return "Prompt list changed"
 
 
+# ---- SEP-2243: an argument mirrored in an `Mcp-Param-*` header (2026-07-28) ----
+
+
+@server.tool(description="Echoes a region that travels in the Mcp-Param-Region header too")
+def test_header_param(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+    return f"region={region}"
+
+
+@server.tool(description="Runs as a task for a client that declared the tasks extension (SEP-2663)")
+def test_task_tool() -> str:
+    return "ran without a task"
+
+
+@server.tool(description="Answers with a task even to a client that did not declare the tasks extension")
+def test_task_regardless() -> str:
+    return "ran without a task"
+
+
+# ---- prompts and resources that ask the client while they are made ----
+
+
+def sampled_text(result: Any) -> str:
+    content = result.content
+    return content.text if isinstance(content, TextContent) else str(content)
+
+
+@server.prompt(description="Asks the client's LLM for a word while the prompt is made (handshake era)")
+async def test_prompt_with_sampling(ctx: Context) -> list[UserMessage]:
+    result = await ctx.session.create_message(
+        [SamplingMessage(role="user", content=TextContent(type="text", text="Pick a word"))],
+        max_tokens=10,
+        related_request_id=ctx.request_id,
+    )
+    return [UserMessage(f"The agent's word: {sampled_text(result)}")]
+
+
+@server.resource("test://asked/{topic}", name="asked", description="Asks the user before it is read", mime_type="text/plain")
+async def asked_resource(topic: str, ctx: Context) -> str | InputRequiredResult:
+    if (ctx.protocol_version or "") >= "2026-07-28":
+        name = accepted(responses(ctx).get("reader"), "name")
+        if not isinstance(name, str):
+            return input_required({"reader": elicit_request(f"Who reads {topic}?", "name")})
+    else:
+        schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+        result = await ctx.session.elicit_form(f"Who reads {topic}?", schema, related_request_id=ctx.request_id)
+        name = (result.content or {}).get("name") if result.action == "accept" else None
+    return f"{topic} read by {name}"
+
+
 # ---- resources ----
 
 
@@ -480,13 +562,17 @@ lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, 
 
 
 def recorded(app: Any, path: str) -> Any:
-    """The app, appending each POST's `Mcp-Method` and `Mcp-Name` to `path` (one JSON line
-    each) before it is served: the downstream's own record of what reached it."""
+    """The app, appending each POST's `Mcp-Method` and `Mcp-Name` (and its `Mcp-Param-*`
+    headers under `params`, lower-case) to `path` (one JSON line each) before it is served:
+    the downstream's own record of what reached it."""
 
     async def record(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             headers = dict(scope["headers"])
-            line = {k: headers.get(f"mcp-{k}".encode(), b"").decode() for k in ("method", "name")}
+            line: dict[str, Any] = {k: headers.get(f"mcp-{k}".encode(), b"").decode() for k in ("method", "name")}
+            params = {k.decode(): v.decode() for k, v in scope["headers"] if k.startswith(b"mcp-param-")}
+            if params:
+                line["params"] = params
             with open(path, "a") as log:
                 log.write(json.dumps(line) + "\n")
         await app(scope, receive, send)

@@ -357,15 +357,19 @@ pub struct ToolCall<'a> {
 impl Downstreams {
     /// Relays one request other than tools (prompts, resources, completion, logging) to an
     /// MCP connector under its deadline; a session the server forgot is opened once more.
+    /// `request`: the method and its params. With `upstream` (the agent's response stream,
+    /// handshake era), what the server sends on the request's stream reaches the agent: its
+    /// progress and log notifications, and its sampling, elicitation and roots requests.
     pub async fn relay(
         &self,
         tenant: uuid::Uuid,
         key: &str,
         connector: &Connector,
-        method: &str,
-        params: &serde_json::Value,
+        request: (&str, &serde_json::Value),
         credential: Option<&Credential>,
+        upstream: Option<&super::upstream::Upstream>,
     ) -> Result<serde_json::Value, Failure> {
+        let (method, params) = request;
         if !matches!(connector, Connector::RemoteMcp { .. }) {
             return Err(Failure::Rejected("only an MCP connector has more than tools".into()));
         }
@@ -375,10 +379,10 @@ impl Downstreams {
             let open = || async {
                 self.session(key, connector, credential).await.map_err(|failure| SessionError::Failed { failure, drop: false })
             };
-            match open().await?.relay(method, params).await {
+            match open().await?.relay(method, params, upstream).await {
                 Err(SessionError::Gone) => {
                     self.forget(key, credential).await;
-                    open().await?.relay(method, params).await
+                    open().await?.relay(method, params, upstream).await
                 }
                 other => other,
             }

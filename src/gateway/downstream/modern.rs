@@ -2,6 +2,7 @@
 //! per configuration and replica with `server/discover`, else the handshake era is used),
 //! and one stateless request to it.
 
+use axum::http::{HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use super::{Downstreams, Failure, session};
@@ -28,7 +29,7 @@ impl Downstreams {
             "io.modelcontextprotocol/clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
             "io.modelcontextprotocol/clientCapabilities": {},
         } });
-        let modern = match self.stateless(tenant, connector, credential, ("server/discover", None), &params, None).await {
+        let modern = match self.stateless(tenant, connector, credential, ("server/discover", None, &[]), &params, None).await {
             // An error or another revision: the server speaks the handshake era.
             Ok(message) => message["result"]["supportedVersions"].as_array().is_some_and(|v| v.iter().any(|v| v == REVISION)),
             Err(Failure::Rejected(_)) => false,
@@ -39,25 +40,29 @@ impl Downstreams {
     }
 
     /// One stateless 2026-07-28 request (`params` carries its `_meta`) under the connector's
-    /// deadline; `call` is the method and the `Mcp-Name` header (tool, prompt or resource URI). The response
-    /// message: its `result`, or its JSON-RPC `error`.
+    /// deadline; `call` is the method, the `Mcp-Name` header (tool, prompt or resource URI)
+    /// and the `Mcp-Param-*` headers. The response message: its `result`, or its JSON-RPC
+    /// `error`.
     pub async fn stateless(
         &self,
         tenant: uuid::Uuid,
         connector: &Connector,
         credential: Option<&Credential>,
-        call: (&str, Option<&str>),
+        call: (&str, Option<&str>, &[(HeaderName, HeaderValue)]),
         params: &Value,
         upstream: Option<&crate::gateway::upstream::Upstream>,
     ) -> Result<Value, Failure> {
-        let (method, name) = call;
+        let (method, name, param_headers) = call;
         let Connector::RemoteMcp { url, .. } = connector else {
             return Err(Failure::Rejected("only an MCP connector speaks MCP".into()));
         };
         let _slot = self.admit(tenant)?;
         let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
         let deadline = std::time::Duration::from_millis(connector.timeout_ms());
-        let headers = session::headers(connector, credential);
+        let mut headers = session::headers(connector, credential);
+        for (name, value) in param_headers {
+            headers.insert(name.clone(), value.clone());
+        }
         let sent = crate::gateway::mcp_client::stateless(http, url, headers, (REVISION, method, name), params, upstream);
         match tokio::time::timeout(deadline, sent).await {
             Ok(answer) => answer,

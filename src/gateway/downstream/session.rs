@@ -94,9 +94,14 @@ impl Session {
 impl Session {
     /// A request other than tools, relayed as it is. Over the legacy SSE transport only tools
     /// are relayed.
-    pub(super) async fn relay(&self, method: &str, params: &serde_json::Value) -> Result<serde_json::Value, SessionError> {
+    pub(super) async fn relay(
+        &self,
+        method: &str,
+        params: &serde_json::Value,
+        upstream: Option<&Upstream>,
+    ) -> Result<serde_json::Value, SessionError> {
         match self {
-            Session::Http(s) => s.relay(method, params).await.map_err(SessionError::from_http),
+            Session::Http(s) => s.relay(method, params, upstream).await.map_err(SessionError::from_http),
             Session::Rmcp(_) => Err(SessionError::Failed {
                 failure: Failure::Rejected("a connector over the legacy HTTP+SSE transport relays tools only".into()),
                 drop: false,

@@ -156,8 +156,15 @@ async fn call_granted(
     // downstream may ask the agent for input (an InputRequiredResult, sealed on its way up).
     let mut relayed = None;
     if let Some(agent) = ctx.input.as_deref() {
-        let call =
-            input::Call { connector: id, key: &key, c, credential: credential.as_ref(), method: "tools/call", target: name };
+        let call = input::Call {
+            connector: id,
+            key: &key,
+            c,
+            credential: credential.as_ref(),
+            method: "tools/call",
+            target: name,
+            schema: Some(&tool.input_schema),
+        };
         match input::relay(state, ctx, agent, call, json!({ "name": name, "arguments": tool_args })).await {
             Ok(None) => {}
             Ok(Some(Relayed::Complete(value))) => {

@@ -56,9 +56,17 @@ async fn native_index(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, Tool, 
 /// (the annotations already told the client which tools change things).
 pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: JsonObject) -> Outcome {
     let index = native_index(state, ctx).await;
-    let Some((id, _, _)) = index.iter().find(|(_, _, t)| t.name == name) else {
+    let Some((id, tool, _)) = index.iter().find(|(_, _, t)| t.name == name) else {
         return Outcome::error("unknown_tool", format!("this pool has no tool `{}`", echo(name)), None);
     };
+    // A 2026-07-28 request's `Mcp-Param-*` headers must say what its arguments say.
+    if let Some(sent) = ctx.param_headers.as_deref()
+        && let Err(reason) = crate::gateway::param_headers::check(sent, &tool.input_schema, &args)
+    {
+        let mut out = Outcome::error("header_mismatch", reason.clone(), None);
+        out.jsonrpc = Some(ErrorData::header_mismatch(reason, None));
+        return out;
+    }
     let mut wrapped = JsonObject::new();
     wrapped.insert("address".into(), Value::String(format!("{id}.{name}")));
     wrapped.insert("args".into(), Value::Object(args));
@@ -77,7 +85,9 @@ fn relayed(ctx: &GatewayCtx) -> Vec<(&String, &Connector)> {
         .collect()
 }
 
-/// One relayed request to one connector, with the caller's credential for it.
+/// One relayed request to one connector, with the caller's credential for it; what the
+/// downstream sends on the request's stream reaches the agent's when the request has one
+/// (the direct path's, handshake era).
 async fn relay(
     state: &AppState,
     ctx: &GatewayCtx,
@@ -87,7 +97,9 @@ async fn relay(
     params: &Value,
 ) -> Result<Value, Failure> {
     let credential = credential(state, ctx, id, c).await?;
-    match state.downstreams.relay(ctx.tenant.id.0, &key(ctx, id, c), c, method, params, credential.as_ref()).await {
+    let upstream = ctx.upstream.as_ref();
+    let request = (method, params);
+    match state.downstreams.relay(ctx.tenant.id.0, &key(ctx, id, c), c, request, credential.as_ref(), upstream).await {
         Err(f) => Err(super::repair(state, ctx, id, c, credential.as_ref(), f).await),
         ok => ok,
     }
@@ -255,12 +267,15 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
                     credential: credential.as_ref(),
                     method,
                     target: &local,
+                    schema: None,
                 };
                 match input::relay(state, ctx, agent, call, params.clone()).await {
                     Ok(Some(Relayed::Complete(value) | Relayed::InputRequired(value))) => return Ok(value),
                     Ok(None) => {}
                     Err(Stopped::Refused(r)) => return Err(r.into_error()),
-                    Err(Stopped::Failed(f)) => return Err(refused(f)),
+                    Err(Stopped::Failed(f)) => {
+                        return Err(refused(super::repair(state, ctx, id, c, credential.as_ref(), f).await));
+                    }
                 }
             }
             relay(state, ctx, id, c, method, &params).await.map_err(refused)
@@ -279,7 +294,10 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
         }
         "resources/read" => {
             let connectors = declaring(state, ctx, "resources").await;
-            first_answer(state, ctx, &connectors, method, &params).await
+            match ctx.input.as_deref() {
+                Some(agent) if !agent.program => read_modern(state, ctx, agent, &connectors, params).await,
+                _ => first_answer(state, ctx, &connectors, method, &params).await,
+            }
         }
         // To each connector that declares subscriptions in turn, as a read is: the first that
         // takes the URI holds the subscription (on this replica's session with it).
@@ -318,19 +336,90 @@ async fn first_answer(
             Err(f) => last = Some(f),
         }
     }
+    Err(not_found(last, params))
+}
+
+/// The refusal of a request no connector answered: the last connector's own.
+fn not_found(last: Option<Failure>, params: &Value) -> ErrorData {
     match last {
         // The downstream's own error (`-32002` before 2026-07-28, which rmcp answers a 2026
         // peer as `-32602`), with the URI in `data` where it gave none.
         Some(Failure::JsonRpc(mut error)) => {
             error.data.get_or_insert_with(|| serde_json::json!({ "uri": params["uri"] }));
-            Err(error)
+            error
         }
         Some(Failure::Rejected(message)) | Some(Failure::BadArguments(message)) => {
-            Err(ErrorData::invalid_params(message, Some(serde_json::json!({ "uri": params["uri"] }))))
+            ErrorData::invalid_params(message, Some(serde_json::json!({ "uri": params["uri"] })))
         }
-        Some(other) => Err(ErrorData::internal_error(other.into_error().to_string(), None)),
-        None => Err(ErrorData::invalid_params("Resource not found", Some(serde_json::json!({ "uri": params["uri"] })))),
+        Some(other) => ErrorData::internal_error(other.into_error().to_string(), None),
+        None => ErrorData::invalid_params("Resource not found", Some(serde_json::json!({ "uri": params["uri"] }))),
     }
+}
+
+/// `resources/read` of a 2026-07-28 agent: to each connector declaring resources in turn, on
+/// 2026-07-28 where the downstream speaks it, so it may answer an `InputRequiredResult`
+/// (sealed on its way up, [`input`]). A retry goes to the connector its state was sealed for
+/// (the envelope's associated data names it); a state that opens for none is refused there,
+/// before anything is sent.
+async fn read_modern(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    agent: &input::Agent,
+    connectors: &[(&String, &Connector)],
+    mut params: Value,
+) -> Result<Value, ErrorData> {
+    const METHOD: &str = "resources/read";
+    let uri = params["uri"].as_str().unwrap_or_default().to_owned();
+    // The agent's answers travel in `agent`, and only to a downstream that asked.
+    for field in ["inputResponses", "requestState", "_meta"] {
+        params.as_object_mut().map(|p| p.remove(field));
+    }
+    let ring = state.config.vault_keys.as_ref();
+    let candidates: Vec<(&String, &Connector)> = match &agent.state {
+        None => connectors.to_vec(),
+        Some(sealed) => {
+            let sealed_for = |id: &str| match input::open(ring, ctx, id, METHOD, &uri, sealed) {
+                Ok(_) => true,
+                Err(r) => r.code == "request_state_expired",
+            };
+            let owners: Vec<_> = connectors.iter().filter(|(id, _)| sealed_for(id)).copied().collect();
+            // None: the first one refuses the state (and nothing is sent).
+            if owners.is_empty() { connectors.iter().take(1).copied().collect() } else { owners }
+        }
+    };
+    let mut last = None;
+    for (id, c) in candidates {
+        let credential = match credential(state, ctx, id, c).await {
+            Ok(credential) => credential,
+            Err(f) => {
+                last = Some(f);
+                continue;
+            }
+        };
+        let key = key(ctx, id, c);
+        let call = input::Call {
+            connector: id,
+            key: &key,
+            c,
+            credential: credential.as_ref(),
+            method: METHOD,
+            target: &uri,
+            schema: None,
+        };
+        match input::relay(state, ctx, agent, call, params.clone()).await {
+            Ok(Some(Relayed::Complete(value) | Relayed::InputRequired(value))) => return Ok(value),
+            // A handshake-era downstream: read through its session.
+            Ok(None) => match relay(state, ctx, id, c, METHOD, &params).await {
+                Ok(value) => return Ok(value),
+                Err(f) => last = Some(f),
+            },
+            // This downstream has no such resource: the next one may.
+            Err(Stopped::Refused(r)) if r.code == "downstream_error" => last = Some(Failure::JsonRpc(r.into_error())),
+            Err(Stopped::Refused(r)) => return Err(r.into_error()),
+            Err(Stopped::Failed(f)) => last = Some(super::repair(state, ctx, id, c, credential.as_ref(), f).await),
+        }
+    }
+    Err(not_found(last, &params))
 }
 
 #[cfg(test)]
