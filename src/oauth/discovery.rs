@@ -151,22 +151,16 @@ struct Challenged {
     scopes: Option<Vec<String>>,
 }
 
-/// What a 401 from the connector names: one unauthenticated request, as an MCP client's first
-/// request is (an `initialize` POST; a GET of a legacy SSE stream).
+/// What a 401 from the connector names: unauthenticated requests, as an MCP client's first
+/// ones are (an `initialize` POST, then, when a server lets `initialize` through without a
+/// token and guards only the operations, `notifications/initialized` and a `tools/list` in
+/// that session; a GET of a legacy SSE stream).
 async fn challenged(http: &reqwest::Client, connector: &Connector) -> Challenged {
     challenge_of(http, connector).await.unwrap_or_default()
 }
 
-async fn challenge_of(http: &reqwest::Client, connector: &Connector) -> Option<Challenged> {
-    let Connector::RemoteMcp { url, transport, .. } = connector else { return None };
-    let request = if matches!(transport, crate::workspaces::config::RemoteTransport::Sse) {
-        http.get(url).header("accept", "text/event-stream")
-    } else {
-        let initialize = serde_json::json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") } } });
-        http.post(url).header("accept", "application/json, text/event-stream").json(&initialize)
-    };
-    let response = request.timeout(std::time::Duration::from_secs(10)).send().await.ok()?;
+/// The challenge of a 401 response (None: another status).
+fn challenge_in(response: &reqwest::Response) -> Option<Challenged> {
     if response.status() != reqwest::StatusCode::UNAUTHORIZED {
         return None;
     }
@@ -176,6 +170,41 @@ async fn challenge_of(http: &reqwest::Client, connector: &Connector) -> Option<C
         .filter(|u| matches!(u.scheme(), "http" | "https"))
         .map(|u| u.to_string());
     Some(Challenged { metadata, scopes: super::challenge::scopes(values.iter().copied()) })
+}
+
+async fn challenge_of(http: &reqwest::Client, connector: &Connector) -> Option<Challenged> {
+    let Connector::RemoteMcp { url, transport, .. } = connector else { return None };
+    let timeout = std::time::Duration::from_secs(10);
+    if matches!(transport, crate::workspaces::config::RemoteTransport::Sse) {
+        let response = http.get(url).header("accept", "text/event-stream").timeout(timeout).send().await.ok()?;
+        return challenge_in(&response);
+    }
+    let post = |body: serde_json::Value, session: Option<&str>| {
+        let mut request = http.post(url).header("accept", "application/json, text/event-stream").json(&body).timeout(timeout);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session).header("mcp-protocol-version", "2025-11-25");
+        }
+        request.send()
+    };
+    let initialize = serde_json::json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") } } });
+    let response = post(initialize, None).await.ok()?;
+    if !response.status().is_success() {
+        return challenge_in(&response);
+    }
+    // `initialize` went through without a token: the server guards its operations instead,
+    // so the first operation in this session says what it asks for.
+    let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    drop(response);
+    let initialized = serde_json::json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+    let _ = post(initialized, session.as_deref()).await;
+    let list = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} });
+    let found = challenge_in(&post(list, session.as_deref()).await.ok()?);
+    if let Some(session) = &session {
+        // The probe's session is of no further use.
+        let _ = http.delete(url).header("mcp-session-id", session).timeout(timeout).send().await;
+    }
+    found
 }
 
 /// What a protected resource's metadata names.
