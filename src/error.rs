@@ -40,6 +40,10 @@ pub enum Error {
     Forbidden { code: &'static str, message: String },
     #[error("authentication required")]
     Unauthorized,
+    /// The tenant was moved to another deployment (issue 26): 421 with the new address for
+    /// API and MCP clients, a 308 redirect there for browsers.
+    #[error("this tenant has moved to {base_url}")]
+    Moved { base_url: String, location: String, redirect: bool },
     #[error("request body too large")]
     PayloadTooLarge,
     /// Retryable: contention, a dependency down, a queue full (503).
@@ -67,6 +71,7 @@ impl Error {
             | Error::Forbidden { code, .. }
             | Error::Unavailable { code, .. } => code,
             Error::Unauthorized => "unauthorized",
+            Error::Moved { .. } => "tenant_moved",
             Error::PayloadTooLarge => "payload_too_large",
             Error::Database(e) if read_only(e) => "database_read_only",
             Error::Database(e) if connection_lost(e) => "database_unavailable",
@@ -82,6 +87,8 @@ impl Error {
             Error::Precondition { .. } => StatusCode::PRECONDITION_FAILED,
             Error::Forbidden { .. } => StatusCode::FORBIDDEN,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Moved { redirect: true, .. } => StatusCode::PERMANENT_REDIRECT,
+            Error::Moved { redirect: false, .. } => StatusCode::MISDIRECTED_REQUEST,
             Error::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::Database(e) if connection_lost(e) || read_only(e) => StatusCode::SERVICE_UNAVAILABLE,
@@ -199,6 +206,14 @@ impl IntoResponse for Error {
             Error::Unauthorized => {
                 let mut r = problem(status, "unauthorized", "authentication required", None);
                 r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                r
+            }
+            Error::Moved { base_url, location, .. } => {
+                let extra = json!({ "base_url": base_url, "location": location });
+                let mut r = problem(status, self.code(), &self.to_string(), Some(extra));
+                if let Ok(v) = HeaderValue::from_str(location) {
+                    r.headers_mut().insert(header::LOCATION, v);
+                }
                 r
             }
             _ => problem(status, self.code(), &self.to_string(), None),

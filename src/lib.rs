@@ -41,6 +41,7 @@ pub mod service_credentials;
 pub mod sessions;
 pub mod snapshots;
 pub mod telemetry;
+pub mod tenant_moves;
 pub mod tenants;
 pub mod tokens;
 pub mod vault;

@@ -172,7 +172,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
     let audit = &Audit::cli();
     match command {
         Command::Serve | Command::Migrate | Command::Doctor { .. } => unreachable!("handled by the caller"),
-        Command::Tenant(cmd) => tenants::cli::run(db, audit, cmd).await,
+        Command::Tenant(cmd) => tenants::cli::run(db, audit, config, cmd).await,
         Command::Kv(cmd) => kv::cli::run(db, audit, cmd).await,
         Command::Token(cmd) => tokens::cli::run(db, audit, config.token_cap, cmd).await,
         Command::ServiceCredential(cmd) => service_credentials::cli::run(db, audit, cmd).await,

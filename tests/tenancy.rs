@@ -166,6 +166,8 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO workspace_tombstones (tenant_id, workspace_id, slug, reaped_by) VALUES ($1, gen_random_uuid(), 'gone-' || $2, 'test')",
         "INSERT INTO peer_bindings (tenant_id, workspace_id, connector_id, target_workspace_id, created_by) VALUES ($1, $1, $2, $1, 'test')",
         "INSERT INTO member_fences (tenant_id, issuer, subject, raised_at) VALUES ($1, 'https://idp', $2, now())",
+        "INSERT INTO tenant_moves (tenant_id, id, direction, export_id, manifest_digest)
+         VALUES ($1, gen_random_uuid(), 'in', gen_random_uuid(), repeat('0', 63) || length($2))",
         "WITH r AS (INSERT INTO replicas (id, lease_expires_at) VALUES (gen_random_uuid(), now()) RETURNING id)
          INSERT INTO replica_acks (tenant_id, replica_id, epoch) SELECT $1, id, length($2) FROM r",
     ] {

@@ -282,6 +282,9 @@ impl FromRequestParts<AppState> for TenantCtx {
             if m.tenant.slug != slug {
                 return Err(Error::NotFound { what: "tenant" });
             }
+            if m.status == Status::Moved.as_str() {
+                return Err(moved(state, m.tenant.id, parts).await);
+            }
             refuse_inactive(&m.status)?;
             // A token gets connector access (its person's, when it carries one) and nothing else.
             let permissions = match m.role {
@@ -304,10 +307,19 @@ impl FromRequestParts<AppState> for TenantCtx {
                 epoch: Some(epoch),
             }
         } else {
-            let raw = session_cookie(&parts.headers, state.config.cookie_secure()).ok_or(Error::Unauthorized)?;
-            let session = sessions::lookup(&state.db, raw).await?.ok_or(Error::Unauthorized)?;
+            let raw = session_cookie(&parts.headers, state.config.cookie_secure());
+            let session = match raw {
+                Some(raw) => sessions::lookup(&state.db, raw).await?,
+                None => None,
+            };
+            // A moved tenant answers where it went even before anyone signs in (a browser
+            // follows the 308 to the new deployment's own sign-in).
+            let Some(session) = session else { return Err(moved_or(state, &slug, parts, Error::Unauthorized).await) };
             check_browser_write(state, &parts.method, &parts.headers, &session, None)?;
             let tenant = tenants::by_slug(&state.db, &slug).await?;
+            if tenant.status == Status::Moved {
+                return Err(moved(state, tenant.id, parts).await);
+            }
             let principal = session.principal.clone();
             let (member, permissions) = state
                 .db
@@ -336,6 +348,31 @@ impl FromRequestParts<AppState> for TenantCtx {
         // A mutating API call's Idempotency-Key is checked once the caller is known.
         crate::idempotency::admit(&state.db, ctx.tenant.id, &ctx.audit.actor).await?;
         Ok(ctx)
+    }
+}
+
+/// The `tenant_moved` answer for a sealed tenant (issue 26): where the request's path lives
+/// now. A browser (no machine credentials, asking for HTML) is redirected there with 308;
+/// API and MCP clients get 421 with the new address. A seal without a recorded address (it
+/// cannot happen: the seal writes both in one transaction) reads as a missing tenant.
+pub async fn moved(state: &AppState, tenant: TenantId, parts: &Parts) -> Error {
+    let base = match tenants::moved_to(&state.db, tenant).await {
+        Ok(Some(base)) => base,
+        Ok(None) => return Error::NotFound { what: "tenant" },
+        Err(e) => return e,
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let browser = !has_machine_credentials(&parts.headers)
+        && header(&parts.headers, header::AUTHORIZATION.as_str()).is_none()
+        && header(&parts.headers, header::ACCEPT.as_str()).is_some_and(|a| a.contains("text/html"));
+    tenants::moved_error(&base, path, browser)
+}
+
+/// `e`, unless the tenant named `slug` was moved: then its [`moved`] answer.
+async fn moved_or(state: &AppState, slug: &str, parts: &Parts, e: Error) -> Error {
+    match tenants::by_slug(&state.db, slug).await {
+        Ok(t) if t.status == Status::Moved => moved(state, t.id, parts).await,
+        _ => e,
     }
 }
 

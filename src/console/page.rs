@@ -79,6 +79,10 @@ impl From<Error> for PageError {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let e = self.error;
+        // A moved tenant's pages redirect to the same page at its new deployment.
+        if let Error::Moved { base_url, location, .. } = e {
+            return Error::Moved { base_url, location, redirect: true }.into_response();
+        }
         if matches!(e, Error::Unauthorized)
             && let Some(next) = self.next
         {

@@ -186,6 +186,7 @@ pub async fn authenticate(state: &AppState, parts: &mut Parts, token: &str) -> R
         tenants::Status::Suspended => {
             return Err(Error::Forbidden { code: "tenant_suspended", message: "this tenant is suspended".into() });
         }
+        tenants::Status::Moved => return Err(crate::auth::moved(state, checked.tenant.id, parts).await),
         _ => return Err(Error::Unauthorized),
     }
     let request_id = crate::extract::request_id(&parts.headers);

@@ -98,6 +98,12 @@ pub struct Restored {
     pub subjects_unreadable: usize,
 }
 
+/// What a subject's data key is sealed for under the vault's ring (a tenant move opens and
+/// seals it anew, so snapshots of the subject open at the destination too).
+pub fn subject_key_aad(tenant: TenantId, subject: &str) -> Aad<'_> {
+    key_aad(tenant, subject)
+}
+
 fn key_aad(tenant: TenantId, subject: &str) -> Aad<'_> {
     Aad { tenant: tenant.0, workspace: Uuid::nil(), connector: subject, owner: Owner::Shared, purpose: PURPOSE_SUBJECT_KEY }
 }

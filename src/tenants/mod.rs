@@ -26,6 +26,8 @@ pub enum Status {
     Suspended,
     Deleting,
     Reaped,
+    /// Sealed after a move to another deployment: every request answers `tenant_moved`.
+    Moved,
 }
 
 impl Status {
@@ -35,6 +37,7 @@ impl Status {
             Status::Suspended => "suspended",
             Status::Deleting => "deleting",
             Status::Reaped => "reaped",
+            Status::Moved => "moved",
         }
     }
     fn parse(s: &str) -> Result<Self> {
@@ -43,6 +46,7 @@ impl Status {
             "suspended" => Status::Suspended,
             "deleting" => Status::Deleting,
             "reaped" => Status::Reaped,
+            "moved" => Status::Moved,
             other => return Err(anyhow::anyhow!("unknown tenant status {other:?} in the database").into()),
         })
     }
@@ -134,7 +138,7 @@ pub async fn set_status(db: &Db, audit: &Audit, slug: &str, status: Status) -> R
             if before.status == status {
                 return Ok(before);
             }
-            if matches!(before.status, Status::Deleting | Status::Reaped) {
+            if matches!(before.status, Status::Deleting | Status::Reaped | Status::Moved) || status == Status::Moved {
                 return Err(Error::Conflict {
                     code: "illegal_transition",
                     message: format!("a {} tenant cannot become {}", before.status.as_str(), status.as_str()),
@@ -162,7 +166,21 @@ pub async fn set_status(db: &Db, audit: &Audit, slug: &str, status: Status) -> R
     .await
 }
 
+/// Where a sealed tenant went: the base URL its seal recorded (`None` when it is not sealed).
+pub async fn moved_to(db: &Db, tenant: TenantId) -> Result<Option<String>> {
+    // Read committed: one read, asked only of tenants whose status already says `moved`.
+    db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::moved_to(conn, tenant))).await
+}
+
+/// The refusal every request to a sealed tenant gets: `tenant_moved`, naming where the same
+/// path lives now (the new base URL followed by the request's path and query); `redirect`
+/// for a browser, which follows a 308 there.
+pub fn moved_error(base_url: &str, path_and_query: &str, redirect: bool) -> Error {
+    let base_url = base_url.trim_end_matches('/').to_owned();
+    Error::Moved { location: format!("{base_url}{path_and_query}"), base_url, redirect }
+}
+
 /// What other nouns may run inside their own transaction; the store itself is private.
 pub mod tx {
-    pub use super::store::count;
+    pub use super::store::{MoveRecord, by_id, count, imported, moved_to, record_move, unseal_record, update_status};
 }
