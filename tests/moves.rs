@@ -249,8 +249,21 @@ async fn a_tenant_moves_between_deployments_and_the_old_url_answers_tenant_moved
     common::leaks::record(&secret);
     let api = bearer_api(Arc::new(Mutex::new(vec![secret.clone()]))).await;
     let config = json_path(&api_connector(&api));
-    src.ok(&["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "inventory", "--kind", "http_api", "--config", &config])
-        .await;
+    src.ok(&[
+        "connector",
+        "add",
+        "--tenant",
+        "acme",
+        "--workspace",
+        "main",
+        "--id",
+        "inventory",
+        "--kind",
+        "http_api",
+        "--config",
+        &config,
+    ])
+    .await;
     let mut c = src.cmd();
     c.env("GATEHOUSE_FIELD_TOKEN", &secret);
     c.args(["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "inventory", "--field", "token"]);
@@ -275,7 +288,8 @@ async fn a_tenant_moves_between_deployments_and_the_old_url_answers_tenant_moved
     src.ok(&["tenant", "transfer-key", "--to", &key_file]).await;
     let export = temp("export");
     let out = src.ok(&["tenant", "export", "--tenant", "acme", "--to", &export, "--key-file", &key_file]).await;
-    let rows: BTreeMap<&str, u64> = out[1..].iter().map(|l| l.split_once('\t').unwrap()).map(|(t, n)| (t, n.parse().unwrap())).collect();
+    let rows: BTreeMap<&str, u64> =
+        out[1..].iter().map(|l| l.split_once('\t').unwrap()).map(|(t, n)| (t, n.parse().unwrap())).collect();
     for t in TABLES.iter().filter(|t| t.part == Part::Export) {
         assert!(rows.get(t.name).is_some_and(|n| *n > 0), "{}: the round trip needs a row here, export said {rows:?}", t.name);
     }
@@ -285,7 +299,9 @@ async fn a_tenant_moves_between_deployments_and_the_old_url_answers_tenant_moved
     // Refusals, each leaving the destination as it was.
     let empty = dst.footprint().await;
     let key = TransferKey::read(std::path::Path::new(&key_file)).unwrap();
-    let import = |file: &str, key: &str| vec!["tenant".to_owned(), "import".into(), "--from".into(), file.into(), "--key-file".into(), key.into()];
+    let import = |file: &str, key: &str| {
+        vec!["tenant".to_owned(), "import".into(), "--from".into(), file.into(), "--key-file".into(), key.into()]
+    };
     let args = |v: &Vec<String>| v.clone();
     let flipped = temp("flipped");
     let mut changed = bytes.clone();
@@ -383,7 +399,10 @@ async fn a_tenant_moves_between_deployments_and_the_old_url_answers_tenant_moved
             let mut c = PgConnection::connect(url.expose()).await.unwrap();
             c.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
             let rows: Vec<(Uuid, String)> =
-                sqlx::query_as("SELECT id, action FROM admin_log WHERE tenant_id IS NOT NULL ORDER BY id").fetch_all(&mut c).await.unwrap();
+                sqlx::query_as("SELECT id, action FROM admin_log WHERE tenant_id IS NOT NULL ORDER BY id")
+                    .fetch_all(&mut c)
+                    .await
+                    .unwrap();
             rows
         }
     };
@@ -458,11 +477,13 @@ async fn a_killed_import_leaves_nothing_and_runs_again() {
         let database = dst.t.name.clone();
         async move {
             let Ok(mut c) = PgConnection::connect(url.expose()).await else { return false };
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state <> 'idle' AND pid <> pg_backend_pid()")
-                .bind(database)
-                .fetch_one(&mut c)
-                .await
-                .unwrap_or(1);
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state <> 'idle' AND pid <> pg_backend_pid()",
+            )
+            .bind(database)
+            .fetch_one(&mut c)
+            .await
+            .unwrap_or(1);
             n == 0
         }
     })

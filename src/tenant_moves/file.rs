@@ -240,8 +240,7 @@ impl Opener {
         if self.finished {
             return Ok(false);
         }
-        let truncated =
-            || Error::Conflict { code: "export_truncated", message: "the export ends before its last frame".into() };
+        let truncated = || Error::Conflict { code: "export_truncated", message: "the export ends before its last frame".into() };
         let mut len = [0u8; 4];
         self.input.read_exact(&mut len).map_err(|_| truncated())?;
         let len = u32::from_be_bytes(len) as usize;
@@ -254,7 +253,11 @@ impl Opener {
         let last = self.input.fill_buf().map_err(anyhow::Error::from)?.is_empty();
         let n = nonce(&self.prefix, self.counter, last);
         let plain = self.cipher.decrypt(&n, Payload { msg: &sealed, aad: &self.aad }).map_err(|_| {
-            if last && self.cipher.decrypt(&nonce(&self.prefix, self.counter, false), Payload { msg: &sealed, aad: &self.aad }).is_ok()
+            if last
+                && self
+                    .cipher
+                    .decrypt(&nonce(&self.prefix, self.counter, false), Payload { msg: &sealed, aad: &self.aad })
+                    .is_ok()
             {
                 truncated()
             } else {

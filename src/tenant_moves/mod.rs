@@ -14,8 +14,8 @@
 //!   digests and move the source to `moved`.
 
 pub mod file;
-pub mod tables;
 mod store;
+pub mod tables;
 mod verify;
 
 use std::{collections::BTreeMap, fs::OpenOptions, io::BufReader, os::unix::fs::OpenOptionsExt, path::Path};
@@ -178,7 +178,12 @@ fn unreadable_at(table: &str) -> Error {
 }
 
 /// Opens the row's sealed columns with the source ring: (column, purpose, plaintext).
-fn open_sealed(ring: &KeyRing, tenant: TenantId, table: &Table, row: &mut Map<String, Value>) -> Result<BTreeMap<String, Vaulted>> {
+fn open_sealed(
+    ring: &KeyRing,
+    tenant: TenantId,
+    table: &Table,
+    row: &mut Map<String, Value>,
+) -> Result<BTreeMap<String, Vaulted>> {
     let mut out = BTreeMap::new();
     for column in table.sealed {
         let Some(envelope) = text(row, column).map(str::to_owned) else { continue };
@@ -243,19 +248,17 @@ pub async fn export(
         Box::pin(async move {
             let after = json!({ "export_id": export_id, "without_activity": without_activity });
             let target = format!("tenant:{slug}");
-            let entry = Entry { tenant: Some(tenant.id), audit, action: "tenant.export", target, before: None, after: Some(after) };
+            let entry =
+                Entry { tenant: Some(tenant.id), audit, action: "tenant.export", target, before: None, after: Some(after) };
             admin_log::record(conn, entry).await
         })
     })
     .await?;
 
     let partial = to.with_extension("partial");
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&partial)
-        .map_err(|e| Error::invalid("export_target_unwritable", Some("to"), format!("cannot create {}: {e}", partial.display())))?;
+    let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&partial).map_err(|e| {
+        Error::invalid("export_target_unwritable", Some("to"), format!("cannot create {}: {e}", partial.display()))
+    })?;
     let written = write_export(db, ring, key, tenant.id, &tenant.slug, export_id, file, without_activity).await;
     match written {
         Ok(tables) => {
@@ -383,9 +386,7 @@ pub fn check_header(from: &Path) -> Result<file::Header> {
 pub async fn import(db: &Db, audit: &Audit, ring: &KeyRing, key: &TransferKey, from: &Path) -> Result<Summary> {
     check_header(from)?;
     let (_, begin) = read_begin(from, key)?;
-    let here = db
-        .read(|conn, _| Box::pin(async move { store::schema(conn).await }))
-        .await?;
+    let here = db.read(|conn, _| Box::pin(async move { store::schema(conn).await })).await?;
     if begin.schema != here {
         return Err(Error::Conflict {
             code: "export_schema_mismatch",

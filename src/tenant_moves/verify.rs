@@ -9,7 +9,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{Tally, TableSum, manifest_digest, store, tables};
+use super::{TableSum, Tally, manifest_digest, store, tables};
 use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
@@ -31,7 +31,11 @@ impl Comparison {
     }
 
     fn differing(&self) -> Vec<&str> {
-        self.tables.iter().filter(|(_, (a, b))| a.digested != b.digested || a.digest != b.digest).map(|(n, _)| n.as_str()).collect()
+        self.tables
+            .iter()
+            .filter(|(_, (a, b))| a.digested != b.digested || a.digest != b.digest)
+            .map(|(n, _)| n.as_str())
+            .collect()
     }
 }
 
@@ -80,7 +84,8 @@ async fn log(db: &Db, audit: &Audit, tenant: TenantId, slug: &str, action: &'sta
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         let after = after.clone();
         Box::pin(async move {
-            let entry = Entry { tenant: Some(tenant), audit, action, target: format!("tenant:{slug}"), before: None, after: Some(after) };
+            let entry =
+                Entry { tenant: Some(tenant), audit, action, target: format!("tenant:{slug}"), before: None, after: Some(after) };
             admin_log::record(conn, entry).await
         })
     })
@@ -113,10 +118,7 @@ fn base_url(text: &str) -> Result<String> {
 }
 
 fn verify_failed(c: &Comparison) -> Error {
-    Error::Conflict {
-        code: "verify_failed",
-        message: format!("source and destination differ in: {}", c.differing().join(", ")),
-    }
+    Error::Conflict { code: "verify_failed", message: format!("source and destination differ in: {}", c.differing().join(", ")) }
 }
 
 /// Seals the source: verifies both sides again inside the source's own transaction (so no
@@ -141,7 +143,8 @@ pub async fn seal(source: &Db, dest: &Db, audit: &Audit, slug: &str, to: &str, w
                 if !comparison.equal() {
                     return Err(verify_failed(&comparison));
                 }
-                let ours: BTreeMap<String, TableSum> = comparison.tables.iter().map(|(k, (s, _))| (k.clone(), s.clone())).collect();
+                let ours: BTreeMap<String, TableSum> =
+                    comparison.tables.iter().map(|(k, (s, _))| (k.clone(), s.clone())).collect();
                 let digest = manifest_digest(&ours);
                 store::scope(conn, tenant.id, true).await?;
                 tenants::tx::update_status(&mut *conn, tenant.id, tenant.status, Status::Moved).await?.ok_or(
