@@ -259,7 +259,14 @@ pub async fn export(
     let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&partial).map_err(|e| {
         Error::invalid("export_target_unwritable", Some("to"), format!("cannot create {}: {e}", partial.display()))
     })?;
-    let written = write_export(db, ring, key, tenant.id, &tenant.slug, export_id, file, without_activity).await;
+    let written = async {
+        let mut conn = store::snapshot(db, tenant.id).await?;
+        let written = write_body(&mut conn, ring, key, tenant.id, &tenant.slug, export_id, file, without_activity).await;
+        // Read only: ending it changes nothing, and a failed export ends it too.
+        store::end(conn).await?;
+        written
+    }
+    .await;
     match written {
         Ok(tables) => {
             std::fs::rename(&partial, to).map_err(anyhow::Error::from)?;
@@ -270,24 +277,6 @@ pub async fn export(
             Err(e)
         }
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn write_export(
-    db: &Db,
-    ring: &KeyRing,
-    key: &TransferKey,
-    tenant: TenantId,
-    slug: &str,
-    export_id: Uuid,
-    file: std::fs::File,
-    without_activity: bool,
-) -> Result<BTreeMap<String, TableSum>> {
-    let mut conn = store::snapshot(db, tenant).await?;
-    let written = write_body(&mut conn, ring, key, tenant, slug, export_id, file, without_activity).await;
-    // Read only: ending it changes nothing, and a failed export ends it too.
-    store::end(conn).await?;
-    written
 }
 
 #[allow(clippy::too_many_arguments)]
