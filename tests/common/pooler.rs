@@ -52,7 +52,7 @@ pub async fn bouncer(direct: &Secret, pool_size: u32) -> Bouncer {
          listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
          auth_type = plain\nauth_file = {auth}\npool_mode = transaction\n\
          default_pool_size = {pool_size}\nmin_pool_size = 0\nreserve_pool_size = 0\nmax_client_conn = 500\n\
-         ignore_startup_parameters = extra_float_digits\nadmin_users = {user}\n\
+         ignore_startup_parameters = extra_float_digits\nserver_login_retry = 1\nadmin_users = {user}\n\
          logfile = {log}\npidfile = {pid}\n",
         auth = dir.join("users.txt").display(),
         log = dir.join("pgbouncer.log").display(),
