@@ -129,24 +129,43 @@ impl Chrome {
                 seen_login = true;
                 continue;
             }
+            // The provider's pages: its login form, then its consent form. The page can change
+            // under a found element (the provider's own redirects), so a step that fails
+            // looks again rather than panicking on a stale element.
             if !url.starts_with(base) {
-                if let Ok(field) = self.client.find(Locator::Css("input[name=login]")).await {
-                    self.shot("provider-login").await;
-                    field.send_keys(login).await.unwrap();
-                    self.fill("input[name=password]", "any").await;
-                    self.click("button[type=submit]").await;
-                    seen_login = true;
-                    continue;
-                }
-                if let Ok(button) = self.client.find(Locator::Css("button[type=submit]")).await {
-                    self.shot("provider-consent").await;
-                    button.click().await.unwrap();
-                    continue;
+                match self.provider_step(login).await {
+                    Ok(Some(step)) => {
+                        seen_login |= step == "provider-login";
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => eprintln!("provider page changed during a step ({e}); looking again"),
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("sign-in did not reach the console; at {}: {}", self.url().await, self.client.source().await.unwrap());
+    }
+
+    /// One step on the provider's pages: fills and submits its login form, or submits its
+    /// consent form. Answers the step taken, or `None` when the page shows neither.
+    async fn provider_step(&self, login: &str) -> Result<Option<&'static str>, fantoccini::error::CmdError> {
+        if let Ok(field) = self.client.find(Locator::Css("input[name=login]")).await {
+            self.shot("provider-login").await;
+            field.clear().await?;
+            field.send_keys(login).await?;
+            let password = self.client.find(Locator::Css("input[name=password]")).await?;
+            password.clear().await?;
+            password.send_keys("any").await?;
+            self.client.find(Locator::Css("button[type=submit]")).await?.click().await?;
+            return Ok(Some("provider-login"));
+        }
+        if let Ok(button) = self.client.find(Locator::Css("button[type=submit]")).await {
+            self.shot("provider-consent").await;
+            button.click().await?;
+            return Ok(Some("provider-consent"));
+        }
+        Ok(None)
     }
 
     /// The session cookie, for HTTP checks the browser cannot make (exact status codes).
