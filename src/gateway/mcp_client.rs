@@ -24,6 +24,8 @@ pub const PROTOCOL: &str = "2025-11-25";
 const MAX_RESPONSE_BYTES: usize = 16 << 20;
 /// `tools/list` pages followed before the catalog is refused as unbounded.
 const MAX_PAGES: usize = 64;
+/// The most tools one connector may list: a longer catalog is refused, not truncated.
+pub const MAX_TOOLS: usize = 10_000;
 
 const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
@@ -255,12 +257,13 @@ impl HttpSession {
                 Some(c) => json!({ "cursor": c }),
                 None => json!({}),
             };
-            let mut page: Value = self.request("tools/list", params, "tool list", None).await?;
-            let listed = page.get_mut("tools").map(Value::take).unwrap_or(Value::Array(Vec::new()));
-            let listed: Vec<Tool> = serde_json::from_value(listed)
-                .map_err(|e| Some(Failure::Unavailable(cap(&format!("a malformed tool list: {e}")))))?;
-            tools.extend(listed);
-            match page.get("nextCursor").and_then(Value::as_str) {
+            let page: ToolsPage = self.request("tools/list", params, "tool list", None).await?;
+            if tools.len() + page.tools.listed > MAX_TOOLS {
+                let listed = tools.len() + page.tools.listed;
+                return Err(Some(Failure::Rejected(format!("the tool list has {listed} tools, more than {MAX_TOOLS}"))));
+            }
+            tools.extend(page.tools.kept);
+            match page.next_cursor.as_ref().and_then(Value::as_str) {
                 Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
                 _ => return Ok(tools),
             }
@@ -314,6 +317,48 @@ struct CallParams<'a> {
 #[serde(rename_all = "camelCase")]
 struct CallMeta<'a> {
     progress_token: &'a rmcp::model::ProgressToken,
+}
+
+/// One page of `tools/list`.
+#[derive(Deserialize)]
+struct ToolsPage {
+    #[serde(default)]
+    tools: CappedTools,
+    #[serde(rename = "nextCursor")]
+    next_cursor: Option<Value>,
+}
+
+/// A page's tools, parsed one by one and kept up to [`MAX_TOOLS`]; the rest are only counted,
+/// so a hostile catalog costs its bytes (capped per response), never a value per tool.
+#[derive(Default)]
+struct CappedTools {
+    kept: Vec<Tool>,
+    listed: usize,
+}
+
+impl<'de> Deserialize<'de> for CappedTools {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Tools;
+        impl<'de> serde::de::Visitor<'de> for Tools {
+            type Value = CappedTools;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of tools")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<CappedTools, A::Error> {
+                let mut capped = CappedTools::default();
+                while capped.listed < MAX_TOOLS {
+                    let Some(tool) = seq.next_element::<Tool>()? else { return Ok(capped) };
+                    capped.kept.push(tool);
+                    capped.listed += 1;
+                }
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    capped.listed += 1;
+                }
+                Ok(capped)
+            }
+        }
+        deserializer.deserialize_seq(Tools)
+    }
 }
 
 /// The parts of a response the usual answer needs.

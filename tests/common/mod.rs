@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod downstream;
+pub mod hostile;
 pub mod leaks;
 pub mod mcp_oauth;
 pub mod pooler;
@@ -548,9 +549,21 @@ pub fn json_path(value: &serde_json::Value) -> String {
 pub async fn mcp_tool(url: &str, m: &Machine, name: &str, arguments: serde_json::Value) -> (bool, serde_json::Value, String) {
     use serde_json::Value;
     let r = mcp_post(url, m, "tools/call", serde_json::json!({ "name": name, "arguments": arguments })).await;
-    assert_eq!(r.status(), 200);
+    let status = r.status();
+    let content_type = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let raw = r.text().await.unwrap();
-    let answer: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(status, 200, "{raw}");
+    // A call that streams (progress or log notifications on the way) answers an event
+    // stream whose last message is the response.
+    let response = if content_type.starts_with("text/event-stream") {
+        raw.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|m| m.get("id").is_some())
+    } else {
+        serde_json::from_str(&raw).ok()
+    };
+    let answer = response.unwrap_or_else(|| panic!("{name}: no JSON-RPC response ({content_type}): {raw}"));
     let text = answer["result"]["content"][0]["text"].as_str().unwrap_or("").to_owned();
     (answer["result"]["isError"] == true, serde_json::from_str(&text).unwrap_or(Value::String(text)), raw)
 }

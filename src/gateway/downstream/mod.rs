@@ -16,6 +16,7 @@ use tokio::sync::Mutex;
 use self::session::{Session, SessionError};
 use super::catalogs::{self, Target};
 use super::credentials::Credential;
+use super::mcp_client::MAX_TOOLS;
 use crate::{
     db::Db,
     workspaces::{CATALOG_TTL, Connector},
@@ -24,19 +25,33 @@ use crate::{
 /// Sessions kept per replica before the least useful are dropped.
 const MAX_SESSIONS: usize = 1024;
 
-/// A tool's compiled input schema; `None` when the downstream's schema does not compile.
-type CompiledSchema = Option<Arc<jsonschema::Validator>>;
+/// The longest tool description a catalog may carry, in bytes.
+const MAX_DESCRIPTION_BYTES: usize = 64 * 1024;
 
-/// A tool's input schema compiled for checking arguments; `None` (logged) if it does not compile.
+/// Refuses a catalog that no agent could use and no replica should hold: too many tools, or a
+/// description of absurd size. Both mark a broken or hostile server; a part of its catalog
+/// would be a guess at what it meant.
+fn within_bounds(tools: &[Tool]) -> Result<(), Failure> {
+    if tools.len() > MAX_TOOLS {
+        return Err(Failure::Rejected(format!("the tool list has {} tools, more than {MAX_TOOLS}", tools.len())));
+    }
+    match tools.iter().find(|t| t.description.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES)) {
+        Some(t) => Err(Failure::Rejected(format!(
+            "tool `{}` has a description larger than {} KiB",
+            cap(&t.name),
+            MAX_DESCRIPTION_BYTES / 1024
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A tool's compiled input schema, or why it does not compile.
+type CompiledSchema = Result<Arc<jsonschema::Validator>, Arc<str>>;
+
+/// A tool's input schema compiled for checking arguments.
 fn compile(tool: &Tool) -> CompiledSchema {
     let schema = serde_json::Value::Object((*tool.input_schema).clone());
-    match jsonschema::validator_for(&schema) {
-        Ok(v) => Some(Arc::new(v)),
-        Err(e) => {
-            tracing::info!(tool = %tool.name, error = %e, "downstream input schema does not compile; not validated here");
-            None
-        }
-    }
+    jsonschema::validator_for(&schema).map(Arc::new).map_err(|e| cap(&e.to_string()).into())
 }
 
 /// A catalog and when the shared cache says it was fetched (`None`: built from configuration).
@@ -258,7 +273,10 @@ impl Downstreams {
             }
         });
         let tools = match listed.await {
-            Ok(Ok(tools)) => Arc::new(tools),
+            Ok(Ok(tools)) => {
+                within_bounds(&tools)?;
+                Arc::new(tools)
+            }
             Ok(Err(e)) => return Err(self.failed(key, credential, e).await),
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
@@ -276,9 +294,10 @@ impl Downstreams {
     }
 
     /// Checks `args` against the tool's input schema before any downstream call. Returns up
-    /// to three issues (instance path and message). A schema that does not compile is left to
-    /// the downstream to enforce.
-    pub fn validate(&self, key: &str, tool: &Tool, args: &serde_json::Value) -> Vec<(String, String)> {
+    /// to three issues (instance path and message), or, when the tool's own schema does not
+    /// compile, why: such a tool is not called (fail closed), since nothing can say which
+    /// arguments it accepts.
+    pub fn validate(&self, key: &str, tool: &Tool, args: &serde_json::Value) -> Result<Vec<(String, String)>, Failure> {
         let validator = {
             let mut cache = self.validators.lock().unwrap_or_else(|p| p.into_inner());
             match cache.get(key).and_then(|tools| tools.get(tool.name.as_ref())) {
@@ -290,12 +309,14 @@ impl Downstreams {
                 }
             }
         };
-        let Some(validator) = validator else { return Vec::new() };
+        let validator = validator.map_err(|e| {
+            Failure::Rejected(format!("the tool's input schema is not a valid JSON Schema ({e}); it was not called"))
+        })?;
         // The common case, valid arguments, without building the error iterator.
         if validator.is_valid(args) {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        validator.iter_errors(args).take(3).map(|e| (e.instance_path().to_string(), cap(&e.to_string()))).collect()
+        Ok(validator.iter_errors(args).take(3).map(|e| (e.instance_path().to_string(), cap(&e.to_string()))).collect())
     }
 
     /// Calls one tool under the connector's deadline. A broken session is dropped so the

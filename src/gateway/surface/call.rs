@@ -99,7 +99,17 @@ async fn call_granted(
         return approval_required(address, tool_args).about(id, name);
     }
     // A peer's tools are checked by the target, against its own current schema.
-    let issues = if matches!(c, Connector::Peer { .. }) { Vec::new() } else { state.downstreams.validate(&key, tool, instance) };
+    let issues = match c {
+        Connector::Peer { .. } => Vec::new(),
+        _ => match state.downstreams.validate(&key, tool, instance) {
+            Ok(issues) => issues,
+            Err(f) => {
+                let mut out = failure(f).about(id, name);
+                out.classification = Some(class_name(class));
+                return out;
+            }
+        },
+    };
     if !issues.is_empty() {
         let issues: Vec<Value> = issues.into_iter().map(|(path, message)| json!({ "path": path, "message": message })).collect();
         let mut out = Outcome::error(
