@@ -1,9 +1,11 @@
 //! Moving a tenant between deployments (issue 26): two deployments, each its own database,
-//! `serve` and vault key ring. A tenant with rows in every table it owns is exported, imported,
-//! verified and sealed; the old URL answers `tenant_moved`, the new deployment serves the same
-//! machine credentials and MCP calls, vault contents open there under its own keys, and the
-//! admin log is continuous. Tampered, truncated, newer, wrongly keyed and repeated imports are
-//! refused with nothing written, and a killed import leaves nothing and runs again.
+//! `serve` and vault key ring, the destination's database on a PostgreSQL cluster of the
+//! test's own (not the run's shared one). A tenant with rows in every table it owns is
+//! exported, imported, verified and sealed; the old URL answers `tenant_moved`, the new
+//! deployment serves the same machine credentials and MCP calls, vault contents open there
+//! under its own keys, and the admin log is continuous. Tampered, truncated, newer, wrongly
+//! keyed and repeated imports are refused with nothing written, and a killed import leaves
+//! nothing and runs again.
 
 mod common;
 
@@ -33,6 +35,20 @@ struct Deployment {
 impl Deployment {
     async fn new(kid: &str) -> Deployment {
         Deployment { t: TestDb::new().await, keys: vault_key(kid) }
+    }
+
+    /// A deployment whose database is on a PostgreSQL cluster of its own, as a second
+    /// deployment's is: it shares no server, port or data with the first.
+    async fn on_own_cluster(kid: &str) -> Deployment {
+        Deployment { t: TestDb::on_own_cluster().await, keys: vault_key(kid) }
+    }
+
+    /// The PostgreSQL cluster serving this deployment: its system identifier and port.
+    async fn cluster(&self) -> (i64, i32) {
+        sqlx::query_as("SELECT system_identifier, inet_server_port() FROM pg_control_system()")
+            .fetch_one(&mut self.owner().await)
+            .await
+            .unwrap()
     }
 
     fn cmd(&self) -> tokio::process::Command {
@@ -237,7 +253,10 @@ async fn the_registry_of_tenant_tables_names_every_table_of_the_catalog() {
 
 #[tokio::test]
 async fn a_tenant_moves_between_deployments_and_the_old_url_answers_tenant_moved() {
-    let (src, dst) = (Deployment::new("src").await, Deployment::new("dst").await);
+    let (src, dst) = (Deployment::new("src").await, Deployment::on_own_cluster("dst").await);
+    let (src_cluster, dst_cluster) = (src.cluster().await, dst.cluster().await);
+    assert_ne!(src_cluster.0, dst_cluster.0, "two PostgreSQL clusters, not two databases on one");
+    assert_ne!(src_cluster.1, dst_cluster.1, "two postmasters, on two ports");
     let dst_port = free_port();
     let dst_base = format!("http://127.0.0.1:{dst_port}");
 
@@ -429,7 +448,8 @@ async fn a_tenant_moves_between_deployments_and_the_old_url_answers_tenant_moved
 /// An import killed mid-way wrote nothing; run again, it ends as an uninterrupted one would.
 #[tokio::test]
 async fn a_killed_import_leaves_nothing_and_runs_again() {
-    let (src, dst) = (Deployment::new("src").await, Deployment::new("dst").await);
+    let (src, dst) = (Deployment::new("src").await, Deployment::on_own_cluster("dst").await);
+    assert_ne!(src.cluster().await, dst.cluster().await, "two PostgreSQL clusters");
     src.ok(&["tenant", "create", "acme", "--name", "Acme"]).await;
     let ws = src.ok(&["workspace", "create", "--tenant", "acme", "main"]).await;
     let workspace: Uuid = ws[0].split('\t').nth(1).unwrap().parse().unwrap();
@@ -454,7 +474,7 @@ async fn a_killed_import_leaves_nothing_and_runs_again() {
     let database = dst.t.name.clone();
     let mid_way = eventually(Duration::from_secs(60), || {
         let database = database.clone();
-        let url = src.t.url.clone();
+        let url = dst.t.url.clone();
         async move {
             let Ok(mut c) = PgConnection::connect(url.expose()).await else { return false };
             let n: i64 = sqlx::query_scalar(
@@ -473,7 +493,7 @@ async fn a_killed_import_leaves_nothing_and_runs_again() {
     child.wait().await.unwrap();
     // The server ends the killed client's transaction; poll until its backend is gone.
     let settled = eventually(Duration::from_secs(30), || {
-        let url = src.t.url.clone();
+        let url = dst.t.url.clone();
         let database = dst.t.name.clone();
         async move {
             let Ok(mut c) = PgConnection::connect(url.expose()).await else { return false };

@@ -37,6 +37,10 @@ enum Server {
 
 static SERVER: OnceCell<Server> = OnceCell::const_new();
 
+/// `postgresql.conf` lines of every test cluster. Durability is pointless for throwaway
+/// databases.
+const TEST_CONF: [&str; 4] = ["fsync = off", "synchronous_commit = off", "full_page_writes = off", "max_connections = 400"];
+
 async fn server() -> &'static Server {
     SERVER
         .get_or_init(|| async {
@@ -44,17 +48,58 @@ async fn server() -> &'static Server {
                 return Server::External(url);
             }
             // Under /tmp so the unprivileged PostgreSQL user can reach it even when the
-            // checkout lives under /root. Durability is pointless for throwaway databases.
+            // checkout lives under /root.
             let root = std::env::temp_dir().join("gatehouse-test-pg");
-            let cluster = Cluster::start(
-                &root,
-                &["fsync = off", "synchronous_commit = off", "full_page_writes = off", "max_connections = 400"],
-            )
-            .await
-            .expect("start the test PostgreSQL cluster");
+            let cluster = Cluster::start(&root, &TEST_CONF).await.expect("start the test PostgreSQL cluster");
             Server::Embedded(cluster)
         })
         .await
+}
+
+/// A PostgreSQL cluster of one test's own (its own data dir, port and postmaster), for a test
+/// that needs two servers apart, as two deployments of Gatehouse are. It is the embedded
+/// cluster's code (initdb as an unprivileged user, the same roles), in a fresh folder; when
+/// dropped (pass or panic) it is stopped and its folder removed, so runs do not fill the disk.
+struct OwnCluster {
+    cluster: Option<Cluster>,
+    root: PathBuf,
+}
+
+impl OwnCluster {
+    async fn start() -> OwnCluster {
+        let root = std::env::temp_dir().join(format!("gatehouse-test-pg-{}", Uuid::new_v4().simple()));
+        match Cluster::start(&root, &TEST_CONF).await {
+            Ok(cluster) => OwnCluster { cluster: Some(cluster), root },
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&root);
+                panic!("start a PostgreSQL cluster of the test's own: {e:#}");
+            }
+        }
+    }
+
+    fn cluster(&self) -> &Cluster {
+        self.cluster.as_ref().expect("the cluster runs until dropped")
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let Some(cluster) = self.cluster.take() else { return };
+        // This process is the cluster's only user, so releasing it stops the postmaster.
+        let stopped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(cluster.release())
+        })
+        .join();
+        match stopped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("could not stop the test's own PostgreSQL cluster: {e:#}"),
+            Err(_) => eprintln!("stopping the test's own PostgreSQL cluster panicked"),
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.root) {
+            eprintln!("could not remove {}: {e}", self.root.display());
+        }
+    }
 }
 
 fn with_database(url: &str, database: &str) -> String {
@@ -70,30 +115,41 @@ pub struct TestDb {
     pub url: Secret,
     /// The application pool (runs as gatehouse_app).
     pub db: Db,
+    /// The cluster the database lives on when it is the test's own ([`TestDb::on_own_cluster`]);
+    /// last, so it stops after the pool has closed.
+    own: Option<OwnCluster>,
 }
 
 impl TestDb {
     pub async fn new() -> TestDb {
-        let db = Self::empty().await;
-        migrate::run(&db.0).await.expect("migrate the test database");
-        let app = Db::connect(&db.0, 32).await.expect("connect the app pool");
-        TestDb { name: db.1, url: db.0, db: app }
+        let (url, name) = Self::empty().await;
+        Self::migrated(url, name, None).await
+    }
+
+    /// [`TestDb::new`] on a PostgreSQL cluster of the test's own rather than the run's shared
+    /// one (a second deployment that shares no server with the first).
+    pub async fn on_own_cluster() -> TestDb {
+        let own = OwnCluster::start().await;
+        let name = fresh_name();
+        create_database(own.cluster().admin_url("postgres").expose(), &name, OWNER_CLAUSE).await;
+        let url = own.cluster().owner_url(&name);
+        Self::migrated(url, name, Some(own)).await
+    }
+
+    async fn migrated(url: Secret, name: String, own: Option<OwnCluster>) -> TestDb {
+        migrate::run(&url).await.expect("migrate the test database");
+        let db = Db::connect(&url, 32).await.expect("connect the app pool");
+        TestDb { name, url, db, own }
     }
 
     /// A new database without migrations: (owner URL, name).
     pub async fn empty() -> (Secret, String) {
-        let name = format!("gh_t_{}", Uuid::new_v4().simple());
-        let (admin, owner) = match server().await {
-            Server::Embedded(c) => (c.admin_url("postgres").expose().to_owned(), c.owner_url(&name)),
-            Server::External(url) => (url.clone(), Secret::new(with_database(url, &name))),
+        let name = fresh_name();
+        let (admin, owner, owner_clause) = match server().await {
+            Server::Embedded(c) => (c.admin_url("postgres").expose().to_owned(), c.owner_url(&name), OWNER_CLAUSE),
+            Server::External(url) => (url.clone(), Secret::new(with_database(url, &name)), ""),
         };
-        let mut conn = PgConnection::connect(&admin).await.expect("connect as admin");
-        let owner_clause = match server().await {
-            Server::Embedded(_) => " OWNER gatehouse_owner",
-            Server::External(_) => "",
-        };
-        conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name}{owner_clause}"))).await.expect("create test database");
-        conn.close().await.ok();
+        create_database(&admin, &name, owner_clause).await;
         (owner, name)
     }
 
@@ -104,15 +160,30 @@ impl TestDb {
     }
 }
 
+/// On an embedded cluster the database belongs to the owner role, as `serve`'s does.
+const OWNER_CLAUSE: &str = " OWNER gatehouse_owner";
+
+fn fresh_name() -> String {
+    format!("gh_t_{}", Uuid::new_v4().simple())
+}
+
+async fn create_database(admin: &str, name: &str, owner_clause: &str) {
+    let mut conn = PgConnection::connect(admin).await.expect("connect as admin");
+    conn.execute(AssertSqlSafe(format!("CREATE DATABASE {name}{owner_clause}"))).await.expect("create test database");
+    conn.close().await.ok();
+}
+
 /// Each test's database goes when the test ends (pass or panic), so runs do not fill the disk:
 /// a full suite creates about 300 databases of ~10 MB each. `FORCE` ends the connections that
-/// the test's pool and its `serve` processes still hold.
+/// the test's pool and its `serve` processes still hold. A cluster of the test's own goes
+/// after it (the field's own drop), its rows scanned the same way first.
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let Some(server) = SERVER.get() else { return };
-        let admin = match server {
-            Server::Embedded(c) => c.admin_url("postgres").expose().to_owned(),
-            Server::External(url) => url.clone(),
+        let admin = match (&self.own, SERVER.get()) {
+            (Some(own), _) => own.cluster().admin_url("postgres").expose().to_owned(),
+            (None, Some(Server::Embedded(c))) => c.admin_url("postgres").expose().to_owned(),
+            (None, Some(Server::External(url))) => url.clone(),
+            (None, None) => return,
         };
         let name = std::mem::take(&mut self.name);
         let scan = !std::thread::panicking();
