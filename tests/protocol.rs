@@ -32,6 +32,18 @@ async fn setup() -> Setup {
 
 /// One raw JSON-RPC request on 2026-07-28: the per-request `_meta` and the routing headers.
 async fn modern(url: &str, m: &Machine, method: &str, name: Option<&str>, params: Value) -> (u16, Value) {
+    modern_with(url, m, method, name, params, &[]).await
+}
+
+/// [`modern`] with more headers (`Mcp-Param-*`).
+async fn modern_with(
+    url: &str,
+    m: &Machine,
+    method: &str,
+    name: Option<&str>,
+    params: Value,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
     let mut params = params;
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -46,6 +58,9 @@ async fn modern(url: &str, m: &Machine, method: &str, name: Option<&str>, params
         .header("mcp-method", method);
     if let Some(name) = name {
         r = r.header("mcp-name", name);
+    }
+    for (header, value) in headers {
+        r = r.header(*header, *value);
     }
     let r = r.json(&body).send().await.unwrap();
     let status = r.status().as_u16();
@@ -436,5 +451,194 @@ async fn a_downstreams_json_rpc_error_stays_that_error_through_a_native_pool() {
     let r = common::mcp_post(&native, &machine, "resources/read", missing).await;
     let body: Value = r.json().await.unwrap();
     assert!(body["error"]["code"] == -32002 || body["error"]["code"] == -32602, "{body}");
+    assert_eq!(served.terminate().await, 0);
+}
+
+/// What a downstream's own log (`conformance_downstream_logging`) says reached it: each
+/// request's (method, `Mcp-Name`, `Mcp-Param-*` headers).
+fn reached(log: &std::path::Path) -> Vec<(String, String, Value)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|l| {
+            (l["method"].as_str().unwrap_or("").to_owned(), l["name"].as_str().unwrap_or("").to_owned(), l["params"].clone())
+        })
+        .collect()
+}
+
+/// A native pool of two connectors whose downstreams share every name (two instances of the
+/// conformance downstream, `alpha` and `beta`): tools, prompts and resources are listed as
+/// `connector.name`, each call reaches its own downstream under its own name with the
+/// `Mcp-Name`/`Mcp-Param-*` headers computed for that name, an unknown prefix answers what an
+/// unknown tool does, grants and classification still apply per tool, and the instructions
+/// are the downstreams', each under its connector. A pool of one connector keeps the names.
+#[tokio::test]
+async fn a_native_pool_of_two_connectors_prefixes_names_and_takes_the_prefix_off_on_the_way_down() {
+    let log = |who: &str| std::env::temp_dir().join(format!("gatehouse-{who}-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (alpha_log, beta_log) = (log("alpha"), log("beta"));
+    let (_alpha, alpha_url) = common::conformance_downstream_logging(Some(&alpha_log)).await;
+    let (_beta, beta_url) = common::conformance_downstream_logging(Some(&beta_log)).await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "alpha", &alpha_url).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "beta", &beta_url).await;
+    let pools = json!({
+        "pools": {
+            "native": { "tools": ["alpha", "beta"], "native": true },
+            "solo": { "tools": ["alpha"], "native": true },
+        },
+        "classification": { "alpha.test_simple_text": "read" },
+    });
+    configure(&t, pools).await;
+    let machine = provision(&t.url, "acme").await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let native = format!("{}/t/acme/w/main/mcp/native", served.base);
+    let solo = format!("{}/t/acme/w/main/mcp/solo", served.base);
+    let names = |body: &Value, field: &str| -> Vec<String> {
+        body["result"][field].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+    };
+
+    // tools/list: every tool of both, prefixed, in name order; the pool of one keeps the names.
+    let listed: Value = common::mcp_post(&native, &machine, "tools/list", json!({})).await.json().await.unwrap();
+    let single: Value = common::mcp_post(&solo, &machine, "tools/list", json!({})).await.json().await.unwrap();
+    let (tools, own) = (names(&listed, "tools"), names(&single, "tools"));
+    assert!(own.contains(&"test_header_param".to_owned()), "{single}");
+    let mut expected: Vec<String> =
+        ["alpha", "beta"].iter().flat_map(|id| own.iter().map(move |n| format!("{id}.{n}"))).collect();
+    expected.sort();
+    assert_eq!(tools, expected, "{listed}");
+    // Classification per tool, under the shown name.
+    let annotations = |name: &str| {
+        listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).unwrap()["annotations"].clone()
+    };
+    assert_eq!(annotations("alpha.test_simple_text")["readOnlyHint"], true, "{listed}");
+    assert_eq!(annotations("beta.test_simple_text")["readOnlyHint"], false, "{listed}");
+
+    // A 2026-07-28 call of each: its own downstream answers, called by its own name with the
+    // header its own schema asks for; the other downstream hears nothing of it.
+    for (id, region) in [("alpha", "eu-west1"), ("beta", "us-east1")] {
+        let name = format!("{id}.test_header_param");
+        let params = json!({ "name": name, "arguments": { "region": region } });
+        let (status, body) =
+            modern_with(&native, &machine, "tools/call", Some(&name), params, &[("mcp-param-region", region)]).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"]["content"][0]["text"], format!("region={region}"), "{body}");
+    }
+    let calls = |log: &std::path::Path| -> Vec<(String, Value)> {
+        reached(log).into_iter().filter(|(m, _, _)| m == "tools/call").map(|(_, n, p)| (n, p)).collect()
+    };
+    assert_eq!(calls(&alpha_log), vec![("test_header_param".to_owned(), json!({ "mcp-param-region": "eu-west1" }))]);
+    assert_eq!(calls(&beta_log), vec![("test_header_param".to_owned(), json!({ "mcp-param-region": "us-east1" }))]);
+
+    // An unknown prefix answers what an unknown tool does (the name echoed aside), and nothing
+    // goes down.
+    let unknown = |name: &'static str| {
+        let (machine, native) = (machine.clone(), native.clone());
+        async move {
+            let r = common::mcp_post(&native, &machine, "tools/call", json!({ "name": name, "arguments": {} })).await;
+            r.json::<Value>().await.unwrap().to_string().replace(name, "NAME")
+        }
+    };
+    let missing = unknown("alpha.no_such_tool").await;
+    assert!(missing.contains("unknown_tool") || missing.contains("no tool"), "{missing}");
+    assert_eq!(unknown("gamma.test_simple_text").await, missing);
+    assert_eq!(unknown("test_simple_text").await, missing);
+    assert_eq!(calls(&alpha_log).len() + calls(&beta_log).len(), 2);
+
+    // The official Python SDK client, in both of its modes, lists and calls the prefixed names.
+    for mode in [None, Some("2026-07-28")] {
+        let out = python_agent_in(
+            &native,
+            &machine,
+            mode,
+            json!([
+                ["alpha.test_simple_text", {}],
+                ["beta.test_header_param", { "region": "sa-east1" }],
+                ["@prompt", { "name": "beta.test_simple_prompt" }],
+            ]),
+        )
+        .await;
+        assert_eq!(out["tools"], json!(expected), "{mode:?}: {out}");
+        assert_eq!(
+            out["calls"][0],
+            json!({ "isError": false, "text": ["This is a simple text response for testing."] }),
+            "{out}"
+        );
+        assert_eq!(out["calls"][1], json!({ "isError": false, "text": ["region=sa-east1"] }), "{mode:?}: {out}");
+        assert_eq!(out["calls"][2], json!({ "prompt": ["This is a simple prompt for testing."] }), "{mode:?}: {out}");
+    }
+    assert!(calls(&alpha_log).iter().chain(&calls(&beta_log)).all(|(name, _)| !name.contains('.')), "{alpha_log:?}");
+
+    // Prompts and resources of both, prefixed (URIs stay the downstreams' own); a prompt's get
+    // reaches its own downstream by its own name; an unknown prefix is an unknown prompt.
+    let prompts: Value = common::mcp_post(&native, &machine, "prompts/list", json!({})).await.json().await.unwrap();
+    let prompts = names(&prompts, "prompts");
+    assert!(
+        prompts.contains(&"alpha.test_simple_prompt".into()) && prompts.contains(&"beta.test_simple_prompt".into()),
+        "{prompts:?}"
+    );
+    assert!(prompts.iter().all(|n| n.starts_with("alpha.") || n.starts_with("beta.")), "{prompts:?}");
+    let (status, got) =
+        modern(&native, &machine, "prompts/get", Some("alpha.test_simple_prompt"), json!({ "name": "alpha.test_simple_prompt" }))
+            .await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["result"]["messages"][0]["content"]["text"], "This is a simple prompt for testing.", "{got}");
+    let gets = |log: &std::path::Path| {
+        reached(log).into_iter().filter(|(m, _, _)| m == "prompts/get").map(|(_, n, _)| n).collect::<Vec<_>>()
+    };
+    assert_eq!(gets(&alpha_log), vec!["test_simple_prompt".to_owned()]);
+    let no_prompt = |name: &str| json!({ "name": name });
+    let (_, gamma) =
+        modern(&native, &machine, "prompts/get", Some("gamma.test_simple_prompt"), no_prompt("gamma.test_simple_prompt")).await;
+    assert_eq!(gamma["error"]["code"], -32602, "{gamma}");
+    let resources: Value = common::mcp_post(&native, &machine, "resources/list", json!({})).await.json().await.unwrap();
+    let static_text: Vec<&Value> =
+        resources["result"]["resources"].as_array().unwrap().iter().filter(|r| r["uri"] == "test://static-text").collect();
+    let mut shown: Vec<&str> = static_text.iter().filter_map(|r| r["name"].as_str()).collect();
+    shown.sort_unstable();
+    assert_eq!(shown, ["alpha.static-text", "beta.static-text"], "{resources}");
+    let templates: Value = common::mcp_post(&native, &machine, "resources/templates/list", json!({})).await.json().await.unwrap();
+    let templates = names(&templates, "resourceTemplates");
+    assert!(
+        templates.contains(&"alpha.template-data".into()) && templates.contains(&"beta.template-data".into()),
+        "{templates:?}"
+    );
+
+    // Instructions: the downstreams', each under its connector; the pool of one: its own.
+    let init = json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } });
+    let own = "The conformance suite's downstream.";
+    let instructions = |body: Value| body["result"]["instructions"].as_str().map(str::to_owned);
+    let merged = instructions(common::mcp_post(&native, &machine, "initialize", init.clone()).await.json().await.unwrap());
+    let merged = merged.expect("instructions");
+    for id in ["alpha", "beta"] {
+        assert!(
+            merged.contains(&format!("Connector `{id}` (its tools, prompts and resources are named `{id}.<name>` here):\n{own}")),
+            "{merged}"
+        );
+    }
+    assert!(!merged.contains("search_tools"), "not the six-tool guide: {merged}");
+    let (_, discovered) = modern(&native, &machine, "server/discover", None, json!({})).await;
+    assert_eq!(instructions(discovered), Some(merged));
+    let single = instructions(common::mcp_post(&solo, &machine, "initialize", init).await.json().await.unwrap());
+    assert_eq!(single.as_deref(), Some(own));
+
+    // Grants still apply per tool: an ungranted tool is neither listed nor callable, and looks
+    // like one that does not exist.
+    configure(&t, json!({ "grants": [{ "to": "machines", "tools": ["alpha", "beta.test_simple_text"] }] })).await;
+    let ok = common::eventually(std::time::Duration::from_secs(30), || {
+        let (native, machine) = (native.clone(), machine.clone());
+        async move {
+            let listed: Value = common::mcp_post(&native, &machine, "tools/list", json!({})).await.json().await.unwrap();
+            let tools = names(&listed, "tools");
+            tools.contains(&"beta.test_simple_text".into()) && !tools.contains(&"beta.test_header_param".into())
+        }
+    })
+    .await;
+    assert!(ok, "the grant narrows the pool's tools");
+    let before = reached(&beta_log).len();
+    assert_eq!(unknown("beta.test_header_param").await, missing);
+    assert_eq!(reached(&beta_log).len(), before, "an ungranted tool is not called");
     assert_eq!(served.terminate().await, 0);
 }

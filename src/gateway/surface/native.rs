@@ -21,44 +21,99 @@ use crate::{
 /// Pages of a relayed list followed per connector.
 const MAX_PAGES: usize = 64;
 
-/// A native pool's tools: the downstream tools themselves under their original names, with
-/// the gateway's fail-closed classification as their annotations. A name two connectors share
-/// is served from the first connector (by id) only.
+/// Whether names here carry their connector id (`id.name`): the pool names more than one
+/// connector. Decided by the pool's configuration alone, so a name does not change with the
+/// caller's grants or with a downstream that is briefly unreachable. Connector ids are
+/// `[a-z0-9_-]`, never `.`, so the first `.` of a prefixed name ends the id.
+fn several(ctx: &GatewayCtx) -> bool {
+    let Some((_, pool)) = ctx.pool.as_ref() else { return false };
+    let mut ids: Vec<&str> = pool
+        .tools
+        .iter()
+        .map(|t| t.split_once('.').map_or(t.as_str(), |(id, _)| id))
+        .filter(|id| ctx.bound.document.connectors.contains_key(*id))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.len() > 1
+}
+
+/// A name as this pool shows it: with several connectors, `id.name`.
+fn shown(several: bool, id: &str, name: &str) -> String {
+    if several { format!("{id}.{name}") } else { name.to_owned() }
+}
+
+/// The connector a shown name belongs to and its name there (the prefix taken off): with one
+/// connector, that connector and the name as it is. `None`: the prefix names no connector
+/// here (answered as a name that does not exist).
+fn owner<'c>(
+    several: bool,
+    connectors: &[(&'c String, &'c Connector)],
+    name: &str,
+) -> Option<(&'c String, &'c Connector, String)> {
+    if !several {
+        let (id, c) = connectors.first()?;
+        return Some((id, c, name.to_owned()));
+    }
+    let (id, rest) = name.split_once('.')?;
+    connectors.iter().find(|(i, _)| i.as_str() == id).map(|(i, c)| (*i, *c, rest.to_owned()))
+}
+
+/// A native pool's tools: the downstream tools themselves, under their original names in a
+/// pool of one connector and as `connector.tool` in a pool of several, with the gateway's
+/// fail-closed classification as their annotations.
 ///
 /// The list is sorted by name, so every replica, before and after a restart, lists the same
 /// tools in the same order whatever order the downstreams list theirs in (a client that caches
 /// the list, or a prompt cache keyed on it, sees no change where nothing changed).
 pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Vec<Tool> {
-    let mut tools: Vec<Tool> = native_index(state, ctx).await.into_iter().map(|(_, _, t)| t).collect();
+    let mut tools: Vec<Tool> = native_index(state, ctx, None).await.into_iter().map(|(_, _, t)| t).collect();
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     tools
 }
 
-async fn native_index(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, Tool, Tool)> {
+/// `(connector id, the downstream's tool, the tool as shown here)` of every tool the caller
+/// may see here; `only`: of that connector alone.
+async fn native_index(state: &AppState, ctx: &GatewayCtx, only: Option<&str>) -> Vec<(String, Tool, Tool)> {
+    let several = several(ctx);
     let mut out: Vec<(String, Tool, Tool)> = Vec::new();
-    for (id, c) in ctx.bound.document.connectors.iter().filter(|(id, _)| ctx.visible(id, None)) {
+    let connectors = ctx.bound.document.connectors.iter().filter(|(id, _)| only.is_none_or(|o| o == id.as_str()));
+    for (id, c) in connectors.filter(|(id, _)| ctx.visible(id, None)) {
         let Ok(tools) = catalog(state, ctx, id, &key(ctx, id, c), c).await else { continue };
         for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
-            if out.iter().any(|(_, _, seen)| seen.name == t.name) {
+            let name = shown(several, id, &t.name);
+            // Only a downstream that lists one name twice can clash (prefixes are distinct).
+            if out.iter().any(|(_, _, seen)| seen.name == name) {
                 tracing::warn!(tool = %t.name, connector = %id, "native pool: a tool of this name is already served");
                 continue;
             }
-            let mut shown = t.clone();
+            let mut tool = t.clone();
+            tool.name = name.into();
             let read = classify(&ctx.bound.document, id, t) == Class::Read;
-            shown.annotations = Some(ToolAnnotations::new().read_only(read).destructive(!read));
-            out.push((id.clone(), t.clone(), shown));
+            tool.annotations = Some(ToolAnnotations::new().read_only(read).destructive(!read));
+            out.push((id.clone(), t.clone(), tool));
         }
     }
     out
 }
 
-/// Calls a native pool's tool by its original name; the same checks as `call_destructive_tool`
-/// (the annotations already told the client which tools change things).
+/// Calls a native pool's tool by the name it is shown under; the same checks as
+/// `call_destructive_tool` (the annotations already told the client which tools change
+/// things). The downstream is called by its own name, so the `Mcp-Name` and `Mcp-Param-*`
+/// headers that go down are computed for that name and the downstream's schema.
 pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: JsonObject) -> Outcome {
-    let index = native_index(state, ctx).await;
-    let Some((id, tool, _)) = index.iter().find(|(_, _, t)| t.name == name) else {
-        return Outcome::error("unknown_tool", format!("this pool has no tool `{}`", echo(name)), None);
+    let unknown = || Outcome::error("unknown_tool", format!("this pool has no tool `{}`", echo(name)), None);
+    // With several connectors only the named one's catalog is needed; an unknown prefix is
+    // an unknown tool.
+    let only = match several(ctx) {
+        false => None,
+        true => match name.split_once('.') {
+            Some((id, _)) => Some(id),
+            None => return unknown(),
+        },
     };
+    let index = native_index(state, ctx, only).await;
+    let Some((id, tool, _)) = index.iter().find(|(_, _, t)| t.name == name) else { return unknown() };
     // A 2026-07-28 request's `Mcp-Param-*` headers must say what its arguments say.
     if let Some(sent) = ctx.param_headers.as_deref()
         && let Err(reason) = crate::gateway::param_headers::check(sent, &tool.input_schema, &args)
@@ -68,7 +123,7 @@ pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: J
         return out;
     }
     let mut wrapped = JsonObject::new();
-    wrapped.insert("address".into(), Value::String(format!("{id}.{name}")));
+    wrapped.insert("address".into(), Value::String(format!("{id}.{}", tool.name)));
     wrapped.insert("args".into(), Value::Object(args));
     super::call::call(state, ctx, &wrapped, true).await
 }
@@ -127,13 +182,13 @@ async fn declaring<'c>(state: &AppState, ctx: &'c GatewayCtx, capability: &str) 
 /// What a native pool declares at `initialize`: tools, plus prompts, resources, completions
 /// and logging where a pooled downstream declares them (subscriptions and `listChanged` are not
 /// relayed yet, so not declared); and the downstreams' own instructions instead of the
-/// six-tool guide (with several, each under its connector id).
+/// six-tool guide. With several connectors each downstream's part says which connector it is
+/// and how its names are shown here (its instructions name them without the prefix).
 pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option<String>) {
     let mut capabilities = serde_json::json!({ "tools": {} });
     let mut instructions = Vec::new();
-    let connectors = relayed(ctx);
-    let several = connectors.len() > 1;
-    for (id, c) in connectors {
+    let several = several(ctx);
+    for (id, c) in relayed(ctx) {
         let info = server_info(state, ctx, id, c).await;
         for name in ["prompts", "resources", "completions", "logging"] {
             if info["capabilities"].get(name).is_some_and(|v| !v.is_null()) {
@@ -141,10 +196,15 @@ pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option
             }
         }
         if let Some(text) = info["instructions"].as_str().filter(|t| !t.is_empty()) {
-            instructions.push(if several { format!("{id}: {text}") } else { text.to_owned() });
+            instructions.push(if several { instructions_of(id, text) } else { text.to_owned() });
         }
     }
     (capabilities, (!instructions.is_empty()).then(|| instructions.join("\n\n")))
+}
+
+/// One connector's part of a pool's instructions.
+fn instructions_of(id: &str, text: &str) -> String {
+    format!("Connector `{id}` (its tools, prompts and resources are named `{id}.<name>` here):\n{text}")
 }
 
 /// Whether what the caller sees here depends on who the caller is: the workspace has grants,
@@ -183,13 +243,14 @@ impl Hints {
 
 /// `prompts/list`, `resources/list` or `resources/templates/list` over the pooled connectors
 /// that declare the capability, every page of each; `field` is the list's member. With
-/// several connectors a prompt's name carries its connector id (`id.name`). `hinted`: the
-/// caller is on 2026-07-28, so the list carries its caching hints ([`Hints`]).
+/// several connectors each item's name carries its connector id (`id.name`); URIs stay the
+/// downstreams' own. `hinted`: the caller is on 2026-07-28, so the list carries its caching
+/// hints ([`Hints`]).
 pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field: &str, hinted: bool) -> Value {
     let mut hints = Hints::new(per_caller(ctx));
     let capability = if field == "prompts" { "prompts" } else { "resources" };
     let connectors = declaring(state, ctx, capability).await;
-    let several = connectors.len() > 1;
+    let several = several(ctx);
     let mut items = Vec::new();
     for (id, c) in connectors {
         let mut params = serde_json::json!({});
@@ -205,9 +266,8 @@ pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field
                 }
             };
             for mut item in page[field].take().as_array().cloned().unwrap_or_default() {
-                if several && field == "prompts" {
-                    let name = item["name"].as_str().unwrap_or_default().to_owned();
-                    item["name"] = Value::String(format!("{id}.{name}"));
+                if let Some(name) = item["name"].as_str() {
+                    item["name"] = Value::String(shown(several, id, name));
                 }
                 items.push(item);
             }
@@ -224,18 +284,6 @@ pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field
     result
 }
 
-/// The connector a prompt name belongs to and its name there: with one connector the name as
-/// it is, with several `id.name`. `None`: no prompt by that name here (ungranted looks the same).
-fn prompt_owner<'c>(connectors: &[(&'c String, &'c Connector)], name: &str) -> Option<(&'c String, &'c Connector, String)> {
-    match connectors {
-        [(id, c)] => Some((id, c, name.to_owned())),
-        _ => {
-            let (id, rest) = name.split_once('.')?;
-            connectors.iter().find(|(i, _)| i.as_str() == id).map(|(i, c)| (*i, *c, rest.to_owned()))
-        }
-    }
-}
-
 /// `prompts/get`, `resources/read`, `completion/complete` or `logging/setLevel`, routed to the
 /// connector it concerns with the prefix taken off: a prompt by its name; a resource by
 /// asking each connector that declares resources in turn (URIs are the downstreams' own);
@@ -250,7 +298,7 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
         "prompts/get" => {
             let connectors = declaring(state, ctx, "prompts").await;
             let name = params["name"].as_str().unwrap_or_default().to_owned();
-            let Some((id, c, local)) = prompt_owner(&connectors, &name) else {
+            let Some((id, c, local)) = owner(several(ctx), &connectors, &name) else {
                 return Err(ErrorData::invalid_params(format!("no prompt `{}` here", echo(&name)), None));
             };
             params["name"] = Value::String(local.clone());
@@ -284,7 +332,7 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
             let connectors = declaring(state, ctx, "completions").await;
             if params["ref"]["type"] == "ref/prompt" {
                 let name = params["ref"]["name"].as_str().unwrap_or_default().to_owned();
-                let Some((id, c, local)) = prompt_owner(&connectors, &name) else {
+                let Some((id, c, local)) = owner(several(ctx), &connectors, &name) else {
                     return Err(ErrorData::invalid_params(format!("no prompt `{}` here", echo(&name)), None));
                 };
                 params["ref"]["name"] = Value::String(local);

@@ -88,8 +88,9 @@ pub enum OnChange {
 pub struct Pool {
     /// Connector ids or exact `connector.tool` addresses.
     pub tools: Vec<String>,
-    /// Serve the downstream tools themselves, under their original names, instead of the
-    /// gateway's surface (so an unmodified MCP client can use a downstream through the gateway).
+    /// Serve the downstream tools themselves instead of the gateway's surface (so an
+    /// unmodified MCP client can use a downstream through the gateway): under their original
+    /// names in a pool of one connector, as `connector.tool` in a pool of several.
     #[serde(default)]
     pub native: bool,
     /// Programs (`execute_code`) served here may make writes (at most 10 a run). Left out of
