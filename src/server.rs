@@ -96,6 +96,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let downstreams = Arc::new(crate::gateway::downstream::Downstreams::new(
         crate::oidc::http_client_for_streams()?,
         config.tenant_concurrency,
+        config.sessions,
     ));
     let (ops, ops_writer) = crate::ops::Recorder::start(db.clone());
     let (activity, activity_writer) = crate::gateway::activity::Recorder::start(db.clone(), ops.clone());

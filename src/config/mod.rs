@@ -73,6 +73,8 @@ pub struct Config {
     pub token_cap: i32,
     /// Downstream calls one tenant may have in flight per replica (`GATEHOUSE_TENANT_CONCURRENCY`).
     pub tenant_concurrency: usize,
+    /// Pools of stateful downstream sessions (`GATEHOUSE_DOWNSTREAM_*`).
+    pub sessions: SessionsConfig,
     /// Limits of `execute_code` programs (`GATEHOUSE_CODE_*`).
     pub code: CodeConfig,
     /// Redirect URIs of MCP clients allowed besides loopback ones (exact match), e.g. the
@@ -120,6 +122,31 @@ pub struct ReplicaConfig {
 impl Default for ReplicaConfig {
     fn default() -> Self {
         ReplicaConfig { lease_ms: 5_000, renew_ms: 1_000, margin_ms: 1_000, ack_wait_ms: 10_000 }
+    }
+}
+
+/// Pools of downstream MCP sessions (issue 19 §6): one `deadpool` pool per (connector
+/// configuration, credential owner) and replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionsConfig {
+    /// Sessions one pool may hold open at once (`GATEHOUSE_DOWNSTREAM_SESSIONS_PER_POOL`,
+    /// default 32, the per-tenant share of in-flight calls, so the bound adds no wait of its
+    /// own at the defaults); a call that needs a session of its own waits for one past it.
+    pub max_sessions_per_pool: usize,
+    /// Pools one replica keeps (`GATEHOUSE_DOWNSTREAM_SESSION_POOLS`, default 1024); past it
+    /// the least recently used pool is closed (its sessions deleted at the downstream).
+    pub max_pools: usize,
+    /// A session that answered within this long is handed out without a liveness `ping`
+    /// (`GATEHOUSE_DOWNSTREAM_SESSION_TRUST_MS`, default 5 s; 0 pings on every checkout).
+    pub trust_ms: u64,
+    /// How long the liveness `ping` may take before the session is replaced
+    /// (`GATEHOUSE_DOWNSTREAM_SESSION_PING_MS`, default 2 s).
+    pub ping_timeout_ms: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig { max_sessions_per_pool: 32, max_pools: 1024, trust_ms: 5_000, ping_timeout_ms: 2_000 }
     }
 }
 
@@ -314,6 +341,14 @@ impl Config {
         let db_max_connections = number("GATEHOUSE_DB_MAX_CONNECTIONS", 16, 1, 1000) as u32;
         let token_cap = number("GATEHOUSE_TOKEN_CAP", 100, 1, 1000) as i32;
         let tenant_concurrency = number("GATEHOUSE_TENANT_CONCURRENCY", 32, 1, 10_000) as usize;
+        let d = SessionsConfig::default();
+        let sessions = SessionsConfig {
+            max_sessions_per_pool: number("GATEHOUSE_DOWNSTREAM_SESSIONS_PER_POOL", d.max_sessions_per_pool as u64, 1, 1_000)
+                as usize,
+            max_pools: number("GATEHOUSE_DOWNSTREAM_SESSION_POOLS", d.max_pools as u64, 1, 1_000_000) as usize,
+            trust_ms: number("GATEHOUSE_DOWNSTREAM_SESSION_TRUST_MS", d.trust_ms, 0, 3_600_000),
+            ping_timeout_ms: number("GATEHOUSE_DOWNSTREAM_SESSION_PING_MS", d.ping_timeout_ms, 10, 600_000),
+        };
         let d = CodeConfig::default();
         let running = number("GATEHOUSE_CODE_RUNNING", d.running as u64, 1, 256) as usize;
         let queued = number("GATEHOUSE_CODE_QUEUED", d.queued as u64, 0, 10_000) as usize;
@@ -451,6 +486,7 @@ impl Config {
             migrate_url,
             token_cap,
             tenant_concurrency,
+            sessions,
             code,
             mcp_redirect_uris,
             mcp_access_token_ttl_secs,

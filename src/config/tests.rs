@@ -23,6 +23,16 @@ fn defaults_are_the_embedded_development_run() {
     assert_eq!(c.token_cap, 100);
     assert_eq!(c.code, CodeConfig::default(), "the issue's limits are the defaults");
     assert_eq!(c.replicas, ReplicaConfig::default());
+    assert_eq!(c.sessions, SessionsConfig::default());
+}
+
+#[test]
+fn downstream_session_pools_are_bounded_and_validated() {
+    let c = load(&[("GATEHOUSE_DOWNSTREAM_SESSIONS_PER_POOL", "4"), ("GATEHOUSE_DOWNSTREAM_SESSION_TRUST_MS", "0")]).unwrap();
+    assert_eq!(c.sessions, SessionsConfig { max_sessions_per_pool: 4, trust_ms: 0, ..SessionsConfig::default() });
+    let err = load(&[("GATEHOUSE_DOWNSTREAM_SESSIONS_PER_POOL", "0"), ("GATEHOUSE_DOWNSTREAM_SESSION_POOLS", "x")]).unwrap_err();
+    let vars: Vec<_> = err.0.iter().map(|p| p.var).collect();
+    assert_eq!(vars, ["GATEHOUSE_DOWNSTREAM_SESSIONS_PER_POOL", "GATEHOUSE_DOWNSTREAM_SESSION_POOLS"]);
 }
 
 #[test]

@@ -59,6 +59,7 @@ async fn current(state: &AppState, ctx: &GatewayCtx, epoch: i64) -> Option<Gatew
         Some((bound, label)) if label == epoch => bound,
         _ => {
             let bound = std::sync::Arc::new(crate::workspaces::bound(&state.db, ctx.tenant.id, &key.1).await.ok()?);
+            super::surface::configured(state, ctx.tenant.id, &bound);
             state.bound.put(key, bound.clone(), bound.epoch);
             bound
         }

@@ -27,6 +27,9 @@ const MAX_PAGES: usize = 64;
 /// The most tools one connector may list: a longer catalog is refused, not truncated.
 pub const MAX_TOOLS: usize = 10_000;
 
+/// How long the DELETE that ends a session may take.
+const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
@@ -269,6 +272,22 @@ impl HttpSession {
             }
         }
         Err(Some(Failure::Rejected(format!("the tool list has more than {MAX_PAGES} pages"))))
+    }
+
+    /// Ends the session at the server in the background: an HTTP DELETE with its
+    /// `Mcp-Session-Id`, as the specification allows a client. Nothing is sent for a server
+    /// that assigned no session, or outside a runtime (at exit); its answer is not awaited.
+    pub fn close(&self) {
+        if !self.headers.contains_key(SESSION_ID) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let delete = self.http.delete(self.url.clone()).headers(self.headers.clone()).timeout(CLOSE_TIMEOUT);
+        runtime.spawn(async move {
+            if let Err(e) = delete.send().await {
+                tracing::debug!(error = %e.without_url(), "could not delete a downstream session");
+            }
+        });
     }
 
     /// What the server said of itself in its `initialize` result.

@@ -237,6 +237,7 @@ async fn bound(state: &AppState, ctx: &TenantCtx, slug: String) -> crate::error:
     }
     state.bound.count(false);
     let bound = Arc::new(workspaces::bound(&state.db, ctx.tenant.id, &key.1).await?);
+    surface::configured(state, ctx.tenant.id, &bound);
     state.bound.put(key, bound.clone(), bound.epoch);
     Ok(bound)
 }

@@ -49,6 +49,7 @@ async fn target_bound(state: &AppState, ctx: &GatewayCtx, slug: &str) -> Result<
         Failure::Unavailable("the peer workspace's configuration could not be read".into())
     })?;
     let bound = Arc::new(bound);
+    super::surface::configured(state, ctx.tenant.id, &bound);
     state.bound.put(key, bound.clone(), bound.epoch);
     Ok(bound)
 }

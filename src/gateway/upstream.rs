@@ -127,6 +127,12 @@ impl Upstream {
         Upstream { sink: Sink::Queue(queue), progress, logs: Logs::All, asker }
     }
 
+    /// Whether the downstream's requests to the agent (sampling, elicitation, roots) can be
+    /// relayed on this stream: the agent declared one it may be sent (direct path).
+    pub fn can_ask(&self) -> bool {
+        self.asker.is_some()
+    }
+
     /// The progress token to send down with the call, if the agent gave one.
     pub fn progress_token(&self) -> Option<&ProgressToken> {
         self.progress.as_ref()

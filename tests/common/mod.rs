@@ -510,10 +510,15 @@ pub async fn conformance_downstream() -> (Child, String) {
     conformance_downstream_logging(None).await
 }
 
-/// [`conformance_downstream`], which logs every POST's `Mcp-Method`/`Mcp-Name` to `log`
-/// when one is given.
+/// [`conformance_downstream`], which logs every POST and DELETE (its `Mcp-Method` and
+/// `Mcp-Name`, session id and JSON-RPC method) to `log` when one is given.
 pub async fn conformance_downstream_logging(log: Option<&std::path::Path>) -> (Child, String) {
-    let port = free_port();
+    conformance_downstream_on(free_port(), log).await
+}
+
+/// [`conformance_downstream_logging`] on a given `port` (a downstream restarted where the
+/// previous one ran).
+pub async fn conformance_downstream_on(port: u16, log: Option<&std::path::Path>) -> (Child, String) {
     let child = python3()
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_server.py"))
         .arg(port.to_string())

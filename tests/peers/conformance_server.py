@@ -564,17 +564,40 @@ lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, 
 def recorded(app: Any, path: str) -> Any:
     """The app, appending each POST's `Mcp-Method` and `Mcp-Name` (and its `Mcp-Param-*`
     headers under `params`, lower-case) to `path` (one JSON line each) before it is served:
-    the downstream's own record of what reached it."""
+    the downstream's own record of what reached it. Each line also names the HTTP method
+    (`http`), the `Mcp-Session-Id` (`session`, empty without one) and the JSON-RPC method of
+    the body (`rpc`, empty for a response); DELETEs are recorded too."""
 
     async def record(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
+        if scope["type"] == "http" and scope["method"] in ("POST", "DELETE"):
             headers = dict(scope["headers"])
+            # The body is read here and handed to the app as it came.
+            messages = []
+            while True:
+                message = await receive()
+                messages.append(message)
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    break
+            body = b"".join(m.get("body", b"") for m in messages)
+            try:
+                rpc = json.loads(body).get("method", "") if body else ""
+            except (ValueError, AttributeError):
+                rpc = ""
             line: dict[str, Any] = {k: headers.get(f"mcp-{k}".encode(), b"").decode() for k in ("method", "name")}
             params = {k.decode(): v.decode() for k, v in scope["headers"] if k.startswith(b"mcp-param-")}
             if params:
                 line["params"] = params
+            line["http"] = scope["method"]
+            line["session"] = headers.get(b"mcp-session-id", b"").decode()
+            line["rpc"] = rpc
             with open(path, "a") as log:
                 log.write(json.dumps(line) + "\n")
+
+            async def replay() -> Any:
+                return messages.pop(0) if messages else await receive()
+
+            await app(scope, replay, send)
+            return
         await app(scope, receive, send)
 
     return record

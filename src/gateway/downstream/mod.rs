@@ -5,6 +5,7 @@
 //! dead or slow downstream gives a typed, retryable error instead of a hang.
 
 mod modern;
+mod pool;
 mod session;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -13,7 +14,8 @@ use rmcp::model::{CallToolResult, JsonObject, Tool};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
-use self::session::{Session, SessionError};
+use self::pool::Lease;
+use self::session::SessionError;
 use super::catalogs::{self, Target};
 use super::credentials::Credential;
 use super::mcp_client::MAX_TOOLS;
@@ -22,8 +24,8 @@ use crate::{
     workspaces::{CATALOG_TTL, Connector},
 };
 
-/// Sessions kept per replica before the least useful are dropped.
-const MAX_SESSIONS: usize = 1024;
+/// Catalogs kept per replica before they are all dropped.
+const MAX_CATALOGS: usize = 1024;
 
 /// The longest tool description a catalog may carry, in bytes.
 const MAX_DESCRIPTION_BYTES: usize = 64 * 1024;
@@ -148,7 +150,8 @@ pub struct Downstreams {
     /// downstream cannot take every connection and task from the others.
     per_tenant: usize,
     limits: std::sync::Mutex<HashMap<uuid::Uuid, Arc<tokio::sync::Semaphore>>>,
-    sessions: Mutex<HashMap<String, Session>>,
+    /// Downstream sessions, pooled per connector configuration and credential.
+    pools: pool::Pools,
     catalogs: Mutex<HashMap<String, Catalog>>,
     /// Compiled input schemas, per catalog key and then tool; dropped with their catalog.
     validators: std::sync::Mutex<HashMap<String, HashMap<String, CompiledSchema>>>,
@@ -172,8 +175,27 @@ fn cap(text: &str) -> String {
 }
 
 impl Downstreams {
-    pub fn new(http: reqwest::Client, per_tenant: usize) -> Self {
-        Downstreams { http: Some(http), per_tenant, ..Default::default() }
+    pub fn new(http: reqwest::Client, per_tenant: usize, sessions: crate::config::SessionsConfig) -> Self {
+        Downstreams { http: Some(http), per_tenant, pools: pool::Pools::new(sessions), ..Default::default() }
+    }
+
+    /// A session for one request ([`pool`]); `own`: for this request alone, because the
+    /// downstream may send it requests for the agent.
+    async fn lease(
+        &self,
+        key: &str,
+        connector: &Connector,
+        credential: Option<&Credential>,
+        own: bool,
+    ) -> Result<Lease, Failure> {
+        self.pools.lease(self.http.as_ref(), key, connector, credential, own).await
+    }
+
+    /// Closes the session pools of the workspace's connectors that are not configured as
+    /// `current` (their configuration keys) any more: their sessions are deleted at the
+    /// downstream once no request uses them.
+    pub fn retire(&self, tenant: uuid::Uuid, workspace: uuid::Uuid, current: &[&str]) {
+        self.pools.retire(tenant, workspace, current);
     }
 
     /// A slot of the tenant's share, or `RateLimited` at once (never a queue).
@@ -189,7 +211,7 @@ impl Downstreams {
         let key = key.to_owned();
         async move {
             let mut catalogs = self.catalogs.lock().await;
-            if catalogs.len() >= MAX_SESSIONS {
+            if catalogs.len() >= MAX_CATALOGS {
                 catalogs.clear();
             }
             catalogs.insert(key.clone(), catalog);
@@ -257,17 +279,14 @@ impl Downstreams {
             return Ok((Arc::new(super::http_api_connector::catalog(api)), None));
         }
         let _slot = self.admit(target.tenant.0)?;
-        let session = self.session(key, connector, credential).await?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         let listed = tokio::time::timeout(deadline, async {
-            match session.list_tools().await {
+            let lease = self.lease(key, connector, credential, false).await.map_err(SessionError::opening)?;
+            match settle(lease.session.list_tools().await, &lease) {
                 Err(SessionError::Gone) => {
-                    self.forget(key, credential).await;
-                    self.session(key, connector, credential)
-                        .await
-                        .map_err(|failure| SessionError::Failed { failure, drop: false })?
-                        .list_tools()
-                        .await
+                    lease.discard();
+                    let lease = self.lease(key, connector, credential, false).await.map_err(SessionError::opening)?;
+                    settle(lease.session.list_tools().await, &lease)
                 }
                 other => other,
             }
@@ -277,7 +296,7 @@ impl Downstreams {
                 within_bounds(&tools)?;
                 Arc::new(tools)
             }
-            Ok(Err(e)) => return Err(self.failed(key, credential, e).await),
+            Ok(Err(e)) => return Err(e.into_failure()),
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
         // What is served is what the pins allow, decided with the stored catalog: a catalog
@@ -340,27 +359,23 @@ impl Downstreams {
                 Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
             };
         }
+        // A call the downstream may ask the agent about holds a session of its own.
+        let own = upstream.is_some_and(super::upstream::Upstream::can_ask);
         let called = tokio::time::timeout(deadline, async {
-            let session = self
-                .session(key, connector, credential)
-                .await
-                .map_err(|failure| SessionError::Failed { failure, drop: false })?;
-            match session.call_tool(tool, args, upstream).await {
+            let lease = self.lease(key, connector, credential, own).await.map_err(SessionError::opening)?;
+            match settle(lease.session.call_tool(tool, args, upstream).await, &lease) {
                 // The server forgot the session without processing the call: safe to send again.
                 Err(SessionError::Gone) => {
-                    self.forget(key, credential).await;
-                    let session = self
-                        .session(key, connector, credential)
-                        .await
-                        .map_err(|failure| SessionError::Failed { failure, drop: false })?;
-                    session.call_tool(tool, args, upstream).await
+                    lease.discard();
+                    let lease = self.lease(key, connector, credential, own).await.map_err(SessionError::opening)?;
+                    settle(lease.session.call_tool(tool, args, upstream).await, &lease)
                 }
                 other => other,
             }
         });
         match called.await {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(e)) => Err(self.failed(key, credential, e).await),
+            Ok(Err(e)) => Err(e.into_failure()),
             Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
         }
     }
@@ -396,21 +411,21 @@ impl Downstreams {
         }
         let _slot = self.admit(tenant)?;
         let deadline = Duration::from_millis(connector.timeout_ms());
+        let own = upstream.is_some_and(super::upstream::Upstream::can_ask);
         let relayed = tokio::time::timeout(deadline, async {
-            let open = || async {
-                self.session(key, connector, credential).await.map_err(|failure| SessionError::Failed { failure, drop: false })
-            };
-            match open().await?.relay(method, params, upstream).await {
+            let lease = self.lease(key, connector, credential, own).await.map_err(SessionError::opening)?;
+            match settle(lease.session.relay(method, params, upstream).await, &lease) {
                 Err(SessionError::Gone) => {
-                    self.forget(key, credential).await;
-                    open().await?.relay(method, params, upstream).await
+                    lease.discard();
+                    let lease = self.lease(key, connector, credential, own).await.map_err(SessionError::opening)?;
+                    settle(lease.session.relay(method, params, upstream).await, &lease)
                 }
                 other => other,
             }
         });
         match relayed.await {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(e)) => Err(self.failed(key, credential, e).await),
+            Ok(Err(e)) => Err(e.into_failure()),
             Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
         }
     }
@@ -426,6 +441,17 @@ impl Downstreams {
         if !matches!(connector, Connector::RemoteMcp { .. }) {
             return Ok(serde_json::Value::Null);
         }
-        Ok(self.session(key, connector, credential).await?.server())
+        Ok(self.lease(key, connector, credential, false).await?.session.server())
     }
+}
+
+/// Notes what a request on a lease says of its session: an answer (a result, or a JSON-RPC
+/// error) keeps it trusted; a session the server forgot (`Gone`, answered by the caller
+/// with a new lease) or a broken one is never handed out again.
+fn settle<T>(result: Result<T, SessionError>, lease: &Lease) -> Result<T, SessionError> {
+    match &result {
+        Ok(_) | Err(SessionError::Failed { drop: false, .. }) => lease.answered(),
+        Err(SessionError::Gone | SessionError::Failed { drop: true, .. }) => lease.kill(),
+    }
+    result
 }

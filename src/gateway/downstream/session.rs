@@ -14,7 +14,7 @@ use rmcp::{
     service::{RunningService, ServiceError},
 };
 
-use super::{Downstreams, Failure, MAX_SESSIONS, cap};
+use super::{Downstreams, Failure, cap};
 use crate::gateway::{credentials::Credential, sse::SseClientTransport, upstream::Upstream};
 use crate::workspaces::{Connector, config::RemoteTransport};
 
@@ -46,6 +46,21 @@ impl SessionError {
         }
     }
 
+    /// No session could be had: the request was not sent.
+    pub(super) fn opening(failure: Failure) -> SessionError {
+        SessionError::Failed { failure, drop: false }
+    }
+
+    /// The failure to report.
+    pub(super) fn into_failure(self) -> Failure {
+        match self {
+            SessionError::Gone => {
+                Failure::Unavailable("the server refused the request on a new session too (HTTP 400 or 404)".into())
+            }
+            SessionError::Failed { failure, .. } => failure,
+        }
+    }
+
     fn from_rmcp(e: ServiceError) -> SessionError {
         let drop = !matches!(e, ServiceError::McpError(_));
         SessionError::Failed { failure: service_failure(e), drop }
@@ -53,17 +68,24 @@ impl SessionError {
 }
 
 impl Session {
-    fn is_closed(&self) -> bool {
+    /// Whether the transport is known to be gone (the legacy SSE stream ended); a streamable
+    /// HTTP session's liveness is learnt by asking ([`Session::ping`]).
+    pub(super) fn is_closed(&self) -> bool {
         match self {
             Session::Http(_) => false,
             Session::Rmcp(s) => s.is_closed(),
         }
     }
 
-    fn in_use(&self) -> bool {
+    /// Whether the server still answers on the session: a `ping` answered with a result or a
+    /// JSON-RPC error (alive, if it does not know `ping`). Over the legacy SSE transport, the
+    /// open event stream is the sign of life.
+    pub(super) async fn ping(&self) -> bool {
         match self {
-            Session::Http(s) => Arc::strong_count(s) > 1,
-            Session::Rmcp(s) => Arc::strong_count(s) > 1,
+            Session::Http(s) => {
+                matches!(s.relay("ping", &serde_json::json!({}), None).await, Ok(_) | Err(Some(Failure::JsonRpc(_))))
+            }
+            Session::Rmcp(s) => !s.is_closed(),
         }
     }
 
@@ -118,74 +140,51 @@ impl Session {
     }
 }
 
+/// Opens a session with the connector's server under its deadline: the handshake over
+/// streamable HTTP, or the legacy SSE transport's.
+pub(super) async fn connect(
+    http: reqwest::Client,
+    connector: &Connector,
+    credential: Option<&Credential>,
+) -> Result<Session, Failure> {
+    let Connector::RemoteMcp { url, transport, timeout_ms, .. } = connector else {
+        return Err(Failure::Unavailable("not an MCP connector".into()));
+    };
+    let custom = headers(connector, credential);
+    let deadline = Duration::from_millis(timeout_ms.unwrap_or(crate::workspaces::config::DEFAULT_TIMEOUT_MS));
+    let timed_out = || Failure::Timeout(deadline.as_millis() as u64);
+    match transport {
+        RemoteTransport::StreamableHttp => {
+            let connect = crate::gateway::mcp_client::HttpSession::connect(http, url, custom);
+            let session = tokio::time::timeout(deadline, connect).await.map_err(|_| timed_out())??;
+            Ok(Session::Http(Arc::new(session)))
+        }
+        RemoteTransport::Sse => {
+            let info =
+                ClientConfig::new(ClientCapabilities::default(), Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
+                    .with_protocol_version(ProtocolVersion::V_2025_11_25);
+            let handshake = async {
+                let sse = SseClientTransport::connect(http, url, custom).await.map_err(|e| e.to_string())?;
+                info.serve(sse).await.map_err(|e| e.to_string())
+            };
+            let running = match tokio::time::timeout(deadline, handshake).await {
+                Ok(Ok(running)) => running,
+                Ok(Err(e)) => return Err(Failure::Unavailable(cap(&e))),
+                Err(_) => return Err(timed_out()),
+            };
+            // A gateway must never serve a stale list when a refresh fails.
+            running.set_response_cache_config(ClientCacheConfig::disabled()).await;
+            Ok(Session::Rmcp(Arc::new(running)))
+        }
+    }
+}
+
 impl Downstreams {
-    pub(super) async fn connect(&self, connector: &Connector, credential: Option<&Credential>) -> Result<Session, Failure> {
-        let Connector::RemoteMcp { url, transport, timeout_ms, .. } = connector else {
-            return Err(Failure::Unavailable("not an MCP connector".into()));
-        };
-        let custom = headers(connector, credential);
-        let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
-        let deadline = Duration::from_millis(timeout_ms.unwrap_or(crate::workspaces::config::DEFAULT_TIMEOUT_MS));
-        let timed_out = || Failure::Timeout(deadline.as_millis() as u64);
-        match transport {
-            RemoteTransport::StreamableHttp => {
-                let connect = crate::gateway::mcp_client::HttpSession::connect(http, url, custom);
-                let session = tokio::time::timeout(deadline, connect).await.map_err(|_| timed_out())??;
-                Ok(Session::Http(Arc::new(session)))
-            }
-            RemoteTransport::Sse => {
-                let info =
-                    ClientConfig::new(ClientCapabilities::default(), Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
-                        .with_protocol_version(ProtocolVersion::V_2025_11_25);
-                let handshake = async {
-                    let sse = SseClientTransport::connect(http, url, custom).await.map_err(|e| e.to_string())?;
-                    info.serve(sse).await.map_err(|e| e.to_string())
-                };
-                let running = match tokio::time::timeout(deadline, handshake).await {
-                    Ok(Ok(running)) => running,
-                    Ok(Err(e)) => return Err(Failure::Unavailable(cap(&e))),
-                    Err(_) => return Err(timed_out()),
-                };
-                // A gateway must never serve a stale list when a refresh fails.
-                running.set_response_cache_config(ClientCacheConfig::disabled()).await;
-                Ok(Session::Rmcp(Arc::new(running)))
-            }
-        }
-    }
-
-    /// One session per key and credential: the credential's owner and version are part of
-    /// the session's key, so a replaced credential opens a new session.
-    pub(super) async fn session(
-        &self,
-        key: &str,
-        connector: &Connector,
-        credential: Option<&Credential>,
-    ) -> Result<Session, Failure> {
-        let key = session_key(key, credential);
-        if let Some(s) = self.sessions.lock().await.get(&key)
-            && !s.is_closed()
-        {
-            return Ok(s.clone());
-        }
-        let fresh = self.connect(connector, credential).await?;
-        let mut sessions = self.sessions.lock().await;
-        if sessions.len() >= MAX_SESSIONS {
-            sessions.retain(|_, s| !s.is_closed() && s.in_use());
-        }
-        // Sessions of older versions of this credential will never be used again.
-        if let Some(c) = credential {
-            let owner = c.tag.split('@').next().unwrap_or_default();
-            let stale = format!("{}#{owner}@", key.split('#').next().unwrap_or_default());
-            sessions.retain(|k, _| !k.starts_with(&stale));
-        }
-        sessions.insert(key, fresh.clone());
-        Ok(fresh)
-    }
-
     /// Lists the connector's tools over a fresh session that is not kept (`credentials/…/test`).
     pub async fn probe(&self, connector: &Connector, credential: Option<&Credential>) -> Result<usize, Failure> {
         let deadline = Duration::from_millis(connector.timeout_ms());
-        let session = self.connect(connector, credential).await?;
+        let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
+        let session = connect(http, connector, credential).await?;
         let listed = match tokio::time::timeout(deadline, session.list_tools()).await {
             Ok(Ok(tools)) => Ok(tools.len()),
             Ok(Err(SessionError::Gone)) => Err(Failure::Unavailable("the server forgot the new session".into())),
@@ -202,28 +201,7 @@ impl Downstreams {
 
     /// Open downstream sessions on this replica.
     pub async fn session_count(&self) -> usize {
-        self.sessions.lock().await.values().filter(|s| !s.is_closed()).count()
-    }
-
-    pub(super) async fn forget(&self, key: &str, credential: Option<&Credential>) {
-        self.sessions.lock().await.remove(&session_key(key, credential));
-    }
-
-    /// The failure to report; a broken (or twice forgotten) session is dropped so the next
-    /// call reconnects.
-    pub(super) async fn failed(&self, key: &str, credential: Option<&Credential>, e: SessionError) -> Failure {
-        match e {
-            SessionError::Gone => {
-                self.forget(key, credential).await;
-                Failure::Unavailable("the server refused the request on a new session too (HTTP 400 or 404)".into())
-            }
-            SessionError::Failed { failure, drop } => {
-                if drop {
-                    self.forget(key, credential).await;
-                }
-                failure
-            }
-        }
+        self.pools.count()
     }
 }
 
@@ -242,14 +220,6 @@ pub(super) fn headers(connector: &Connector, credential: Option<&Credential>) ->
         custom.insert(name.clone(), value.clone());
     }
     custom
-}
-
-/// A session's key: the catalog key, then the credential's owner and version tag.
-fn session_key(key: &str, credential: Option<&Credential>) -> String {
-    match credential {
-        Some(c) => format!("{key}#{}", c.tag),
-        None => key.to_owned(),
-    }
 }
 
 fn service_failure(e: ServiceError) -> Failure {

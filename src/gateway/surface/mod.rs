@@ -233,16 +233,31 @@ fn connector<'d>(ctx: &'d GatewayCtx, id: &str) -> Option<&'d Connector> {
 /// The key of the connector's session and catalog. It hashes the connector's configuration,
 /// so the keys of the bound document's own connectors are computed once per bound copy.
 pub(crate) fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
-    let compute = |id: &str, c: &Connector| downstream::key(ctx.tenant.id.0, ctx.bound.workspace.id.0, id, c);
     let bound = &ctx.bound;
     match bound.document.connectors.get(id) {
-        Some(own) if std::ptr::eq(own, c) => {
-            let keys =
-                bound.keys.get_or_init(|| bound.document.connectors.iter().map(|(i, c)| (i.clone(), compute(i, c))).collect());
-            keys.get(id).cloned().unwrap_or_else(|| compute(id, c))
-        }
-        _ => compute(id, c),
+        Some(own) if std::ptr::eq(own, c) => keys(ctx.tenant.id, bound).get(id).cloned(),
+        _ => None,
     }
+    .unwrap_or_else(|| downstream::key(ctx.tenant.id.0, bound.workspace.id.0, id, c))
+}
+
+/// The keys of the bound document's own connectors, by connector id (computed once per copy).
+pub(crate) fn keys(tenant: crate::ids::TenantId, bound: &crate::workspaces::Bound) -> &std::collections::HashMap<String, String> {
+    bound.keys.get_or_init(|| {
+        bound
+            .document
+            .connectors
+            .iter()
+            .map(|(i, c)| (i.clone(), downstream::key(tenant.0, bound.workspace.id.0, i, c)))
+            .collect()
+    })
+}
+
+/// A configuration this replica has just read for the workspace: the session pools of its
+/// connectors' earlier configurations are closed (their sessions deleted at the downstream).
+pub(crate) fn configured(state: &crate::AppState, tenant: crate::ids::TenantId, bound: &crate::workspaces::Bound) {
+    let current: Vec<&str> = keys(tenant, bound).values().map(String::as_str).collect();
+    state.downstreams.retire(tenant.0, bound.workspace.id.0, &current);
 }
 
 pub(crate) async fn catalog(
