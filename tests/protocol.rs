@@ -289,6 +289,82 @@ async fn the_get_stream_says_list_changed_when_grants_change_what_a_caller_sees_
     assert_eq!(served.terminate().await, 0);
 }
 
+/// On 2026-07-28, `subscriptions/listen` opens the stream: acknowledged first (tool list
+/// changes on a native pool; nothing on the six-tool surface), `tools/list_changed` tagged with
+/// the subscription's id when a grant changes what this caller sees and never otherwise, and the
+/// request's `complete` result when the server shuts down.
+#[tokio::test]
+async fn subscriptions_listen_acknowledges_says_list_changed_only_on_a_change_and_completes_at_shutdown() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let listen = |url: String, id: Value| {
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": {
+            "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
+                "io.modelcontextprotocol/clientCapabilities": {} },
+            "notifications": { "toolsListChanged": true, "promptsListChanged": true } } });
+        s.machine
+            .headers(http().post(url))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .json(&body)
+            .send()
+    };
+    let data = |line: &str| serde_json::from_str::<Value>(line.strip_prefix("data: ").unwrap()).unwrap();
+
+    // The six-tool surface's list never changes: acknowledged with nothing honoured.
+    let mut surface = listen(format!("{}/t/acme/w/main/mcp", served.base), json!("s-1")).await.unwrap();
+    assert_eq!(surface.status(), 200);
+    let lines = read_until(&mut surface, |l| l.starts_with("data: ")).await;
+    assert_eq!(
+        data(lines.last().unwrap()),
+        json!({ "jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+            "_meta": { "io.modelcontextprotocol/subscriptionId": "s-1" }, "notifications": {} } })
+    );
+    drop(surface);
+
+    let mut stream = listen(format!("{}/t/acme/w/main/mcp/native", served.base), json!(7)).await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert!(stream.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let lines = read_until(&mut stream, |l| l.starts_with("data: ")).await;
+    assert_eq!(
+        data(lines.last().unwrap()),
+        json!({ "jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+            "_meta": { "io.modelcontextprotocol/subscriptionId": 7 }, "notifications": { "toolsListChanged": true } } })
+    );
+
+    // Another pool changes the configuration, not what this pool shows: no list_changed.
+    configure(
+        &s.t,
+        json!({ "pools": {
+        "native": { "tools": ["everything"], "native": true }, "other": { "tools": ["everything"] } } }),
+    )
+    .await;
+    let lines = read_until(&mut stream, |l| l == ": checked").await;
+    assert!(!lines.iter().any(|l| l.contains("list_changed")), "{lines:?}");
+
+    // A grant narrows this caller's tools: list_changed, tagged with the subscription.
+    configure(&s.t, json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"] }] })).await;
+    let lines = read_until(&mut stream, |l| l.contains("list_changed")).await;
+    assert_eq!(
+        data(lines.last().unwrap()),
+        json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {
+            "_meta": { "io.modelcontextprotocol/subscriptionId": 7 } } })
+    );
+
+    // The server shuts down: the subscription ends with its result.
+    let stopping = tokio::spawn(served.terminate());
+    let lines = read_until(&mut stream, |l| l.contains("resultType")).await;
+    assert_eq!(
+        data(lines.last().unwrap()),
+        json!({ "jsonrpc": "2.0", "id": 7, "result": {
+            "resultType": "complete", "_meta": { "io.modelcontextprotocol/subscriptionId": 7 } } })
+    );
+    drop(stream);
+    assert_eq!(stopping.await.unwrap(), 0);
+}
+
 /// A native pool's relayed results (prompts, resources, completion) on 2026-07-28 carry
 /// `resultType`; its lists carry caching hints, private once grants filter them per caller;
 /// `server/discover` declares what the downstream does. On 2025-11-25 nothing of it shows.

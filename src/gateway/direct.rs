@@ -174,7 +174,7 @@ where
         let Some(ctx) = parts.extensions.remove::<GatewayCtx>() else {
             return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
         };
-        return super::listen::stream(state, ctx);
+        return super::listen::stream(state, ctx, super::listen::Listener::Get);
     }
     if request.method() != Method::POST || !json_body(request.headers()) {
         if request.method() == Method::POST {
@@ -198,6 +198,15 @@ where
             return problem(StatusCode::BAD_REQUEST, "bad_request", "the request body could not be read", None);
         }
     };
+    // 2026-07-28's notification stream: served here, since rmcp's stateless JSON answers
+    // cannot stay open.
+    if let Some((id, tools)) = super::listen::subscription(&parts.headers, &bytes) {
+        let mut parts = parts;
+        let Some(ctx) = parts.extensions.remove::<GatewayCtx>() else {
+            return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
+        };
+        return super::listen::stream(state, ctx, super::listen::Listener::Subscription { id, tools });
+    }
     if direct
         && let Ok(call) = serde_json::from_slice::<CallRequest>(&bytes)
         && call.jsonrpc == "2.0"

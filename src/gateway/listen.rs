@@ -1,6 +1,11 @@
-//! The endpoint's GET stream (handshake era): the notifications that belong to no request.
+//! The notifications that belong to no request: the endpoint's GET stream (handshake era) and
+//! a `subscriptions/listen` request's response stream (2026-07-28, which has no GET stream).
 //! Today that is `notifications/tools/list_changed` when a workspace's configuration or grants
-//! change the tools a native pool shows this caller.
+//! change the tools a native pool shows this caller. On 2026-07-28 the stream opens with
+//! `notifications/subscriptions/acknowledged` naming what of the request's filter is honoured
+//! (`toolsListChanged`, on a native pool), and every notification on it carries the request's
+//! id as `_meta["io.modelcontextprotocol/subscriptionId"]`; at shutdown it ends with the
+//! request's `complete` result.
 //!
 //! The endpoint stays stateless. The session id it gives at `initialize` ([`SESSION_ID`],
 //! made by [`super::asks::session_id`]) names the agent's connection and what it declared,
@@ -19,6 +24,7 @@ use axum::{
     http::{HeaderValue, header},
     response::{IntoResponse, Response},
 };
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::GatewayCtx;
@@ -74,26 +80,127 @@ async fn current(state: &AppState, ctx: &GatewayCtx, epoch: i64) -> Option<Gatew
     Some(GatewayCtx { bound, pool, ..ctx.clone() })
 }
 
-fn event(method: &str) -> Bytes {
-    Bytes::from(format!("event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"{method}\"}}\n\n"))
+/// The `_meta` key naming the subscription a notification belongs to (2026-07-28).
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// Which stream this is: the handshake era's GET stream, or the response stream of a
+/// `subscriptions/listen` request (its id; whether tool list changes were asked for and can
+/// be honoured).
+#[derive(Clone)]
+pub enum Listener {
+    Get,
+    Subscription { id: Value, tools: bool },
 }
 
-/// The GET stream for this caller.
-pub fn stream(state: AppState, ctx: GatewayCtx) -> Response {
+impl Listener {
+    /// One notification as an event, tagged with the subscription it belongs to.
+    fn event(&self, method: &str, mut params: Value) -> Bytes {
+        if let Listener::Subscription { id, .. } = self {
+            params["_meta"] = json!({ SUBSCRIPTION_ID: id });
+        }
+        let message = match params.as_object().is_some_and(|p| p.is_empty()) {
+            true => json!({ "jsonrpc": "2.0", "method": method }),
+            false => json!({ "jsonrpc": "2.0", "method": method, "params": params }),
+        };
+        Bytes::from(format!("event: message\ndata: {message}\n\n"))
+    }
+
+    /// Whether tool list changes go out on this stream.
+    fn tools(&self) -> bool {
+        match self {
+            Listener::Get => true,
+            Listener::Subscription { tools, .. } => *tools,
+        }
+    }
+
+    /// What the stream says first: the acknowledgement of a subscription.
+    fn opening(&self) -> Option<Bytes> {
+        let Listener::Subscription { tools, .. } = self else { return None };
+        let honoured = if *tools { json!({ "toolsListChanged": true }) } else { json!({}) };
+        Some(self.event("notifications/subscriptions/acknowledged", json!({ "notifications": honoured })))
+    }
+
+    /// What the stream says last when the server ends it: a subscription's final result.
+    fn closing(&self) -> Option<Bytes> {
+        let Listener::Subscription { id, .. } = self else { return None };
+        let result = json!({ "resultType": "complete", "_meta": { SUBSCRIPTION_ID: id } });
+        Some(Bytes::from(format!("event: message\ndata: {}\n\n", json!({ "jsonrpc": "2.0", "id": id, "result": result }))))
+    }
+}
+
+/// A `subscriptions/listen` request (2026-07-28) as this endpoint takes it: its id and
+/// whether it asks for tool list changes (the only change notification served here; the
+/// acknowledgement omits the rest, as the protocol says). `None`: not such a request, or not
+/// one this path takes, so rmcp judges it.
+pub fn subscription(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<(Value, bool)> {
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        jsonrpc: &'a str,
+        id: Value,
+        #[serde(borrow)]
+        method: &'a str,
+        #[serde(default)]
+        params: Params,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Params {
+        #[serde(default)]
+        notifications: Filter,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Filter {
+        #[serde(rename = "toolsListChanged", default)]
+        tools_list_changed: bool,
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if header("mcp-protocol-version") != Some(rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
+        || header("mcp-method") != Some("subscriptions/listen")
+    {
+        return None;
+    }
+    let request: Request = serde_json::from_slice(body).ok()?;
+    (request.jsonrpc == "2.0" && request.method == "subscriptions/listen" && (request.id.is_i64() || request.id.is_string()))
+        .then_some((request.id, request.params.notifications.tools_list_changed))
+}
+
+/// The GET stream, or a subscription's response stream, for this caller.
+pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
+    // Tool list changes are honoured on a native pool only (the six-tool surface's list never
+    // changes).
+    let listener = match listener {
+        Listener::Subscription { id, tools } => {
+            Listener::Subscription { id, tools: tools && ctx.pool.as_ref().is_some_and(|(_, p)| p.native) }
+        }
+        get => get,
+    };
     tokio::spawn(async move {
         let mut ctx = ctx;
         let mut epoch = ctx.bound.epoch;
-        let mut last = seen(&state, &ctx).await;
+        if let Some(opening) = listener.opening()
+            && tx.send(opening).await.is_err()
+        {
+            return;
+        }
+        let mut last = if listener.tools() { seen(&state, &ctx).await } else { None };
         let mut quiet = Duration::ZERO;
         loop {
             let closing = CLOSING.notified();
             if CLOSED.load(Ordering::SeqCst) {
+                if let Some(last) = listener.closing() {
+                    let _ = tx.send(last).await;
+                }
                 return;
             }
             tokio::select! {
                 _ = tx.closed() => return,
-                _ = closing => return,
+                _ = closing => {
+                    if let Some(last) = listener.closing() {
+                        let _ = tx.send(last).await;
+                    }
+                    return;
+                }
                 _ = tokio::time::sleep(POLL) => {}
             }
             quiet += POLL;
@@ -101,10 +208,10 @@ pub fn stream(state: AppState, ctx: GatewayCtx) -> Response {
             if now != epoch {
                 let Some(fresh) = current(&state, &ctx, now).await else { return };
                 (ctx, epoch) = (fresh, now);
-                let digest = seen(&state, &ctx).await;
+                let digest = if listener.tools() { seen(&state, &ctx).await } else { None };
                 if digest != last {
                     last = digest;
-                    if tx.send(event("notifications/tools/list_changed")).await.is_err() {
+                    if tx.send(listener.event("notifications/tools/list_changed", json!({}))).await.is_err() {
                         return;
                     }
                 }
