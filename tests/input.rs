@@ -10,7 +10,7 @@ mod common;
 
 use std::{path::PathBuf, time::Duration};
 
-use common::{Machine, Served, TestDb, cli, gatehouse, http, provision};
+use common::{Machine, Served, TestDb, cli, gatehouse, http, next_message, provision};
 use serde_json::{Value, json};
 
 /// A tenant with a workspace `main`, the downstream as connector `conformance` and a native
@@ -227,24 +227,6 @@ fn on_session(url: &str, m: &Machine, session: &str, body: &Value) -> reqwest::R
         .header("mcp-protocol-version", "2025-11-25")
         .header("mcp-session-id", session)
         .json(body)
-}
-
-/// Reads a call's event stream up to the next JSON-RPC message that is a request or a
-/// response (notifications are skipped).
-async fn next_message(r: &mut reqwest::Response, buffer: &mut String) -> Value {
-    loop {
-        while let Some(end) = buffer.find("\n\n") {
-            let event: String = buffer.drain(..end + 2).collect();
-            let data: String = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
-            if let Ok(message) = serde_json::from_str::<Value>(&data)
-                && message.get("id").is_some()
-            {
-                return message;
-            }
-        }
-        let chunk = tokio::time::timeout(Duration::from_secs(20), r.chunk()).await.expect("the stream stalled").unwrap();
-        buffer.push_str(std::str::from_utf8(&chunk.expect("the stream ended")).unwrap());
-    }
 }
 
 #[tokio::test]

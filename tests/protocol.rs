@@ -223,6 +223,23 @@ async fn read_until(r: &mut reqwest::Response, stop: impl Fn(&str) -> bool) -> V
     }
 }
 
+/// Two configuration changes seen on a native pool's notification stream: another pool's
+/// (what this pool shows is the same: no `list_changed`), then a grant that narrows this
+/// caller's tools; the `list_changed` message it brings.
+async fn list_changed_only_on_a_change(t: &TestDb, stream: &mut reqwest::Response) -> Value {
+    configure(
+        t,
+        json!({ "pools": {
+        "native": { "tools": ["everything"], "native": true }, "other": { "tools": ["everything"] } } }),
+    )
+    .await;
+    let lines = read_until(stream, |l| l == ": checked").await;
+    assert!(!lines.iter().any(|l| l.contains("list_changed")), "{lines:?}");
+    configure(t, json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"] }] })).await;
+    let lines = read_until(stream, |l| l.contains("list_changed")).await;
+    serde_json::from_str(lines.last().unwrap().strip_prefix("data: ").unwrap()).unwrap()
+}
+
 /// The handshake gives a session id; the GET stream on it says `tools/list_changed` when a
 /// configuration change alters the native pool's tools for this caller, and only then.
 #[tokio::test]
@@ -256,22 +273,8 @@ async fn the_get_stream_says_list_changed_when_grants_change_what_a_caller_sees_
     assert_eq!(stream.status(), 200);
     assert!(stream.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
 
-    // Another pool changes the configuration, not what this pool shows: no list_changed.
-    configure(
-        &s.t,
-        json!({ "pools": {
-        "native": { "tools": ["everything"], "native": true }, "other": { "tools": ["everything"] } } }),
-    )
-    .await;
-    let lines = read_until(&mut stream, |l| l == ": checked").await;
-    assert!(!lines.iter().any(|l| l.contains("list_changed")), "{lines:?}");
-
-    // A grant narrows this caller's tools: list_changed.
-    configure(&s.t, json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"] }] })).await;
-    let lines = read_until(&mut stream, |l| l.contains("list_changed")).await;
-    let event = lines.last().unwrap().strip_prefix("data: ").unwrap();
     assert_eq!(
-        serde_json::from_str::<Value>(event).unwrap(),
+        list_changed_only_on_a_change(&s.t, &mut stream).await,
         json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" })
     );
 
@@ -334,21 +337,9 @@ async fn subscriptions_listen_acknowledges_says_list_changed_only_on_a_change_an
             "_meta": { "io.modelcontextprotocol/subscriptionId": 7 }, "notifications": { "toolsListChanged": true } } })
     );
 
-    // Another pool changes the configuration, not what this pool shows: no list_changed.
-    configure(
-        &s.t,
-        json!({ "pools": {
-        "native": { "tools": ["everything"], "native": true }, "other": { "tools": ["everything"] } } }),
-    )
-    .await;
-    let lines = read_until(&mut stream, |l| l == ": checked").await;
-    assert!(!lines.iter().any(|l| l.contains("list_changed")), "{lines:?}");
-
-    // A grant narrows this caller's tools: list_changed, tagged with the subscription.
-    configure(&s.t, json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"] }] })).await;
-    let lines = read_until(&mut stream, |l| l.contains("list_changed")).await;
+    // Tagged with the subscription.
     assert_eq!(
-        data(lines.last().unwrap()),
+        list_changed_only_on_a_change(&s.t, &mut stream).await,
         json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {
             "_meta": { "io.modelcontextprotocol/subscriptionId": 7 } } })
     );

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use common::{Machine, Served, TestDb, cli, gatehouse, http, provision};
+use common::{Machine, Served, TestDb, cli, gatehouse, http, next_message, provision};
 use serde_json::{Value, json};
 
 /// A tenant `acme` with a workspace `main`, the downstream as connector `conformance` and a
@@ -62,28 +62,6 @@ fn on_session(url: &str, m: &Machine, session: &str, body: &Value) -> reqwest::R
 
 fn call(id: u64, tool: &str, arguments: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool, "arguments": arguments } })
-}
-
-/// The next JSON-RPC message on a response (JSON, or an event stream) that is a request or a
-/// response; notifications are skipped.
-async fn next_message(r: &mut reqwest::Response, buffer: &mut String) -> Value {
-    loop {
-        while let Some(end) = buffer.find("\n\n") {
-            let event: String = buffer.drain(..end + 2).collect();
-            let data: String = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
-            if let Ok(message) = serde_json::from_str::<Value>(&data)
-                && message.get("id").is_some()
-            {
-                return message;
-            }
-        }
-        let chunk = tokio::time::timeout(Duration::from_secs(30), r.chunk()).await.expect("the stream stalled").unwrap();
-        let Some(chunk) = chunk else {
-            // A plain JSON answer: the whole body was one message.
-            return serde_json::from_str(buffer.trim()).unwrap_or_else(|_| panic!("not a message: {buffer}"));
-        };
-        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-    }
 }
 
 /// One call's answer: its result text.

@@ -751,3 +751,26 @@ pub async fn header_proxy(target: String, m: Machine) -> String {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     format!("{base}/mcp")
 }
+
+/// The next JSON-RPC message on a response (JSON, or an event stream) that is a request or a
+/// response; notifications are skipped.
+pub async fn next_message(r: &mut reqwest::Response, buffer: &mut String) -> serde_json::Value {
+    loop {
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            let data: String = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+            if let Ok(message) = serde_json::from_str::<serde_json::Value>(&data)
+                && message.get("id").is_some()
+            {
+                return message;
+            }
+        }
+        let chunk =
+            tokio::time::timeout(std::time::Duration::from_secs(30), r.chunk()).await.expect("the stream stalled").unwrap();
+        let Some(chunk) = chunk else {
+            // A plain JSON answer: the whole body was one message.
+            return serde_json::from_str(buffer.trim()).unwrap_or_else(|_| panic!("not a message: {buffer}"));
+        };
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+}
