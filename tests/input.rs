@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::{path::PathBuf, time::Duration};
+use std::path::PathBuf;
 
 use common::{Machine, Served, TestDb, cli, gatehouse, http, next_message, provision};
 use serde_json::{Value, json};
