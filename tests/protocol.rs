@@ -428,6 +428,66 @@ async fn a_native_pools_relayed_results_are_what_each_revision_says() {
     assert_eq!(served.terminate().await, 0);
 }
 
+/// Prompts and resources have grants of their own: a grant names a prompt or a resource's URI
+/// singly (or a connector's prompts or resources whole), a granted tool grants none of them,
+/// and what is not granted looks missing, in the lists, a get and a read alike.
+#[tokio::test]
+async fn prompts_and_resources_are_granted_singly_and_ungranted_ones_look_missing() {
+    let s = setup().await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let native = format!("{}/t/acme/w/main/mcp/native", served.base);
+    let ask = |method: &'static str, params: Value| {
+        let (native, machine) = (native.clone(), s.machine.clone());
+        async move { common::mcp_post(&native, &machine, method, params).await.json::<Value>().await.unwrap() }
+    };
+    let names = |body: &Value, field: &str, key: &str| -> Vec<String> {
+        body["result"][field].as_array().unwrap().iter().map(|i| i[key].as_str().unwrap().to_owned()).collect()
+    };
+    // Without grants: everything, to pick what to grant and what not.
+    let all_prompts = names(&ask("prompts/list", json!({})).await, "prompts", "name");
+    let all_resources = names(&ask("resources/list", json!({})).await, "resources", "uri");
+    let all_templates = names(&ask("resources/templates/list", json!({})).await, "resourceTemplates", "uriTemplate");
+    assert!(all_prompts.len() >= 2 && all_resources.len() >= 2 && !all_templates.is_empty(), "{all_prompts:?} {all_resources:?}");
+    let (prompt, other_prompt) = (&all_prompts[0], &all_prompts[1]);
+    let (uri, other_uri) = (&all_resources[0], &all_resources[1]);
+    let missing = ask("resources/read", json!({ "uri": "test://absent" })).await;
+
+    configure(
+        &s.t,
+        json!({ "grants": [{ "to": "machines", "tools": ["everything.echo"],
+            "prompts": [format!("everything.{prompt}")], "resources": [format!("everything.{uri}")] }] }),
+    )
+    .await;
+    assert_eq!(names(&ask("prompts/list", json!({})).await, "prompts", "name"), [prompt.clone()]);
+    assert_eq!(names(&ask("resources/list", json!({})).await, "resources", "uri"), [uri.clone()]);
+    assert_eq!(
+        names(&ask("resources/templates/list", json!({})).await, "resourceTemplates", "uriTemplate"),
+        Vec::<String>::new(),
+        "templates need the connector's resources whole"
+    );
+    let got = ask("prompts/get", json!({ "name": prompt })).await;
+    assert!(got["result"]["messages"].is_array(), "{got}");
+    let refused = ask("prompts/get", json!({ "name": other_prompt })).await;
+    let nowhere = ask("prompts/get", json!({ "name": "no-such-prompt" })).await;
+    assert_eq!(refused["error"]["code"], nowhere["error"]["code"], "{refused} {nowhere}");
+    assert_eq!(
+        refused["error"]["message"].as_str().unwrap().replace(other_prompt.as_str(), "_"),
+        nowhere["error"]["message"].as_str().unwrap().replace("no-such-prompt", "_")
+    );
+    let read = ask("resources/read", json!({ "uri": uri })).await;
+    assert!(read["result"]["contents"].is_array(), "{read}");
+    let unread = ask("resources/read", json!({ "uri": other_uri })).await;
+    assert_eq!(unread["error"]["code"], missing["error"]["code"], "an ungranted resource looks missing: {unread} {missing}");
+
+    // The connector whole in `tools`: everything of it again.
+    configure(&s.t, json!({ "grants": [{ "to": "machines", "tools": ["everything"] }] })).await;
+    assert_eq!(names(&ask("prompts/list", json!({})).await, "prompts", "name"), all_prompts);
+    assert_eq!(names(&ask("resources/list", json!({})).await, "resources", "uri"), all_resources);
+    let read = ask("resources/read", json!({ "uri": other_uri })).await;
+    assert!(read["result"]["contents"].is_array(), "{read}");
+    assert_eq!(served.terminate().await, 0);
+}
+
 /// A native pool lists its tools in one order on every replica and after a restart, whatever
 /// order the downstream lists them in (by name).
 #[tokio::test]

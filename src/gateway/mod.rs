@@ -90,6 +90,13 @@ impl GatewayCtx {
             && (self.caller.member_id.is_some()
                 || self.bound.document.connectors.get(connector).is_none_or(|c| !c.auth().personal()))
     }
+
+    /// Whether the caller may see `connector`'s prompt or resource `name` here (a prompt's
+    /// name, a resource's URI; `None`: a resource template): the connector is visible, and the
+    /// grants name it whole or name this one. Ungranted looks missing.
+    pub fn visible_part(&self, part: crate::workspaces::config::Part, connector: &str, name: Option<&str>) -> bool {
+        self.visible(connector, None) && self.bound.document.granted_part(&self.caller, part, connector, name)
+    }
 }
 
 /// The endpoint's routes, authenticated by [`authenticate`].

@@ -15,7 +15,10 @@ use crate::{
         downstream::Failure,
         input::{self, Relayed, Stopped},
     },
-    workspaces::{Connector, config::Class},
+    workspaces::{
+        Connector,
+        config::{Class, Part},
+    },
 };
 
 /// Pages of a relayed list followed per connector.
@@ -266,6 +269,9 @@ pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field
                 }
             };
             for mut item in page[field].take().as_array().cloned().unwrap_or_default() {
+                if !granted_item(ctx, id, field, &item) {
+                    continue;
+                }
                 if let Some(name) = item["name"].as_str() {
                     item["name"] = Value::String(shown(several, id, name));
                 }
@@ -284,6 +290,25 @@ pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field
     result
 }
 
+/// Whether the caller's grants let it see one item of a connector's list: a prompt by its
+/// name, a resource by its URI, a resource template only with the connector's resources whole.
+fn granted_item(ctx: &GatewayCtx, id: &str, field: &str, item: &Value) -> bool {
+    match field {
+        "prompts" => ctx.visible_part(Part::Prompt, id, Some(item["name"].as_str().unwrap_or_default())),
+        "resources" => ctx.visible_part(Part::Resource, id, Some(item["uri"].as_str().unwrap_or_default())),
+        _ => ctx.visible_part(Part::Resource, id, None),
+    }
+}
+
+/// The connectors whose resource `uri` the caller may see (`None`: a resource template).
+fn granted_resource<'c>(
+    ctx: &GatewayCtx,
+    connectors: Vec<(&'c String, &'c Connector)>,
+    uri: Option<&str>,
+) -> Vec<(&'c String, &'c Connector)> {
+    connectors.into_iter().filter(|(id, _)| ctx.visible_part(Part::Resource, id, uri)).collect()
+}
+
 /// `prompts/get`, `resources/read`, `completion/complete` or `logging/setLevel`, routed to the
 /// connector it concerns with the prefix taken off: a prompt by its name; a resource by
 /// asking each connector that declares resources in turn (URIs are the downstreams' own);
@@ -298,7 +323,9 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
         "prompts/get" => {
             let connectors = declaring(state, ctx, "prompts").await;
             let name = params["name"].as_str().unwrap_or_default().to_owned();
-            let Some((id, c, local)) = owner(several(ctx), &connectors, &name) else {
+            let Some((id, c, local)) =
+                owner(several(ctx), &connectors, &name).filter(|(id, _, local)| ctx.visible_part(Part::Prompt, id, Some(local)))
+            else {
                 return Err(ErrorData::invalid_params(format!("no prompt `{}` here", echo(&name)), None));
             };
             params["name"] = Value::String(local.clone());
@@ -332,16 +359,20 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
             let connectors = declaring(state, ctx, "completions").await;
             if params["ref"]["type"] == "ref/prompt" {
                 let name = params["ref"]["name"].as_str().unwrap_or_default().to_owned();
-                let Some((id, c, local)) = owner(several(ctx), &connectors, &name) else {
+                let Some((id, c, local)) = owner(several(ctx), &connectors, &name)
+                    .filter(|(id, _, local)| ctx.visible_part(Part::Prompt, id, Some(local)))
+                else {
                     return Err(ErrorData::invalid_params(format!("no prompt `{}` here", echo(&name)), None));
                 };
                 params["ref"]["name"] = Value::String(local);
                 return relay(state, ctx, id, c, method, &params).await.map_err(refused);
             }
-            first_answer(state, ctx, &connectors, method, &params).await
+            // A resource template's completion: only where the connector's resources are granted whole.
+            first_answer(state, ctx, &granted_resource(ctx, connectors, None), method, &params).await
         }
         "resources/read" => {
-            let connectors = declaring(state, ctx, "resources").await;
+            let uri = params["uri"].as_str().map(str::to_owned);
+            let connectors = granted_resource(ctx, declaring(state, ctx, "resources").await, uri.as_deref().or(Some("")));
             match ctx.input.as_deref() {
                 Some(agent) if !agent.program => read_modern(state, ctx, agent, &connectors, params).await,
                 _ => first_answer(state, ctx, &connectors, method, &params).await,
@@ -351,7 +382,8 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
         // takes the URI holds the subscription (on this replica's session with it).
         "resources/subscribe" | "resources/unsubscribe" => {
             let mut connectors = Vec::new();
-            for (id, c) in declaring(state, ctx, "resources").await {
+            let uri = params["uri"].as_str().unwrap_or_default().to_owned();
+            for (id, c) in granted_resource(ctx, declaring(state, ctx, "resources").await, Some(&uri)) {
                 if server_info(state, ctx, id, c).await["capabilities"]["resources"]["subscribe"] == true {
                     connectors.push((id, c));
                 }

@@ -110,12 +110,34 @@ impl Pool {
 
 /// One grant: `to` is `role:<owner|admin|operator|member>`, `member:<member id>`, or
 /// `machines` (tokens that carry no person); `tools` are connector ids or exact
-/// `connector.tool` addresses.
+/// `connector.tool` addresses. A connector id in `tools` grants the whole connector: its
+/// tools, prompts and resources. `prompts` (connector ids or `connector.prompt`) and
+/// `resources` (connector ids or `connector.<exact URI>`) grant those alone.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Grant {
     pub to: String,
     pub tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<String>,
+}
+
+/// What of a connector besides its tools a grant can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Prompt,
+    Resource,
+}
+
+/// Whether one grant entry (`connector` or `connector.name`) covers `connector`'s `name`
+/// (`None`: any of it).
+fn covers(entry: &str, connector: &str, name: Option<&str>) -> bool {
+    match entry.split_once('.') {
+        None => entry == connector,
+        Some((c, n)) => c == connector && name.is_none_or(|name| name == n),
+    }
 }
 
 /// Who is calling, for grants.
@@ -129,11 +151,24 @@ impl Document {
     /// Whether `caller` may see and use `connector.tool` (`tool` `None`: any tool of it).
     pub fn granted(&self, caller: &Caller, connector: &str, tool: Option<&str>) -> bool {
         let Some(grants) = &self.grants else { return true };
+        grants.iter().filter(|g| grant_applies(&g.to, caller)).any(|g| g.tools.iter().any(|t| covers(t, connector, tool)))
+    }
+
+    /// Whether `caller` may see and use `connector`'s prompt or resource `name` (a prompt's
+    /// name, a resource's exact URI; `None`: one not named singly, e.g. a resource template):
+    /// granted with the whole connector in `tools`, or in `prompts`/`resources`.
+    pub fn granted_part(&self, caller: &Caller, part: Part, connector: &str, name: Option<&str>) -> bool {
+        let Some(grants) = &self.grants else { return true };
         grants.iter().filter(|g| grant_applies(&g.to, caller)).any(|g| {
-            g.tools.iter().any(|t| match t.split_once('.') {
-                None => t == connector,
-                Some((c, name)) => c == connector && tool.is_none_or(|tool| tool == name),
-            })
+            let named = match part {
+                Part::Prompt => &g.prompts,
+                Part::Resource => &g.resources,
+            };
+            let singly = |e: &String| match e.split_once('.') {
+                None => e == connector,
+                Some((c, n)) => c == connector && name == Some(n),
+            };
+            g.tools.iter().any(|t| t == connector) || named.iter().any(singly)
         })
     }
 }

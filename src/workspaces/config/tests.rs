@@ -103,8 +103,8 @@ fn grants_narrow_and_absent_grants_allow() {
     let machine = Caller::default();
     assert!(d.granted(&machine, "gh", Some("anything")), "no grants: everything");
     d.grants = Some(vec![
-        Grant { to: "role:member".into(), tools: vec!["gh.read_issue".into()] },
-        Grant { to: "machines".into(), tools: vec!["db".into()] },
+        Grant { to: "role:member".into(), tools: vec!["gh.read_issue".into()], prompts: vec![], resources: vec![] },
+        Grant { to: "machines".into(), tools: vec!["db".into()], prompts: vec![], resources: vec![] },
     ]);
     assert!(d.validate().is_ok());
     assert!(d.granted(&member, "gh", Some("read_issue")));
@@ -113,9 +113,52 @@ fn grants_narrow_and_absent_grants_allow() {
     assert!(!d.granted(&member, "db", Some("query")));
     assert!(d.granted(&machine, "db", Some("query")));
     assert!(!d.granted(&machine, "gh", Some("read_issue")));
-    d.grants = Some(vec![Grant { to: "everyone".into(), tools: vec!["nope".into()] }]);
+    d.grants = Some(vec![Grant { to: "everyone".into(), tools: vec!["nope".into()], prompts: vec![], resources: vec![] }]);
     let fields: Vec<_> = d.issues().into_iter().map(|i| i.field).collect();
     assert_eq!(fields, ["grants.0.to", "grants.0.tools.nope"]);
+}
+
+#[test]
+fn prompts_and_resources_are_granted_with_their_connector_or_singly() {
+    let mut d = Document::default();
+    d.connectors.insert("gh".into(), remote("https://x.example/mcp"));
+    d.connectors.insert("db".into(), remote("https://y.example/mcp"));
+    let member = Caller { role: Some(crate::members::Role::Member), member_id: None };
+    let machine = Caller::default();
+    assert!(d.granted_part(&machine, Part::Prompt, "gh", Some("p")), "no grants: everything");
+    d.grants = Some(vec![
+        Grant {
+            to: "role:member".into(),
+            tools: vec!["gh.read_issue".into()],
+            prompts: vec!["gh.triage".into()],
+            resources: vec!["gh.file:///a.txt".into(), "db".into()],
+        },
+        Grant { to: "machines".into(), tools: vec!["db".into()], prompts: vec![], resources: vec![] },
+    ]);
+    assert!(d.validate().is_ok());
+    // Named singly: that one only; a granted tool of the connector grants none of the rest.
+    assert!(d.granted_part(&member, Part::Prompt, "gh", Some("triage")));
+    assert!(!d.granted_part(&member, Part::Prompt, "gh", Some("other")));
+    assert!(!d.granted_part(&member, Part::Prompt, "gh", None));
+    assert!(d.granted_part(&member, Part::Resource, "gh", Some("file:///a.txt")));
+    assert!(!d.granted_part(&member, Part::Resource, "gh", Some("file:///b.txt")));
+    assert!(!d.granted_part(&member, Part::Resource, "gh", None), "templates need the whole connector");
+    // A connector in `resources`: every resource and template of it, no prompt.
+    assert!(d.granted_part(&member, Part::Resource, "db", Some("db://x")));
+    assert!(d.granted_part(&member, Part::Resource, "db", None));
+    assert!(!d.granted_part(&member, Part::Prompt, "db", Some("q")));
+    // A whole connector in `tools`: everything of it.
+    assert!(d.granted_part(&machine, Part::Prompt, "db", Some("q")));
+    assert!(d.granted_part(&machine, Part::Resource, "db", None));
+    assert!(!d.granted_part(&machine, Part::Prompt, "gh", Some("triage")));
+    d.grants = Some(vec![Grant {
+        to: "machines".into(),
+        tools: vec![],
+        prompts: vec!["nope.p".into()],
+        resources: vec!["gone".into()],
+    }]);
+    let fields: Vec<_> = d.issues().into_iter().map(|i| i.field).collect();
+    assert_eq!(fields, ["grants.0.prompts.nope.p", "grants.0.resources.gone"]);
 }
 
 #[test]

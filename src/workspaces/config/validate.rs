@@ -207,10 +207,12 @@ impl Document {
             if !ok_to {
                 bad(format!("grants.{i}.to"), "is role:<role>, member:<member id> or machines");
             }
-            for t in &grant.tools {
-                let connector = t.split_once('.').map_or(t.as_str(), |(c, _)| c);
-                if !self.connectors.contains_key(connector) {
-                    bad(format!("grants.{i}.tools.{t}"), "names no connector of this workspace");
+            for (field, entries) in [("tools", &grant.tools), ("prompts", &grant.prompts), ("resources", &grant.resources)] {
+                for t in entries {
+                    let connector = t.split_once('.').map_or(t.as_str(), |(c, _)| c);
+                    if !self.connectors.contains_key(connector) {
+                        bad(format!("grants.{i}.{field}.{t}"), "names no connector of this workspace");
+                    }
                 }
             }
         }
