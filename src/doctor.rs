@@ -50,17 +50,17 @@ pub async fn run(url: &str, client_id: &str, client_secret: &str, token: &str) -
         bail!("/healthz answered {}", r.status());
     }
 
+    let to = Endpoint { http: &http, url, client_id, client_secret, token };
     let expected: Vec<String> = surface::tools().into_iter().map(|t| t.name.to_string()).collect();
     for revision in ["2025-11-25", "2026-07-28"] {
-        let tools = rpc(&http, url, client_id, client_secret, token, revision, "tools/list", json!({}), None).await?;
+        let tools = rpc(&to, revision, "tools/list", json!({}), None).await?;
         let names: Vec<String> =
             tools["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect();
         if names != expected {
             bail!("{revision}: tools/list is {names:?}, expected {expected:?}");
         }
         let params = json!({ "name": "search_tools", "arguments": { "query": "", "limit": 1 } });
-        let found =
-            rpc(&http, url, client_id, client_secret, token, revision, "tools/call", params, Some("search_tools")).await?;
+        let found = rpc(&to, revision, "tools/call", params, Some("search_tools")).await?;
         if found["isError"] == true {
             bail!("{revision}: search_tools failed: {}", found["content"][0]["text"]);
         }
@@ -68,18 +68,18 @@ pub async fn run(url: &str, client_id: &str, client_secret: &str, token: &str) -
     Ok(format!("ok: {url} is live, authenticated, and serves the gateway surface on 2025-11-25 and 2026-07-28"))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn rpc(
-    http: &reqwest::Client,
-    url: &str,
-    client_id: &str,
-    client_secret: &str,
-    token: &str,
-    revision: &str,
-    method: &str,
-    mut params: Value,
-    name: Option<&str>,
-) -> anyhow::Result<Value> {
+/// The MCP endpoint a check talks to, and the machine credentials it presents.
+struct Endpoint<'a> {
+    http: &'a reqwest::Client,
+    url: &'a str,
+    client_id: &'a str,
+    client_secret: &'a str,
+    token: &'a str,
+}
+
+/// One JSON-RPC request on `revision` (`name` is the tool a `tools/call` names); its result.
+async fn rpc(to: &Endpoint<'_>, revision: &str, method: &str, mut params: Value, name: Option<&str>) -> anyhow::Result<Value> {
+    let Endpoint { http, url, client_id, client_secret, token } = *to;
     let stateless = revision >= "2026-07-28";
     if stateless {
         params["_meta"] = json!({

@@ -7,7 +7,7 @@ mod common;
 use common::{TestDb, gatehouse, run};
 use gatehouse::{
     admin_log::Audit,
-    connect_links,
+    connect_links::{self, MintParams},
     error::Error,
     tenants::{self, TenantId},
     workspaces::{self, Connector},
@@ -75,6 +75,11 @@ where
     sqlx::query_scalar(sql).bind(arg).fetch_one(&mut *tx).await.unwrap()
 }
 
+/// A link of the tenant `acme` on `http://gh.test`.
+fn acme_link<'a>(workspace: &'a str, connector: &'a str, email: &'a str, ttl_days: Option<i64>) -> MintParams<'a> {
+    MintParams { tenant_slug: "acme", public_url: "http://gh.test", workspace, connector, email, ttl_days }
+}
+
 async fn admin_actions(t: &TestDb, action: &str) -> i64 {
     across_tenants(t, "SELECT count(*) FROM admin_log WHERE action = $1", action).await
 }
@@ -84,21 +89,9 @@ async fn three_concurrent_consumes_have_exactly_one_winner_and_every_transition_
     let t = TestDb::new().await;
     let tenant = setup(&t, "acme").await;
     let audit = Audit::cli();
-    let minted = connect_links::mint(
-        &t.db,
-        tenant,
-        "acme",
-        "http://gh.test",
-        &RING,
-        &audit,
-        "main",
-        "crm",
-        "Ann@Example.test",
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    let minted = connect_links::mint(&t.db, tenant, &RING, &audit, acme_link("main", "crm", "Ann@Example.test", None), None)
+        .await
+        .unwrap();
     let link = minted.link;
     assert_eq!((link.status.as_str(), link.email.as_str()), ("outstanding", "ann@example.test"));
     let days = (link.expires_at - link.created_at).num_hours();
@@ -156,22 +149,10 @@ async fn three_concurrent_consumes_have_exactly_one_winner_and_every_transition_
     assert_eq!(connect_links::consume(&t.db, tenant, &audit, link.id, "again").await.unwrap().status, "used");
 
     // Revocation of an outstanding link; revoking again changes nothing; restore never undoes it.
-    let second = connect_links::mint(
-        &t.db,
-        tenant,
-        "acme",
-        "http://gh.test",
-        &RING,
-        &audit,
-        "main",
-        "crm",
-        "bob@example.test",
-        Some(30),
-        None,
-    )
-    .await
-    .unwrap()
-    .link;
+    let second = connect_links::mint(&t.db, tenant, &RING, &audit, acme_link("main", "crm", "bob@example.test", Some(30)), None)
+        .await
+        .unwrap()
+        .link;
     assert_eq!((second.expires_at - second.created_at).num_days(), 30);
     assert_eq!(connect_links::revoke(&t.db, tenant, &audit, second.id).await.unwrap().status, "revoked");
     let again = connect_links::revoke(&t.db, tenant, &audit, second.id).await.unwrap();
@@ -197,10 +178,7 @@ async fn expired_links_are_refused_and_links_are_bounded_checked_and_tenant_scop
     let mint = |ttl: Option<i64>, connector: &'static str, ws: &'static str| {
         let db = t.db.clone();
         let audit = audit.clone();
-        async move {
-            connect_links::mint(&db, acme, "acme", "http://gh.test", &RING, &audit, ws, connector, "a@example.test", ttl, None)
-                .await
-        }
+        async move { connect_links::mint(&db, acme, &RING, &audit, acme_link(ws, connector, "a@example.test", ttl), None).await }
     };
     for bad in [0, 31, -1] {
         assert_eq!(code(&mint(Some(bad), "crm", "main").await.unwrap_err()), "invalid_ttl");
@@ -209,9 +187,7 @@ async fn expired_links_are_refused_and_links_are_bounded_checked_and_tenant_scop
     assert_eq!(code(&mint(None, "nope", "main").await.unwrap_err()), "not_found");
     assert_eq!(code(&mint(None, "crm", "nope").await.unwrap_err()), "not_found");
     let bad_email =
-        connect_links::mint(&t.db, acme, "acme", "http://gh.test", &RING, &audit, "main", "crm", "not-an-email", None, None)
-            .await
-            .unwrap_err();
+        connect_links::mint(&t.db, acme, &RING, &audit, acme_link("main", "crm", "not-an-email", None), None).await.unwrap_err();
     assert_eq!(code(&bad_email), "invalid_email");
 
     let link = mint(Some(1), "crm", "main").await.unwrap().link;

@@ -49,10 +49,16 @@ pub async fn run(db: &Db, audit: &Audit, config: &Config, cmd: Command) -> anyho
             // undelivered mail is recorded like the server's.
             let (ops, _writer) = ops::Recorder::start(db.clone());
             let mailer = super::mail::Mailer::from_config(config)?.map(|m| m.with_ops(ops.clone()));
-            let (ws, c) = (workspace.as_str(), connector.as_str());
+            let params = super::MintParams {
+                tenant_slug: &tenant.slug,
+                public_url: public,
+                workspace: &workspace,
+                connector: &connector,
+                email: &email,
+                ttl_days,
+            };
             let ring = crate::vault::slots::require(config.vault_keys.as_ref())?;
-            let m =
-                super::mint(db, tenant.id, &tenant.slug, public, ring, audit, ws, c, &email, ttl_days, mailer.as_ref()).await?;
+            let m = super::mint(db, tenant.id, ring, audit, params, mailer.as_ref()).await?;
             ops.flush().await;
             println!("{}\n{}\n{}", m.link.id, m.mail_id, if m.delivered { "sent" } else { "outbox" });
         }

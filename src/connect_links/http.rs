@@ -40,20 +40,16 @@ async fn create_link(
     ApiJson(body): ApiJson<MintLink>,
 ) -> Result<(StatusCode, Json<Minted>)> {
     ctx.require_person(Permission::CredentialAdministration)?;
-    let minted = super::mint(
-        &state.db,
-        ctx.tenant.id,
-        &ctx.tenant.slug,
-        state.config.public_origin(),
-        crate::vault::slots::require(state.config.vault_keys.as_ref())?,
-        &ctx.audit,
-        &ws,
-        &connector,
-        &body.email,
-        body.ttl_days,
-        state.mailer.as_deref(),
-    )
-    .await?;
+    let params = super::MintParams {
+        tenant_slug: &ctx.tenant.slug,
+        public_url: state.config.public_origin(),
+        workspace: &ws,
+        connector: &connector,
+        email: &body.email,
+        ttl_days: body.ttl_days,
+    };
+    let ring = crate::vault::slots::require(state.config.vault_keys.as_ref())?;
+    let minted = super::mint(&state.db, ctx.tenant.id, ring, &ctx.audit, params, state.mailer.as_deref()).await?;
     Ok((StatusCode::CREATED, Json(minted)))
 }
 

@@ -57,23 +57,33 @@ fn mail_aad(tenant: TenantId, mail: Uuid) -> Aad<'static> {
 
 const PURPOSE_MAIL_BODY: &str = "mail_body";
 
+/// What [`mint`] is asked for: the link's connector, workspace, addressee and lifetime, and
+/// what its URL is made of.
+#[derive(Clone, Copy, Debug)]
+pub struct MintParams<'a> {
+    /// The tenant's slug, for the URL and the mail.
+    pub tenant_slug: &'a str,
+    /// The deployment's public origin, for the URL.
+    pub public_url: &'a str,
+    pub workspace: &'a str,
+    pub connector: &'a str,
+    pub email: &'a str,
+    /// None: [`DEFAULT_TTL_DAYS`].
+    pub ttl_days: Option<i64>,
+}
+
 /// Mints a link for `connector` of `workspace` (which must take a shared OAuth grant) and
 /// mails it to `email`; link, mail and admin-log row commit together. `ring` seals the mail's
 /// body in the outbox.
-#[allow(clippy::too_many_arguments)]
 pub async fn mint(
     db: &Db,
     tenant: TenantId,
-    tenant_slug: &str,
-    public_url: &str,
     ring: &KeyRing,
     audit: &Audit,
-    workspace: &str,
-    connector: &str,
-    email: &str,
-    ttl_days: Option<i64>,
+    params: MintParams<'_>,
     mailer: Option<&mail::Mailer>,
 ) -> Result<Minted> {
+    let MintParams { tenant_slug, public_url, workspace, connector, email, ttl_days } = params;
     let email = crate::members::normalize_email(email)?;
     let ttl_days = ttl_days.unwrap_or(DEFAULT_TTL_DAYS);
     if !(1..=MAX_TTL_DAYS).contains(&ttl_days) {
@@ -104,7 +114,8 @@ pub async fn mint(
     let mut minted = db.serializable(Scope::Tenant(tenant), move |conn, _| {
         Box::pin(async move {
             let id = Uuid::now_v7();
-            let link = store::insert(&mut *conn, tenant, id, ws_id, connector, email, hash, ttl_days * 86_400, &audit.actor).await?;
+            let row = store::NewLink { id, workspace: ws_id, connector, email, token_hash: hash, ttl_secs: ttl_days * 86_400 };
+            let link = store::insert(&mut *conn, tenant, &row, &audit.actor).await?;
             let mail_id = Uuid::now_v7();
             let sealed = ring.seal(&mail_aad(tenant, mail_id), body.as_bytes());
             store::enqueue(&mut *conn, tenant, mail_id, email, subject, &sealed).await?;

@@ -47,18 +47,19 @@ macro_rules! link {
     };
 }
 
-#[allow(clippy::too_many_arguments)]
-pub async fn insert(
-    conn: &mut PgConnection,
-    tenant: TenantId,
-    id: Uuid,
-    workspace: Uuid,
-    connector: &str,
-    email: &str,
-    token_hash: &[u8],
-    ttl_secs: i64,
-    created_by: &str,
-) -> Result<Link> {
+/// A link's row before it is inserted: only its secret's SHA-256 is kept.
+pub struct NewLink<'a> {
+    pub id: Uuid,
+    pub workspace: Uuid,
+    pub connector: &'a str,
+    pub email: &'a str,
+    pub token_hash: &'a [u8],
+    pub ttl_secs: i64,
+}
+
+/// Inserts an outstanding link that expires `ttl_secs` from now (database clock).
+pub async fn insert(conn: &mut PgConnection, tenant: TenantId, link: &NewLink<'_>, created_by: &str) -> Result<Link> {
+    let NewLink { id, workspace, connector, email, token_hash, ttl_secs } = *link;
     let row = link!(
         RETURNING r#"INSERT INTO connect_links (tenant_id, id, workspace_id, connector_id, email, token_hash, created_by, expires_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8::float8))"#,

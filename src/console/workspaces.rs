@@ -421,7 +421,8 @@ async fn oauth_disconnect(
     Path((_, ws, id)): Path<(String, String, String)>,
 ) -> Result<Response, PageError> {
     let (workspace, connector, o, owner) = managed_grant(&c, &state, &ws, &id).await?;
-    crate::oauth::disconnect(&state, &c.ctx.audit, c.ctx.tenant.id, workspace, &id, &connector, &o, owner).await?;
+    let slot = Slot { tenant: c.ctx.tenant.id, workspace, connector: &id, owner };
+    crate::oauth::disconnect(&state, &c.ctx.audit, &slot, &connector, &o).await?;
     Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}", c.slug())).into_response())
 }
 

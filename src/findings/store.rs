@@ -211,7 +211,6 @@ macro_rules! rule_columns {
 
 /// A new rule, created only when `expires_at` is in the future and at most 90 days away on
 /// the database clock (None otherwise).
-#[allow(clippy::too_many_arguments)]
 pub async fn insert_rule(
     conn: &mut PgConnection,
     tenant: TenantId,

@@ -84,7 +84,8 @@ pub async fn fork(
     copies::record(db, tenant, audit, config.copies.lease_ms, &mv).await?.epoch()?;
     copies::fault(config, "fork.after_record");
     let outcome = async {
-        let (catalogs, credentials) = copy(db, config, tenant, audit, &mv, source, slug, fork_id, ttl).await?;
+        let (catalogs, credentials) =
+            copy(db, config, tenant, audit, &mv, source, NewFork { id: fork_id, slug, ttl_hours: ttl }).await?;
         copies::fault(config, "fork.after_copy");
         let workspace = confirm(db, tenant, audit, &mv, source, fork_id).await?;
         Ok(Forked {
@@ -103,9 +104,16 @@ pub async fn fork(
     outcome
 }
 
+/// The workspace a fork creates: its id, its slug and how many hours it lives.
+#[derive(Clone, Copy)]
+struct NewFork<'a> {
+    id: Uuid,
+    slug: &'a str,
+    ttl_hours: i64,
+}
+
 /// The copy step: under the move's lease, the fork's row (`provisioning`), its configuration,
 /// catalogs and re-sealed shared credentials, in one transaction.
-#[allow(clippy::too_many_arguments)]
 async fn copy(
     db: &Db,
     config: &Config,
@@ -113,10 +121,9 @@ async fn copy(
     audit: &Audit,
     mv: &Move,
     source: &str,
-    slug: &str,
-    fork_id: Uuid,
-    ttl: i64,
+    fork: NewFork<'_>,
 ) -> Result<(u64, u64)> {
+    let NewFork { id: fork_id, slug, ttl_hours: ttl } = fork;
     let ring = config.vault_keys.as_ref();
     db.serializable(Scope::Tenant(tenant), move |conn, _| {
         Box::pin(async move {

@@ -91,7 +91,6 @@ pub async fn shared_credentials(conn: &mut PgConnection, tenant: TenantId, sourc
     .await?)
 }
 
-#[allow(clippy::too_many_arguments)]
 pub async fn insert_credential(
     conn: &mut PgConnection,
     tenant: TenantId,

@@ -326,19 +326,17 @@ pub async fn decide(
                 if client.revoked {
                     return Err(Error::Forbidden { code: "client_revoked", message: "this client's access was revoked".into() });
                 }
-                let grant = store::insert_grant(
-                    &mut *conn,
-                    tenant,
-                    client.id,
-                    member.id,
-                    c_ref.bound.workspace.id.0,
-                    &c_ref.resource,
-                    c_ref.pool.as_deref(),
-                    &code_hash,
-                    &c_ref.redirect_uri,
-                    &c_ref.challenge,
-                )
-                .await?;
+                let new = store::NewGrant {
+                    client_ref: client.id,
+                    member_id: member.id,
+                    workspace_id: c_ref.bound.workspace.id.0,
+                    resource: &c_ref.resource,
+                    pool: c_ref.pool.as_deref(),
+                    code_hash: &code_hash,
+                    redirect_uri: &c_ref.redirect_uri,
+                    code_challenge: &c_ref.challenge,
+                };
+                let grant = store::insert_grant(&mut *conn, tenant, &new).await?;
                 let entry = Entry {
                     tenant: Some(tenant),
                     audit: &audit,

@@ -123,20 +123,23 @@ pub async fn refresh_document_client(
     Ok(())
 }
 
-/// A new grant (token family) and its authorization code.
-#[allow(clippy::too_many_arguments)]
-pub async fn insert_grant(
-    conn: &mut PgConnection,
-    tenant: TenantId,
-    client_ref: Uuid,
-    member_id: Uuid,
-    workspace_id: Uuid,
-    resource: &str,
-    pool: Option<&str>,
-    code_hash: &[u8],
-    redirect_uri: &str,
-    code_challenge: &str,
-) -> Result<Uuid> {
+/// A grant (token family) to create: who authorized which client for what, and its first
+/// authorization code (stored as its digest) with the redirect URI and PKCE challenge it is
+/// bound to.
+pub struct NewGrant<'a> {
+    pub client_ref: Uuid,
+    pub member_id: Uuid,
+    pub workspace_id: Uuid,
+    pub resource: &'a str,
+    pub pool: Option<&'a str>,
+    pub code_hash: &'a [u8],
+    pub redirect_uri: &'a str,
+    pub code_challenge: &'a str,
+}
+
+/// A new grant (token family) and its authorization code; the grant's id.
+pub async fn insert_grant(conn: &mut PgConnection, tenant: TenantId, grant: &NewGrant<'_>) -> Result<Uuid> {
+    let NewGrant { client_ref, member_id, workspace_id, resource, pool, code_hash, redirect_uri, code_challenge } = *grant;
     let id = Uuid::new_v4();
     sqlx::query(
         "INSERT INTO mcp_grants (tenant_id, id, client_ref, member_id, workspace_id, resource, pool, scope)

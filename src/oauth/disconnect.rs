@@ -116,18 +116,15 @@ pub async fn show(
 /// transaction writing the revocation intent (holding the sealed tokens) when the provider
 /// advertises revocation; then revokes at the provider (RFC 7009) and settles the intent. An
 /// intent a crash leaves unsettled is settled by [`super::sweep`]. `not_found` when there was
-/// no grant.
-#[allow(clippy::too_many_arguments)]
+/// no grant. `connector` is the slot's connector, `o` its OAuth settings.
 pub async fn disconnect(
     state: &AppState,
     audit: &Audit,
-    tenant: TenantId,
-    workspace: Uuid,
-    id: &str,
+    slot: &Slot<'_>,
     connector: &Connector,
     o: &OauthAuth,
-    owner: Owner,
 ) -> Result<serde_json::Value> {
+    let Slot { tenant, workspace, connector: id, owner } = *slot;
     let ring = ring(state)?;
     let (row, _) = state
         .db

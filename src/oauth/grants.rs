@@ -135,7 +135,6 @@ enum Refreshed {
 
 /// One refresh attempt: the lease and the spent mark by one compare-and-set, then (only for
 /// the winner) the request, then the outcome.
-#[allow(clippy::too_many_arguments)]
 async fn refresh_once(
     state: &AppState,
     ring: &KeyRing,
@@ -197,22 +196,12 @@ async fn refresh_once(
                 .db
                 .serializable(Scope::Tenant(tenant), move |conn, _| {
                     Box::pin(async move {
-                        if !store::refreshed(&mut *conn, tenant, workspace, id, owner, holder, expires_in, rotated).await? {
+                        let slot = Slot { tenant, workspace, connector: id, owner };
+                        if !store::refreshed(&mut *conn, &slot, holder, expires_in, rotated).await? {
                             // Disconnected (or killed) meanwhile: keep nothing.
                             return Ok(());
                         }
-                        crate::vault::slots::tx::upsert(
-                            &mut *conn,
-                            tenant,
-                            workspace,
-                            id,
-                            owner,
-                            ring.active(),
-                            envelope,
-                            fields,
-                            &audit.actor,
-                        )
-                        .await?;
+                        crate::vault::slots::tx::upsert(&mut *conn, &slot, ring.active(), envelope, fields, &audit.actor).await?;
                         let entry = Entry {
                             tenant: Some(tenant),
                             audit,

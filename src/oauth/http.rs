@@ -25,7 +25,7 @@ use crate::{
     members::{self, Permission},
     pages::{self, escape},
     sessions, tenants,
-    vault::Owner,
+    vault::{Owner, slots::Slot},
     workspaces::{self, Connector, config::SlotKind},
 };
 
@@ -222,7 +222,8 @@ async fn connect_url(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws,
 async fn disconnect(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, kind)): GrantPath) -> Result<Json<Value>> {
     let (workspace, connector, _, owner) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
     let o = connector.auth().oauth().cloned().ok_or(Error::NotFound { what: "grant" })?;
-    Ok(Json(super::disconnect(&state, &ctx.audit, ctx.tenant.id, workspace, &id, &connector, &o, owner).await?))
+    let slot = Slot { tenant: ctx.tenant.id, workspace, connector: &id, owner };
+    Ok(Json(super::disconnect(&state, &ctx.audit, &slot, &connector, &o).await?))
 }
 
 #[derive(Deserialize)]

@@ -56,7 +56,7 @@ use crate::{
     members::{self, Permission},
     oidc::Http,
     secrets,
-    vault::{Aad, KeyRing, Owner, PURPOSE_OAUTH_FLOW, PURPOSE_OAUTH_GRANT},
+    vault::{Aad, KeyRing, Owner, PURPOSE_OAUTH_FLOW, PURPOSE_OAUTH_GRANT, slots::Slot},
     workspaces::{
         Connector,
         config::{OauthAuth, SlotKind},
@@ -313,7 +313,9 @@ pub async fn start(
     state
         .db
         .single_decision(Scope::Tenant(tenant), move |conn, _| {
-            Box::pin(store::insert_flow(conn, tenant, hash, workspace, id, owner, started_by, link_id, sealed, client, iss))
+            let slot = Slot { tenant, workspace, connector: id, owner };
+            let flow = store::NewFlow { state_hash: hash, started_by, link_id, verifier: sealed, client, iss };
+            Box::pin(async move { store::insert_flow(conn, &slot, flow).await })
         })
         .await?;
     Ok(url.to_string())
@@ -455,7 +457,8 @@ pub async fn finish(
         },
         label: label.as_deref(),
     };
-    let stored = store_grant(state, ring, tenant, flow.workspace, &flow.connector, owner, &tokens, grant, &audit).await;
+    let slot = Slot { tenant, workspace: flow.workspace, connector: &flow.connector, owner };
+    let stored = store_grant(state, ring, &slot, &tokens, grant, &audit).await;
     if let Err(e) = stored {
         if let Some(link) = flow.link_id {
             // The link was consumed for a credential that was never stored: give it back.
@@ -484,18 +487,17 @@ struct GrantParts<'a> {
     label: Option<&'a str>,
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Seals the tokens into the slot and records the grant and its admin-log row, in one
+/// transaction.
 async fn store_grant(
     state: &AppState,
     ring: &KeyRing,
-    tenant: TenantId,
-    workspace: Uuid,
-    connector: &str,
-    owner: Owner,
+    slot: &Slot<'_>,
     tokens: &Tokens,
     grant: GrantParts<'_>,
     audit: &Audit,
 ) -> Result<()> {
+    let Slot { tenant, workspace, connector, owner } = *slot;
     let GrantParts { expires_in, client, label } = grant;
     let plaintext = Zeroizing::new(serde_json::to_vec(tokens).map_err(anyhow::Error::from)?);
     let envelope = ring.seal(&aad(tenant, workspace, connector, owner, PURPOSE_OAUTH_GRANT), &plaintext);
@@ -507,10 +509,10 @@ async fn store_grant(
         .db
         .serializable(Scope::Tenant(tenant), move |conn, _| {
             Box::pin(async move {
-                crate::vault::slots::tx::upsert(&mut *conn, tenant, workspace, connector, owner, ring.active(), envelope, fields, &audit.actor)
+                crate::vault::slots::tx::upsert(&mut *conn, slot, ring.active(), envelope, fields, &audit.actor)
                     .await
                     .map_err(|e| e.on_constraint("credentials_member_fkey", || Error::NotFound { what: "member" }))?;
-                store::upsert_grant(&mut *conn, tenant, workspace, connector, owner, expires_in, client, label, &audit.actor).await?;
+                store::upsert_grant(&mut *conn, slot, expires_in, client, label, &audit.actor).await?;
                 let entry = Entry {
                     tenant: Some(tenant),
                     audit,

@@ -101,10 +101,7 @@ pub(super) async fn register(
                         let fields = json!([{ "name": client_auth::SECRET_FIELD, "last4": null }]);
                         crate::vault::slots::tx::upsert(
                             &mut *conn,
-                            tenant,
-                            workspace,
-                            id,
-                            Owner::OauthClient,
+                            &client_auth::secret_slot(tenant, workspace, id),
                             ring.active(),
                             envelope,
                             &fields,

@@ -6,7 +6,11 @@ use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
 use super::issuer::IssCheck;
-use crate::{error::Result, ids::TenantId, vault::Owner};
+use crate::{
+    error::Result,
+    ids::TenantId,
+    vault::{Owner, slots::Slot},
+};
 
 pub const FLOW_TTL_SECS: i64 = 900;
 /// How long a replica may hold a grant's refresh lease.
@@ -44,20 +48,25 @@ pub struct Flow {
     pub scopes: Option<Vec<String>>,
 }
 
-#[allow(clippy::too_many_arguments)]
-pub async fn insert_flow(
-    conn: &mut PgConnection,
-    tenant: TenantId,
-    state_hash: &[u8],
-    workspace: Uuid,
-    connector: &str,
-    owner: Owner,
-    started_by: Option<Uuid>,
-    link_id: Option<Uuid>,
-    verifier: &str,
-    client: FlowClient<'_>,
-    iss: &IssCheck,
-) -> Result<()> {
+/// What a new flow records beside its slot, until the callback claims it.
+#[derive(Clone, Copy, Debug)]
+pub struct NewFlow<'a> {
+    /// The digest of the `state` parameter the callback brings back.
+    pub state_hash: &'a [u8],
+    /// The member who started it (None: a connect link did).
+    pub started_by: Option<Uuid>,
+    pub link_id: Option<Uuid>,
+    /// The PKCE verifier, sealed.
+    pub verifier: &'a str,
+    pub client: FlowClient<'a>,
+    pub iss: &'a IssCheck,
+}
+
+/// Records a pending flow for the slot (the slot carries the tenant), first dropping the
+/// tenant's flows expired over an hour ago.
+pub async fn insert_flow(conn: &mut PgConnection, slot: &Slot<'_>, flow: NewFlow<'_>) -> Result<()> {
+    let Slot { tenant, workspace, connector, owner } = *slot;
+    let NewFlow { state_hash, started_by, link_id, verifier, client, iss } = flow;
     sqlx::query("DELETE FROM oauth_flows WHERE tenant_id = $1 AND expires_at <= now() - interval '1 hour'")
         .bind(tenant)
         .execute(&mut *conn)
@@ -198,18 +207,16 @@ pub async fn grant(
 }
 
 /// Creates or replaces a grant after a successful authorization (lease and spent mark cleared).
-#[allow(clippy::too_many_arguments)]
+/// The slot carries the tenant.
 pub async fn upsert_grant(
     conn: &mut PgConnection,
-    tenant: TenantId,
-    workspace: Uuid,
-    connector: &str,
-    owner: Owner,
+    slot: &Slot<'_>,
     expires_in_secs: Option<i64>,
     client: FlowClient<'_>,
     account_label: Option<&str>,
     by: &str,
 ) -> Result<()> {
+    let Slot { tenant, workspace, connector, owner } = *slot;
     sqlx::query(
         "INSERT INTO oauth_grants AS g (tenant_id, workspace_id, connector_id, owner, member_id, access_expires_at,
                                        token_endpoint, account_label, connected_by, client_id, client_auth, resource, scopes)
@@ -316,18 +323,16 @@ pub async fn take_lease(
 }
 
 /// Records a refresh's new expiry and releases the lease (only by its holder). `keep_spent`
-/// false clears the spent mark: the provider kept the same refresh token alive.
-#[allow(clippy::too_many_arguments)]
+/// false clears the spent mark: the provider kept the same refresh token alive. The slot
+/// carries the tenant.
 pub async fn refreshed(
     conn: &mut PgConnection,
-    tenant: TenantId,
-    workspace: Uuid,
-    connector: &str,
-    owner: Owner,
+    slot: &Slot<'_>,
     holder: Uuid,
     expires_in_secs: Option<i64>,
     keep_spent: bool,
 ) -> Result<bool> {
+    let Slot { tenant, workspace, connector, owner } = *slot;
     let done = sqlx::query(
         "UPDATE oauth_grants SET access_expires_at = now() + make_interval(secs => $6::float8), lease_holder = NULL,
                 lease_until = NULL, refreshed_at = now(), spent_refresh = CASE WHEN $7 THEN spent_refresh END

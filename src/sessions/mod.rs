@@ -61,7 +61,9 @@ pub async fn create(
     store::prune(&mut *conn).await?;
     let raw = secrets::random_b64(32);
     let csrf = secrets::random_b64(32);
-    let session = store::insert(conn, &secrets::digest(&raw), principal, email, name, &csrf, IDLE_SECS, ABSOLUTE_SECS).await?;
+    let id_hash = secrets::digest(&raw);
+    let new = store::NewSession { id_hash: &id_hash, principal, email, name, csrf: &csrf };
+    let session = store::insert(conn, &new, IDLE_SECS, ABSOLUTE_SECS).await?;
     Ok((raw, session))
 }
 

@@ -49,17 +49,19 @@ pub async fn prune(conn: &mut PgConnection) -> Result<u64> {
     Ok(sqlx::query(PRUNE).bind(PRUNE_BATCH).execute(conn).await?.rows_affected())
 }
 
-#[allow(clippy::too_many_arguments)]
-pub async fn insert(
-    conn: &mut PgConnection,
-    id_hash: &[u8],
-    p: &Principal,
-    email: Option<&str>,
-    name: Option<&str>,
-    csrf: &str,
-    idle_secs: i64,
-    absolute_secs: i64,
-) -> Result<Session> {
+/// A session's row before it is inserted: the digest of its id, who signed in, and its CSRF
+/// token.
+pub struct NewSession<'a> {
+    pub id_hash: &'a [u8],
+    pub principal: &'a Principal,
+    pub email: Option<&'a str>,
+    pub name: Option<&'a str>,
+    pub csrf: &'a str,
+}
+
+/// Inserts a session that expires after `idle_secs` unused or `absolute_secs` in all.
+pub async fn insert(conn: &mut PgConnection, new: &NewSession<'_>, idle_secs: i64, absolute_secs: i64) -> Result<Session> {
+    let NewSession { id_hash, principal: p, email, name, csrf } = *new;
     let row = sqlx::query_as!(
         Row,
         "INSERT INTO sessions (id_hash, issuer, subject, email, display_name, csrf_token, idle_expires_at, absolute_expires_at)

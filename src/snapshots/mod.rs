@@ -35,7 +35,10 @@ use crate::{
     ids::TenantId,
     ids::WorkspaceId,
     tenants::validate_slug,
-    vault::{Aad, KeyRing, Owner, PURPOSE_CONNECTOR, slots::parse_owner},
+    vault::{
+        Aad, KeyRing, Owner, PURPOSE_CONNECTOR,
+        slots::{Slot, parse_owner},
+    },
     workspaces::{self, Document},
 };
 
@@ -172,7 +175,7 @@ pub async fn export(db: &Db, config: &Config, tenant: TenantId, audit: &Audit, s
     let epoch = copies::record(db, tenant, audit, config.copies.lease_ms, &mv).await?.epoch()?;
     copies::fault(config, "snapshot.after_record");
     let outcome = async {
-        let (body, subjects, erased) = read(db, ring, tenant, audit, &mv, slug, &file, epoch).await?;
+        let (body, subjects, erased) = read(Step { db, ring, tenant, audit, mv: &mv }, slug, &file, epoch).await?;
         let (path, temp) = paths(config, &file);
         std::fs::create_dir_all(&config.copies.snapshot_dir)
             .and_then(|()| std::fs::write(&temp, &body))
@@ -209,19 +212,21 @@ pub async fn export(db: &Db, config: &Config, tenant: TenantId, audit: &Audit, s
     outcome
 }
 
+/// What both copy steps (an export's [`read`], a restore's [`write`]) work with: the tenant's
+/// move, the database it holds its lease in, and the ring that opens and seals.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    db: &'a Db,
+    ring: &'a KeyRing,
+    tenant: TenantId,
+    audit: &'a Audit,
+    mv: &'a Move,
+}
+
 /// The export's copy step: reads the state under the move's lease and seals it; (file body,
 /// subjects written, subjects erased).
-#[allow(clippy::too_many_arguments)]
-async fn read(
-    db: &Db,
-    ring: &KeyRing,
-    tenant: TenantId,
-    audit: &Audit,
-    mv: &Move,
-    slug: &str,
-    file: &str,
-    epoch: i64,
-) -> Result<(Vec<u8>, usize, usize)> {
+async fn read(step: Step<'_>, slug: &str, file: &str, epoch: i64) -> Result<(Vec<u8>, usize, usize)> {
+    let Step { db, ring, tenant, audit, mv } = step;
     db.serializable(Scope::Tenant(tenant), move |conn, _| {
         Box::pin(async move {
             copies::hold(&mut *conn, tenant, mv.id).await?;
@@ -314,7 +319,7 @@ pub async fn restore(db: &Db, config: &Config, tenant: TenantId, audit: &Audit, 
     copies::record(db, tenant, audit, config.copies.lease_ms, &mv).await?.epoch()?;
     copies::fault(config, "restore.after_record");
     let outcome = async {
-        let (restored, unreadable) = write(db, ring, tenant, audit, &mv, &snap, &document, id, slug).await?;
+        let (restored, unreadable) = write(Step { db, ring, tenant, audit, mv: &mv }, &snap, &document, id, slug).await?;
         copies::fault(config, "restore.after_copy");
         let mv = &mv;
         db.serializable(Scope::Tenant(tenant), move |conn, _| {
@@ -347,19 +352,10 @@ pub async fn restore(db: &Db, config: &Config, tenant: TenantId, audit: &Audit, 
     outcome
 }
 
-/// The restore's copy step: the new workspace (`provisioning`) and everything still readable.
-#[allow(clippy::too_many_arguments)]
-async fn write(
-    db: &Db,
-    ring: &KeyRing,
-    tenant: TenantId,
-    audit: &Audit,
-    mv: &Move,
-    snap: &File,
-    document: &Document,
-    id: Uuid,
-    slug: &str,
-) -> Result<(usize, usize)> {
+/// The restore's copy step: the new workspace `id` (`provisioning`) and everything still
+/// readable.
+async fn write(step: Step<'_>, snap: &File, document: &Document, id: Uuid, slug: &str) -> Result<(usize, usize)> {
+    let Step { db, ring, tenant, audit, mv } = step;
     db.serializable(Scope::Tenant(tenant), move |conn, _| {
         Box::pin(async move {
             copies::hold(&mut *conn, tenant, mv.id).await?;
@@ -380,8 +376,8 @@ async fn write(
                 })?;
                 let to = Aad { workspace: id, purpose: PURPOSE_CONNECTOR, ..from };
                 let sealed = ring.seal(&to, &plaintext);
-                store::restore_credential(&mut *conn, tenant, id, &c.connector, &c.owner, None, ring.active(), &sealed, &c.fields, &audit.actor)
-                    .await?;
+                let slot = Slot { tenant, workspace: id, connector: &c.connector, owner };
+                store::restore_credential(&mut *conn, &slot, ring.active(), &sealed, &c.fields, &audit.actor).await?;
             }
             let (mut restored, mut unreadable) = (0usize, 0usize);
             // The file names subjects by digest: find each one's live key by its digest.
@@ -410,11 +406,7 @@ async fn write(
                     let sealed = ring.seal(&to, text.as_bytes());
                     store::restore_credential(
                         &mut *conn,
-                        tenant,
-                        id,
-                        connector,
-                        owner_text,
-                        owner.member_id(),
+                        &Slot { tenant, workspace: id, connector, owner },
                         ring.active(),
                         &sealed,
                         fields,

@@ -3,7 +3,7 @@
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::{error::Result, ids::TenantId};
+use crate::{error::Result, ids::TenantId, vault::slots::Slot};
 
 /// The workspace's stored catalogs, as JSON rows without tenant and workspace.
 pub async fn catalogs(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid) -> Result<Vec<serde_json::Value>> {
@@ -147,15 +147,11 @@ pub async fn restore_activity(conn: &mut PgConnection, tenant: TenantId, workspa
     Ok(())
 }
 
-/// Inserts a restored credential (personal ones only while the member exists).
-#[allow(clippy::too_many_arguments)]
+/// Inserts a restored credential into its slot, which carries the tenant (personal ones only
+/// while the member exists).
 pub async fn restore_credential(
     conn: &mut PgConnection,
-    tenant: TenantId,
-    workspace: Uuid,
-    connector: &str,
-    owner: &str,
-    member: Option<Uuid>,
+    slot: &Slot<'_>,
     key_id: &str,
     envelope: &str,
     fields: &serde_json::Value,
@@ -165,11 +161,11 @@ pub async fn restore_credential(
         "INSERT INTO credentials (tenant_id, workspace_id, connector_id, owner, member_id, key_id, envelope, fields, updated_by)
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
           WHERE $5::uuid IS NULL OR EXISTS (SELECT 1 FROM members WHERE tenant_id = $1 AND id = $5)",
-        tenant.0,
-        workspace,
-        connector,
-        owner,
-        member,
+        slot.tenant.0,
+        slot.workspace,
+        slot.connector,
+        slot.owner.as_text(),
+        slot.owner.member_id(),
         key_id,
         envelope,
         fields,

@@ -38,7 +38,7 @@ use crate::{
     db::{Db, Scope},
     error::{Error, Result},
     ids::TenantId,
-    tenants::{self, Status},
+    tenants::{self, Status, Tenant},
     vault::{Aad, KeyRing, PURPOSE_CONNECTOR, PURPOSE_OAUTH_GRANT, slots::parse_owner},
 };
 
@@ -261,7 +261,7 @@ pub async fn export(
     })?;
     let written = async {
         let mut conn = store::snapshot(db, tenant.id).await?;
-        let written = write_body(&mut conn, ring, key, tenant.id, &tenant.slug, export_id, file, without_activity).await;
+        let written = write_body(&mut conn, ring, key, &tenant, export_id, file, without_activity).await;
         // Read only: ending it changes nothing, and a failed export ends it too.
         store::end(conn).await?;
         written
@@ -279,17 +279,18 @@ pub async fn export(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Writes the export's records (begin, every row with its sealed values opened, manifest) of
+/// `tenant` (its id and slug) into `file`, sealed under `key`.
 async fn write_body(
     conn: &mut sqlx::PgConnection,
     ring: &KeyRing,
     key: &TransferKey,
-    tenant: TenantId,
-    slug: &str,
+    tenant: &Tenant,
     export_id: Uuid,
     file: std::fs::File,
     without_activity: bool,
 ) -> Result<BTreeMap<String, TableSum>> {
+    let (tenant, slug) = (tenant.id, tenant.slug.as_str());
     let (copies, revocations) = store::unsettled(&mut *conn, tenant).await?;
     if copies > 0 || revocations > 0 {
         return Err(Error::Conflict {

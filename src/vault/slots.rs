@@ -178,19 +178,9 @@ pub async fn set(db: &Db, ring: &KeyRing, audit: &Audit, slot: Slot<'_>, kind: S
     let row = db
         .serializable(Scope::Tenant(slot.tenant), move |conn, _| {
             Box::pin(async move {
-                let (row, replaced) = store::upsert(
-                    &mut *conn,
-                    slot.tenant,
-                    slot.workspace,
-                    slot.connector,
-                    slot.owner,
-                    ring.active(),
-                    envelope,
-                    meta,
-                    &audit.actor,
-                )
-                .await
-                .map_err(|e| e.on_constraint("credentials_member_fkey", || Error::NotFound { what: "member" }))?;
+                let (row, replaced) = store::upsert(&mut *conn, &slot, ring.active(), envelope, meta, &audit.actor)
+                    .await
+                    .map_err(|e| e.on_constraint("credentials_member_fkey", || Error::NotFound { what: "member" }))?;
                 let names: Vec<&str> = meta.as_array().into_iter().flatten().filter_map(|f| f["name"].as_str()).collect();
                 let entry = Entry {
                     tenant: Some(slot.tenant),

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row, postgres::PgRow};
 use uuid::Uuid;
 
-use super::Owner;
+use super::{Owner, slots::Slot};
 use crate::{error::Result, ids::TenantId};
 
 /// One slot's row, with its sealed envelope.
@@ -61,19 +61,16 @@ pub async fn get(
 }
 
 /// Inserts or replaces the slot's envelope (the version counts replacements). Returns the row
-/// and whether it replaced one.
-#[allow(clippy::too_many_arguments)]
+/// and whether it replaced one. The slot carries the tenant.
 pub async fn upsert(
     conn: &mut PgConnection,
-    tenant: TenantId,
-    workspace: Uuid,
-    connector: &str,
-    owner: Owner,
+    slot: &Slot<'_>,
     key_id: &str,
     envelope: &str,
     fields: &serde_json::Value,
     updated_by: &str,
 ) -> Result<(Stored, bool)> {
+    let Slot { tenant, workspace, connector, owner } = *slot;
     let row = sqlx::query(
         "INSERT INTO credentials AS c (tenant_id, workspace_id, connector_id, owner, member_id, key_id, envelope, fields, updated_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
