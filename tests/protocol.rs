@@ -458,8 +458,8 @@ async fn prompts_and_resources_are_granted_singly_and_ungranted_ones_look_missin
             "prompts": [format!("everything.{prompt}")], "resources": [format!("everything.{uri}")] }] }),
     )
     .await;
-    assert_eq!(names(&ask("prompts/list", json!({})).await, "prompts", "name"), [prompt.clone()]);
-    assert_eq!(names(&ask("resources/list", json!({})).await, "resources", "uri"), [uri.clone()]);
+    assert_eq!(names(&ask("prompts/list", json!({})).await, "prompts", "name"), std::slice::from_ref(prompt));
+    assert_eq!(names(&ask("resources/list", json!({})).await, "resources", "uri"), std::slice::from_ref(uri));
     assert_eq!(
         names(&ask("resources/templates/list", json!({})).await, "resourceTemplates", "uriTemplate"),
         Vec::<String>::new(),
