@@ -10,7 +10,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{Machine, Served, TestDb, cli, gatehouse, http, next_message, provision};
+use common::{Machine, Served, TestDb, cli, gatehouse, handshake, http, next_message, on_session, provision};
 use serde_json::{Value, json};
 
 /// A tenant with a workspace `main`, the downstream as connector `conformance` and a native
@@ -208,25 +208,6 @@ async fn the_python_sdk_answers_sampling_and_elicitation_on_2026_07_28_with_each
 
     assert_eq!(a.terminate().await, 0);
     assert_eq!(b.terminate().await, 0);
-}
-
-/// A handshake-era agent's session on `url`: `initialize` declaring `capabilities`; the
-/// session id the endpoint gave.
-async fn handshake(url: &str, m: &Machine, capabilities: Value) -> String {
-    let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": { "name": "t", "version": "1" } } });
-    let r = m.headers(http().post(url)).header("accept", "application/json, text/event-stream").json(&body).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    r.headers()["mcp-session-id"].to_str().unwrap().to_owned()
-}
-
-/// A POST on the handshake era's session (a call, or an answer to a relayed request).
-fn on_session(url: &str, m: &Machine, session: &str, body: &Value) -> reqwest::RequestBuilder {
-    m.headers(http().post(url))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", session)
-        .json(body)
 }
 
 #[tokio::test]

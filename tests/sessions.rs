@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use common::{Machine, Served, TestDb, cli, gatehouse, http, next_message, provision};
+use common::{Machine, Served, TestDb, cli, gatehouse, handshake, next_message, on_session, provision};
 use serde_json::{Value, json};
 
 /// A tenant `acme` with a workspace `main`, the downstream as connector `conformance` and a
@@ -41,23 +41,6 @@ async fn replica(t: &TestDb, env: &[(&str, &str)]) -> Served {
     c.env("GATEHOUSE_VAULT_KEYS", common::vault_key("k1"));
     c.envs(env.iter().copied());
     Served::start(c).await
-}
-
-/// A handshake-era agent's session that declared sampling (so it can be asked).
-async fn handshake(url: &str, m: &Machine) -> String {
-    let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": { "sampling": {} }, "clientInfo": { "name": "t", "version": "1" } } });
-    let r = m.headers(http().post(url)).header("accept", "application/json, text/event-stream").json(&body).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    r.headers()["mcp-session-id"].to_str().unwrap().to_owned()
-}
-
-fn on_session(url: &str, m: &Machine, session: &str, body: &Value) -> reqwest::RequestBuilder {
-    m.headers(http().post(url))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", session)
-        .json(body)
 }
 
 fn call(id: u64, tool: &str, arguments: Value) -> Value {
@@ -98,7 +81,7 @@ async fn a_session_is_reused_and_a_restarted_downstream_gets_a_fresh_one_through
     // Every checkout pings (no trust window), so the restart is found by the liveness check.
     let a = replica(&t, &[("GATEHOUSE_DOWNSTREAM_SESSION_TRUST_MS", "0")]).await;
     let pool = format!("{}/t/acme/w/main/mcp/native", a.base);
-    let agent = handshake(&pool, &acme).await;
+    let agent = handshake(&pool, &acme, json!({ "sampling": {} })).await;
 
     // (a) Two calls that need a session: the same downstream session serves both.
     for id in 1..=2 {
@@ -146,7 +129,7 @@ async fn a_configuration_change_deletes_the_old_configurations_sessions() {
     let acme = tenant(&t, &url).await;
     let a = replica(&t, &[]).await;
     let pool = format!("{}/t/acme/w/main/mcp/native", a.base);
-    let agent = handshake(&pool, &acme).await;
+    let agent = handshake(&pool, &acme, json!({ "sampling": {} })).await;
     let r = on_session(&pool, &acme, &agent, &call(1, "test_simple_text", json!({}))).send().await.unwrap();
     answer_text(r).await;
     let old = sessions_of(&log_of(&log), "tools/call")[0].clone();
@@ -187,7 +170,7 @@ async fn concurrent_calls_that_need_a_session_never_open_more_than_the_pool_boun
     let acme = tenant(&t, &url).await;
     let a = replica(&t, &[("GATEHOUSE_DOWNSTREAM_SESSIONS_PER_POOL", "2")]).await;
     let pool = format!("{}/t/acme/w/main/mcp/native", a.base);
-    let agent = handshake(&pool, &acme).await;
+    let agent = handshake(&pool, &acme, json!({ "sampling": {} })).await;
 
     // Each call asks the agent for a completion and holds its session until answered; the
     // answers wait for the gate.

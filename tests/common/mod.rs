@@ -774,3 +774,22 @@ pub async fn next_message(r: &mut reqwest::Response, buffer: &mut String) -> ser
         buffer.push_str(std::str::from_utf8(&chunk).unwrap());
     }
 }
+
+/// A handshake-era agent's session on `url`: `initialize` declaring `capabilities`; the
+/// session id the endpoint gave.
+pub async fn handshake(url: &str, m: &Machine, capabilities: serde_json::Value) -> String {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": { "name": "t", "version": "1" } } });
+    let r = m.headers(http().post(url)).header("accept", "application/json, text/event-stream").json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.headers()["mcp-session-id"].to_str().unwrap().to_owned()
+}
+
+/// A POST on the handshake era's session (a call, or an answer to a relayed request).
+pub fn on_session(url: &str, m: &Machine, session: &str, body: &serde_json::Value) -> reqwest::RequestBuilder {
+    m.headers(http().post(url))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", session)
+        .json(body)
+}
