@@ -187,21 +187,17 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
         let mut quiet = Duration::ZERO;
         loop {
             let closing = CLOSING.notified();
-            if CLOSED.load(Ordering::SeqCst) {
+            let shutting_down = CLOSED.load(Ordering::SeqCst)
+                || tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = closing => true,
+                    _ = tokio::time::sleep(POLL) => false,
+                };
+            if shutting_down {
                 if let Some(last) = listener.closing() {
                     let _ = tx.send(last).await;
                 }
                 return;
-            }
-            tokio::select! {
-                _ = tx.closed() => return,
-                _ = closing => {
-                    if let Some(last) = listener.closing() {
-                        let _ = tx.send(last).await;
-                    }
-                    return;
-                }
-                _ = tokio::time::sleep(POLL) => {}
             }
             quiet += POLL;
             let Ok(Some(now)) = crate::epochs::read(&state.db, ctx.tenant.id).await else { continue };
