@@ -168,7 +168,8 @@ async fn concurrent_calls_that_need_a_session_never_open_more_than_the_pool_boun
     let (_downstream, url) = common::conformance_downstream_logging(Some(&log)).await;
     let t = TestDb::new().await;
     let acme = tenant(&t, &url).await;
-    let a = replica(&t, &[("GATEHOUSE_DOWNSTREAM_SESSIONS_PER_POOL", "2")]).await;
+    let bound = BOUND.to_string();
+    let a = replica(&t, &[("GATEHOUSE_DOWNSTREAM_SESSIONS_PER_POOL", bound.as_str())]).await;
     let pool = format!("{}/t/acme/w/main/mcp/native", a.base);
     let agent = handshake(&pool, &acme, json!({ "sampling": {} })).await;
 

@@ -198,15 +198,6 @@ where
             return problem(StatusCode::BAD_REQUEST, "bad_request", "the request body could not be read", None);
         }
     };
-    // 2026-07-28's notification stream: served here, since rmcp's stateless JSON answers
-    // cannot stay open.
-    if let Some((id, tools)) = super::listen::subscription(&parts.headers, &bytes) {
-        let mut parts = parts;
-        let Some(ctx) = parts.extensions.remove::<GatewayCtx>() else {
-            return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
-        };
-        return super::listen::stream(state, ctx, super::listen::Listener::Subscription { id, tools });
-    }
     if direct
         && let Ok(call) = serde_json::from_slice::<CallRequest>(&bytes)
         && call.jsonrpc == "2.0"
@@ -220,6 +211,16 @@ where
     if direct && let Some((id, progress, work)) = relayable(&parts, &bytes) {
         DIRECT.fetch_add(1, Ordering::Relaxed);
         return answer(state, parts, id, progress, work).await;
+    }
+    // 2026-07-28's notification stream: served here, since rmcp's stateless JSON answers
+    // cannot stay open (after the direct path, which takes only handshake-era requests, so a
+    // plain call pays nothing for it).
+    if let Some((id, tools)) = super::listen::subscription(&parts.headers, &bytes) {
+        let mut parts = parts;
+        let Some(ctx) = parts.extensions.remove::<GatewayCtx>() else {
+            return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
+        };
+        return super::listen::stream(state, ctx, super::listen::Listener::Subscription { id, tools });
     }
     // An agent's answer to a request the gateway relayed to it during a call.
     if let Some(answered) = super::asks::answered(&state, &parts, &bytes).await {
