@@ -292,8 +292,9 @@ async fn the_get_stream_says_list_changed_when_grants_change_what_a_caller_sees_
     assert_eq!(served.terminate().await, 0);
 }
 
-/// On 2026-07-28, `subscriptions/listen` opens the stream: acknowledged first (tool list
-/// changes on a native pool; nothing on the six-tool surface), `tools/list_changed` tagged with
+/// On 2026-07-28, `subscriptions/listen` opens the stream: acknowledged first (on a native
+/// pool tool list changes, and prompt list changes since server-everything declares them;
+/// nothing on the six-tool surface), `tools/list_changed` tagged with
 /// the subscription's id when a grant changes what this caller sees and never otherwise, and the
 /// request's `complete` result when the server shuts down.
 #[tokio::test]
@@ -334,7 +335,8 @@ async fn subscriptions_listen_acknowledges_says_list_changed_only_on_a_change_an
     assert_eq!(
         data(lines.last().unwrap()),
         json!({ "jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
-            "_meta": { "io.modelcontextprotocol/subscriptionId": 7 }, "notifications": { "toolsListChanged": true } } })
+            "_meta": { "io.modelcontextprotocol/subscriptionId": 7 },
+            "notifications": { "toolsListChanged": true, "promptsListChanged": true } } })
     );
 
     // Tagged with the subscription.

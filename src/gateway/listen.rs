@@ -47,14 +47,74 @@ pub fn close_all() {
     CLOSING.notify_waiters();
 }
 
-/// What a caller sees of the tools here, as a digest: the native pool's tools with their
-/// annotations; the six-tool surface's list never changes.
-async fn seen(state: &AppState, ctx: &GatewayCtx) -> Option<[u8; 32]> {
-    if !ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
-        return None;
+/// The lists whose changes a stream tells.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lists {
+    pub tools: bool,
+    pub prompts: bool,
+    pub resources: bool,
+}
+
+impl Lists {
+    const ALL: Lists = Lists { tools: true, prompts: true, resources: true };
+
+    /// What of `self` can be honoured where `capabilities` are declared (a native pool's).
+    fn honoured(self, capabilities: &Value) -> Lists {
+        let declared = |name: &str| capabilities[name]["listChanged"] == true;
+        Lists {
+            tools: self.tools && declared("tools"),
+            prompts: self.prompts && declared("prompts"),
+            resources: self.resources && declared("resources"),
+        }
     }
-    let tools = Box::pin(super::surface::native_tools(state, ctx)).await;
-    Some(Sha256::digest(serde_json::to_vec(&tools).unwrap_or_default()).into())
+
+    fn any(self) -> bool {
+        self.tools || self.prompts || self.resources
+    }
+}
+
+/// One list a caller sees, as a digest of what it shows, so a change is told only when what
+/// the caller sees changed: the native pool's tools with their annotations, its prompts, its
+/// resources and resource templates. The six-tool surface's list never changes.
+#[derive(Default, PartialEq, Eq)]
+struct Seen {
+    tools: Option<[u8; 32]>,
+    prompts: Option<[u8; 32]>,
+    resources: Option<[u8; 32]>,
+}
+
+fn digest(value: &impl serde::Serialize) -> Option<[u8; 32]> {
+    Some(Sha256::digest(serde_json::to_vec(value).unwrap_or_default()).into())
+}
+
+async fn seen_tools(state: &AppState, ctx: &GatewayCtx) -> Option<[u8; 32]> {
+    digest(&Box::pin(super::surface::native_tools(state, ctx)).await)
+}
+
+async fn seen_prompts(state: &AppState, ctx: &GatewayCtx) -> Option<[u8; 32]> {
+    digest(&Box::pin(super::surface::native_list(state, ctx, "prompts/list", "prompts", false)).await)
+}
+
+async fn seen_resources(state: &AppState, ctx: &GatewayCtx) -> Option<[u8; 32]> {
+    let resources = Box::pin(super::surface::native_list(state, ctx, "resources/list", "resources", false)).await;
+    let templates =
+        Box::pin(super::surface::native_list(state, ctx, "resources/templates/list", "resourceTemplates", false)).await;
+    digest(&(resources, templates))
+}
+
+/// The digests of the lists in `lists`.
+async fn seen(state: &AppState, ctx: &GatewayCtx, lists: Lists) -> Seen {
+    Seen {
+        tools: if lists.tools { seen_tools(state, ctx).await } else { None },
+        prompts: if lists.prompts { seen_prompts(state, ctx).await } else { None },
+        resources: if lists.resources { seen_resources(state, ctx).await } else { None },
+    }
+}
+
+/// The configuration a stream last saw, as a digest: prompts and resources are asked of the
+/// downstreams again only when it changed (a tenant's epoch moves for any of its writes).
+fn configuration(ctx: &GatewayCtx) -> Option<[u8; 32]> {
+    digest(&ctx.bound.document)
 }
 
 /// The caller's context under the workspace's current configuration; `None` when the
@@ -84,12 +144,11 @@ async fn current(state: &AppState, ctx: &GatewayCtx, epoch: i64) -> Option<Gatew
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// Which stream this is: the handshake era's GET stream, or the response stream of a
-/// `subscriptions/listen` request (its id; whether tool list changes were asked for and can
-/// be honoured).
+/// `subscriptions/listen` request (its id; the list changes it asked for).
 #[derive(Clone)]
 pub enum Listener {
     Get,
-    Subscription { id: Value, tools: bool },
+    Subscription { id: Value, lists: Lists },
 }
 
 impl Listener {
@@ -105,18 +164,24 @@ impl Listener {
         Bytes::from(format!("event: message\ndata: {message}\n\n"))
     }
 
-    /// Whether tool list changes go out on this stream.
-    fn tools(&self) -> bool {
+    /// The list changes asked for: a GET stream gets all there are.
+    fn lists(&self) -> Lists {
         match self {
-            Listener::Get => true,
-            Listener::Subscription { tools, .. } => *tools,
+            Listener::Get => Lists::ALL,
+            Listener::Subscription { lists, .. } => *lists,
         }
     }
 
-    /// What the stream says first: the acknowledgement of a subscription.
-    fn opening(&self) -> Option<Bytes> {
-        let Listener::Subscription { tools, .. } = self else { return None };
-        let honoured = if *tools { json!({ "toolsListChanged": true }) } else { json!({}) };
+    /// What the stream says first: the acknowledgement of a subscription, naming what of its
+    /// filter is honoured (`lists`).
+    fn opening(&self, lists: Lists) -> Option<Bytes> {
+        let Listener::Subscription { .. } = self else { return None };
+        let mut honoured = json!({});
+        for (name, on) in [("toolsListChanged", lists.tools), ("promptsListChanged", lists.prompts), ("resourcesListChanged", lists.resources)] {
+            if on {
+                honoured[name] = Value::Bool(true);
+            }
+        }
         Some(self.event("notifications/subscriptions/acknowledged", json!({ "notifications": honoured })))
     }
 
@@ -128,11 +193,11 @@ impl Listener {
     }
 }
 
-/// A `subscriptions/listen` request (2026-07-28) as this endpoint takes it: its id and
-/// whether it asks for tool list changes (the only change notification served here; the
-/// acknowledgement omits the rest, as the protocol says). `None`: not such a request, or not
-/// one this path takes, so rmcp judges it.
-pub fn subscription(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<(Value, bool)> {
+/// A `subscriptions/listen` request (2026-07-28) as this endpoint takes it: its id and the
+/// list changes it asks for (resource subscriptions are not served here; the acknowledgement
+/// omits what is not honoured, as the protocol says). `None`: not such a request, or not one
+/// this path takes, so rmcp judges it.
+pub fn subscription(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<(Value, Lists)> {
     #[derive(serde::Deserialize)]
     struct Request<'a> {
         #[serde(borrow)]
@@ -149,9 +214,14 @@ pub fn subscription(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<(Val
         notifications: Filter,
     }
     #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
     struct Filter {
-        #[serde(rename = "toolsListChanged", default)]
+        #[serde(default)]
         tools_list_changed: bool,
+        #[serde(default)]
+        prompts_list_changed: bool,
+        #[serde(default)]
+        resources_list_changed: bool,
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if header("mcp-protocol-version") != Some(rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
@@ -160,38 +230,84 @@ pub fn subscription(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<(Val
         return None;
     }
     let request: Request = serde_json::from_slice(body).ok()?;
+    let Filter { tools_list_changed: tools, prompts_list_changed: prompts, resources_list_changed: resources } =
+        request.params.notifications;
     (request.jsonrpc == "2.0" && request.method == "subscriptions/listen" && (request.id.is_i64() || request.id.is_string()))
-        .then_some((request.id, request.params.notifications.tools_list_changed))
+        .then_some((request.id, Lists { tools, prompts, resources }))
+}
+
+/// How long a new stream waits for the downstreams' own streams to open before it is
+/// acknowledged, so a change made right after the acknowledgement is heard.
+const WATCH_READY: Duration = Duration::from_secs(2);
+
+/// What a stream listens to: the downstreams' watches, each heard change sent on as
+/// `(connector id, what)`; a watch that lagged is heard as every list having changed.
+struct Ears {
+    watches: Vec<(String, std::sync::Arc<super::downstream::Watch>)>,
+    _forwarders: tokio::task::JoinSet<()>,
+    rx: tokio::sync::mpsc::Receiver<(String, Option<super::downstream::Heard>)>,
+}
+
+impl Ears {
+    async fn open(state: &AppState, ctx: &GatewayCtx, lists: Lists) -> Ears {
+        let watches = if lists.any() { super::surface::native_watches(state, ctx).await } else { Vec::new() };
+        futures::future::join_all(watches.iter().map(|(_, w)| w.ready(WATCH_READY))).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut forwarders = tokio::task::JoinSet::new();
+        for (id, watch) in &watches {
+            let (id, tx, mut heard) = (id.clone(), tx.clone(), watch.subscribe());
+            forwarders.spawn(async move {
+                loop {
+                    let what = match heard.recv().await {
+                        Ok(what) => Some(what),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    };
+                    if tx.send((id.clone(), what)).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Ears { watches, _forwarders: forwarders, rx }
+    }
+
+    fn watch(&self, id: &str) -> Option<&super::downstream::Watch> {
+        self.watches.iter().find(|(i, _)| i == id).map(|(_, w)| &**w)
+    }
 }
 
 /// The GET stream, or a subscription's response stream, for this caller.
 pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
-    // Tool list changes are honoured on a native pool only (the six-tool surface's list never
-    // changes).
-    let listener = match listener {
-        Listener::Subscription { id, tools } => {
-            Listener::Subscription { id, tools: tools && ctx.pool.as_ref().is_some_and(|(_, p)| p.native) }
-        }
-        get => get,
-    };
     tokio::spawn(async move {
+        // List changes are told on a native pool only (the six-tool surface's list never
+        // changes), for the lists it declares changes of.
+        let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
+        let lists = match native {
+            true => listener.lists().honoured(&Box::pin(super::surface::native_server(&state, &ctx)).await.0),
+            false => Lists::default(),
+        };
+        let mut ears = Ears::open(&state, &ctx, lists).await;
         let mut ctx = ctx;
         let mut epoch = ctx.bound.epoch;
-        if let Some(opening) = listener.opening()
+        if let Some(opening) = listener.opening(lists)
             && tx.send(opening).await.is_err()
         {
             return;
         }
-        let mut last = if listener.tools() { seen(&state, &ctx).await } else { None };
+        let mut last = seen(&state, &ctx, lists).await;
+        let mut configured = configuration(&ctx);
         let mut quiet = Duration::ZERO;
         loop {
             let closing = CLOSING.notified();
+            let mut heard = None;
             let shutting_down = CLOSED.load(Ordering::SeqCst)
                 || tokio::select! {
                     _ = tx.closed() => return,
                     _ = closing => true,
                     _ = tokio::time::sleep(POLL) => false,
+                    Some(h) = ears.rx.recv() => { heard = Some(h); false }
                 };
             if shutting_down {
                 if let Some(last) = listener.closing() {
@@ -199,29 +315,79 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
                 }
                 return;
             }
-            quiet += POLL;
-            let Ok(Some(now)) = crate::epochs::read(&state.db, ctx.tenant.id).await else { continue };
-            if now != epoch {
-                let Some(fresh) = current(&state, &ctx, now).await else { return };
-                (ctx, epoch) = (fresh, now);
-                let digest = if listener.tools() { seen(&state, &ctx).await } else { None };
-                if digest != last {
-                    last = digest;
-                    if tx.send(listener.event("notifications/tools/list_changed", json!({}))).await.is_err() {
-                        return;
+            let now = match heard {
+                Some(_) => epoch,
+                None => {
+                    quiet += POLL;
+                    match crate::epochs::read(&state.db, ctx.tenant.id).await {
+                        Ok(Some(now)) => now,
+                        _ => continue,
                     }
                 }
-                // Says the change was looked at (a comment: clients ignore it).
-                if tx.send(Bytes::from_static(b": checked\n\n")).await.is_err() {
+            };
+            // What to look at again: what a downstream said changed, or, when the tenant's
+            // epoch moved, the tools (grants, catalogs) and, if the configuration changed,
+            // everything.
+            let again = match heard {
+                Some((id, what)) => {
+                    if matches!(what, None | Some(super::downstream::Heard::Tools))
+                        && let Some(watch) = ears.watch(&id)
+                    {
+                        watch.refresh_tools(super::surface::native_refresh(&state, &ctx, &id)).await;
+                    }
+                    match what {
+                        None => lists,
+                        Some(super::downstream::Heard::Tools) => Lists { tools: lists.tools, ..Lists::default() },
+                        Some(super::downstream::Heard::Prompts) => Lists { prompts: lists.prompts, ..Lists::default() },
+                        Some(super::downstream::Heard::Resources) => Lists { resources: lists.resources, ..Lists::default() },
+                    }
+                }
+                None if now != epoch => {
+                    let Some(fresh) = current(&state, &ctx, now).await else { return };
+                    (ctx, epoch) = (fresh, now);
+                    let now_configured = configuration(&ctx);
+                    if now_configured != configured {
+                        configured = now_configured;
+                        ears = Ears::open(&state, &ctx, lists).await;
+                        lists
+                    } else {
+                        Lists { tools: lists.tools, ..Lists::default() }
+                    }
+                }
+                None => {
+                    if quiet >= KEEP_ALIVE {
+                        if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                            return;
+                        }
+                        quiet = Duration::ZERO;
+                    }
+                    continue;
+                }
+            };
+            let fresh = seen(&state, &ctx, again).await;
+            for (changed, method) in [
+                (again.tools && fresh.tools != last.tools, "notifications/tools/list_changed"),
+                (again.prompts && fresh.prompts != last.prompts, "notifications/prompts/list_changed"),
+                (again.resources && fresh.resources != last.resources, "notifications/resources/list_changed"),
+            ] {
+                if changed && tx.send(listener.event(method, json!({}))).await.is_err() {
                     return;
                 }
-                quiet = Duration::ZERO;
-            } else if quiet >= KEEP_ALIVE {
-                if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
-                    return;
-                }
-                quiet = Duration::ZERO;
             }
+            if again.tools {
+                last.tools = fresh.tools;
+            }
+            if again.prompts {
+                last.prompts = fresh.prompts;
+            }
+            if again.resources {
+                last.resources = fresh.resources;
+            }
+            // Says the change was looked at (a comment: clients ignore it).
+            if tx.send(Bytes::from_static(b": checked\n\n")).await.is_err() {
+                return;
+            }
+            quiet = Duration::ZERO;
         }
     });
     let events =

@@ -290,6 +290,30 @@ impl HttpSession {
         });
     }
 
+    /// Opens the session's GET stream, where the server says what belongs to no request
+    /// (list changes, resource updates). `Ok(None)`: the server offers no such stream (it
+    /// answered 405, as the specification lets it).
+    pub async fn open_stream(&self) -> Result<Option<reqwest::Response>, Failure> {
+        let mut headers = self.headers.clone();
+        headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+        headers.remove(header::CONTENT_TYPE);
+        let r = self.http.get(self.url.clone()).headers(headers).send().await.map_err(unavailable)?;
+        opened(r)
+    }
+
+    /// Answers a request the server sent where no agent waits (its GET stream): a `ping` is
+    /// answered, anything else is refused as an agent without that capability would.
+    pub async fn answer_unattended(&self, request: &Value) {
+        let id = &request["id"];
+        let answer = match request["method"].as_str() {
+            Some("ping") => json!({ "jsonrpc": "2.0", "id": id, "result": {} }),
+            _ => super::asks::refusal(id, -32601, "Method not found: no agent is waiting on this stream"),
+        };
+        if let Err(f) = self.post(&answer).await {
+            tracing::debug!(failure = ?f, "could not answer a downstream's request on its GET stream");
+        }
+    }
+
     /// What the server said of itself in its `initialize` result.
     pub fn server(&self) -> &Value {
         &self.server
@@ -388,18 +412,15 @@ struct Incoming<R> {
     error: Option<Value>,
 }
 
-/// One stateless request (`request`: revision, method, `Mcp-Name`) on a revision without a
-/// handshake (2026-07-28): the revision and routing headers on a POST of its own, no session.
-/// The response message, with its `result` or the server's JSON-RPC `error` (passed on as it is); the
-/// progress and log notifications before it go to `upstream`.
-pub async fn stateless(
+/// Sends one stateless request (id 1; `request`: revision, method, `Mcp-Name`) with the
+/// revision and routing headers added to `headers`.
+async fn stateless_post(
     http: reqwest::Client,
     url: &str,
-    mut headers: HeaderMap,
+    headers: &mut HeaderMap,
     request: (&str, &str, Option<&str>),
     params: &Value,
-    upstream: Option<&Upstream>,
-) -> Result<Value, Failure> {
+) -> Result<reqwest::Response, Failure> {
     let (revision, method, name) = request;
     let url = reqwest::Url::parse(url).map_err(|_| Failure::Unavailable("the connector's URL is not a URL".into()))?;
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
@@ -412,11 +433,59 @@ pub async fn stateless(
         let name = super::param_headers::encode(name);
         headers.insert(HeaderName::from_static("mcp-name"), HeaderValue::from_str(&name).map_err(|_| bad())?);
     }
+    let body = serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id: 1, method, params })
+        .map_err(|e| Failure::Unavailable(e.to_string()))?;
+    http.post(url).headers(headers.clone()).body(body).send().await.map_err(unavailable)
+}
+
+/// A `subscriptions/listen` request (2026-07-28) to a server, `params` carrying its `_meta`
+/// and filter: its response stream, where the acknowledgement and the notifications arrive.
+/// `Ok(None)`: the server answered with a single message instead (an error such as -32601:
+/// it has nothing to listen to).
+pub async fn listen(http: reqwest::Client, url: &str, mut headers: HeaderMap, revision: &str, params: &Value) -> Result<Option<reqwest::Response>, Failure> {
+    let r = stateless_post(http, url, &mut headers, (revision, "subscriptions/listen", None), params).await?;
+    if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED || r.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    let streamed = r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
+    if !streamed {
+        return match Failure::refused(r.status().as_u16(), r.headers()) {
+            Some(refused) => Err(refused),
+            None => Ok(None),
+        };
+    }
+    Ok(Some(r))
+}
+
+/// A stream's opening answer: the stream, none (405), or why not.
+fn opened(r: reqwest::Response) -> Result<Option<reqwest::Response>, Failure> {
+    if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED {
+        return Ok(None);
+    }
+    if let Some(refused) = Failure::refused(r.status().as_u16(), r.headers()) {
+        return Err(refused);
+    }
+    if !r.status().is_success() {
+        return Err(Failure::Unavailable(format!("HTTP {} to the GET stream", r.status().as_u16())));
+    }
+    Ok(Some(r))
+}
+
+/// One stateless request (`request`: revision, method, `Mcp-Name`) on a revision without a
+/// handshake (2026-07-28): the revision and routing headers on a POST of its own, no session.
+/// The response message, with its `result` or the server's JSON-RPC `error` (passed on as it is); the
+/// progress and log notifications before it go to `upstream`.
+pub async fn stateless(
+    http: reqwest::Client,
+    url: &str,
+    mut headers: HeaderMap,
+    request: (&str, &str, Option<&str>),
+    params: &Value,
+    upstream: Option<&Upstream>,
+) -> Result<Value, Failure> {
     // One request per POST, so its id needs only be unique within it.
     let id = 1;
-    let body =
-        serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id, method, params }).map_err(|e| Failure::Unavailable(e.to_string()))?;
-    let r = http.post(url).headers(headers).body(body).send().await.map_err(unavailable)?;
+    let r = stateless_post(http, url, &mut headers, request, params).await?;
     let status = r.status();
     if let Some(refused) = Failure::refused(status.as_u16(), r.headers()) {
         return Err(refused);

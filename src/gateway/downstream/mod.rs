@@ -7,6 +7,9 @@
 mod modern;
 mod pool;
 mod session;
+mod watch;
+
+pub use watch::{Heard, Watch};
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -155,8 +158,11 @@ pub struct Downstreams {
     catalogs: Mutex<HashMap<String, Catalog>>,
     /// Compiled input schemas, per catalog key and then tool; dropped with their catalog.
     validators: std::sync::Mutex<HashMap<String, HashMap<String, CompiledSchema>>>,
-    /// Per catalog key, whether the server speaks 2026-07-28 (see [`modern`]).
-    revisions: std::sync::Mutex<HashMap<String, bool>>,
+    /// Per catalog key, whether the server speaks 2026-07-28, and then its `server/discover`
+    /// result (see [`modern`]).
+    revisions: std::sync::Mutex<HashMap<String, Option<Arc<serde_json::Value>>>>,
+    /// Downstreams listened to for what they say outside any request ([`watch`]).
+    watches: watch::Watches,
     /// Downstreams' requests to agents, waiting for their answers (handshake era).
     pub asks: super::asks::Mailbox,
 }
@@ -430,16 +436,23 @@ impl Downstreams {
         }
     }
 
-    /// The MCP connector's `initialize` result (capabilities, instructions), from its session;
-    /// Null for a connector that is not an MCP server.
+    /// What the MCP connector says of itself (capabilities, instructions): a 2026-07-28
+    /// server's `server/discover` result, else the `initialize` result of its session; Null
+    /// for a connector that is not an MCP server.
     pub async fn server_info(
         &self,
+        tenant: uuid::Uuid,
         key: &str,
         connector: &Connector,
         credential: Option<&Credential>,
     ) -> Result<serde_json::Value, Failure> {
         if !matches!(connector, Connector::RemoteMcp { .. }) {
             return Ok(serde_json::Value::Null);
+        }
+        if self.modern(tenant, key, connector, credential).await
+            && let Some(discovered) = self.discovered(key)
+        {
+            return Ok((*discovered).clone());
         }
         Ok(self.lease(key, connector, credential, false).await?.session.server())
     }

@@ -11,7 +11,16 @@ use crate::{
     workspaces::{Connector, config::RemoteTransport},
 };
 
-const REVISION: &str = "2026-07-28";
+pub(super) const REVISION: &str = "2026-07-28";
+
+/// The `_meta` every 2026-07-28 request of Gatehouse carries: revision, client, capabilities.
+pub(super) fn meta() -> Value {
+    json!({ "_meta": {
+        "io.modelcontextprotocol/protocolVersion": REVISION,
+        "io.modelcontextprotocol/clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
+        "io.modelcontextprotocol/clientCapabilities": {},
+    } })
+}
 
 impl Downstreams {
     /// Whether the connector's server speaks 2026-07-28: it answers `server/discover` listing
@@ -22,21 +31,29 @@ impl Downstreams {
             return false;
         }
         if let Some(known) = self.revisions.lock().unwrap_or_else(|p| p.into_inner()).get(key) {
-            return *known;
+            return known.is_some();
         }
-        let params = json!({ "_meta": {
-            "io.modelcontextprotocol/protocolVersion": REVISION,
-            "io.modelcontextprotocol/clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
-            "io.modelcontextprotocol/clientCapabilities": {},
-        } });
-        let modern = match self.stateless(tenant, connector, credential, ("server/discover", None, &[]), &params, None).await {
+        let params = meta();
+        let discovered = match self.stateless(tenant, connector, credential, ("server/discover", None, &[]), &params, None).await {
             // An error or another revision: the server speaks the handshake era.
-            Ok(message) => message["result"]["supportedVersions"].as_array().is_some_and(|v| v.iter().any(|v| v == REVISION)),
-            Err(Failure::Rejected(_)) => false,
+            Ok(mut message) => {
+                let result = message["result"].take();
+                let modern = result["supportedVersions"].as_array().is_some_and(|v| v.iter().any(|v| v == REVISION));
+                modern.then(|| std::sync::Arc::new(result))
+            }
+            Err(Failure::Rejected(_)) => None,
             Err(_) => return false,
         };
-        self.revisions.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), modern);
+        let modern = discovered.is_some();
+        self.revisions.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), discovered);
         modern
+    }
+
+    /// What a 2026-07-28 server said of itself in its `server/discover` result (its
+    /// capabilities and instructions as that revision states them); `None` for a server
+    /// spoken to through the handshake, or not asked yet.
+    pub(super) fn discovered(&self, key: &str) -> Option<std::sync::Arc<Value>> {
+        self.revisions.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned().flatten()
     }
 
     /// One stateless 2026-07-28 request (`params` carries its `_meta`) under the connector's

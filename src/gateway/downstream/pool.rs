@@ -292,7 +292,7 @@ impl Pools {
 }
 
 /// A pool's key: the configuration key, then the credential's owner and version tag.
-fn pool_key(key: &str, credential: Option<&Credential>) -> String {
+pub(super) fn pool_key(key: &str, credential: Option<&Credential>) -> String {
     match credential {
         Some(c) => format!("{key}#{}", c.tag),
         None => key.to_owned(),

@@ -14,7 +14,9 @@ mod skills;
 mod tools;
 
 pub use call::{Writes, call_with, result_page_within};
-pub use native::{Hints, native_call, native_list, native_request, native_server, native_tools, per_caller};
+pub use native::{
+    Hints, native_call, native_list, native_refresh, native_request, native_server, native_tools, native_watches, per_caller,
+};
 pub use search::{DESCRIBE_MAX, describe, search};
 pub use skills::{INSTRUCTIONS, skill};
 pub use tools::{tools, tools_for};
@@ -260,6 +262,17 @@ pub(crate) fn configured(state: &crate::AppState, tenant: crate::ids::TenantId, 
     state.downstreams.retire(tenant.0, bound.workspace.id.0, &current);
 }
 
+/// Where a connector's catalog is kept in the shared cache.
+pub(crate) fn target<'a>(ctx: &'a GatewayCtx, id: &'a str, key: &'a str) -> Target<'a> {
+    Target {
+        tenant: ctx.tenant.id,
+        workspace: ctx.bound.workspace.id.0,
+        connector_id: id,
+        config_key: downstream::config_key(key),
+        pinning: ctx.bound.document.pinning,
+    }
+}
+
 pub(crate) async fn catalog(
     state: &AppState,
     ctx: &GatewayCtx,
@@ -267,13 +280,7 @@ pub(crate) async fn catalog(
     key: &str,
     c: &Connector,
 ) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
-    let target = Target {
-        tenant: ctx.tenant.id,
-        workspace: ctx.bound.workspace.id.0,
-        connector_id: id,
-        config_key: downstream::config_key(key),
-        pinning: ctx.bound.document.pinning,
-    };
+    let target = target(ctx, id, key);
     if let Connector::Peer { blueprint } = c {
         return super::peer::catalog(state, ctx, id, blueprint).await;
     }

@@ -167,7 +167,7 @@ async fn relay(
 /// beyond tools).
 async fn server_info(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Value {
     let Ok(credential) = credential(state, ctx, id, c).await else { return Value::Null };
-    state.downstreams.server_info(&key(ctx, id, c), c, credential.as_ref()).await.unwrap_or(Value::Null)
+    state.downstreams.server_info(ctx.tenant.id.0, &key(ctx, id, c), c, credential.as_ref()).await.unwrap_or(Value::Null)
 }
 
 /// The relayed connectors that declare `capability` (`prompts`, `resources`, `completions`,
@@ -188,14 +188,22 @@ async fn declaring<'c>(state: &AppState, ctx: &'c GatewayCtx, capability: &str) 
 /// six-tool guide. With several connectors each downstream's part says which connector it is
 /// and how its names are shown here (its instructions name them without the prefix).
 pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option<String>) {
-    let mut capabilities = serde_json::json!({ "tools": {} });
+    // The tool list's changes are told whatever the downstreams: a change of configuration or
+    // grants is one too.
+    let mut capabilities = serde_json::json!({ "tools": { "listChanged": true } });
     let mut instructions = Vec::new();
     let several = several(ctx);
     for (id, c) in relayed(ctx) {
         let info = server_info(state, ctx, id, c).await;
         for name in ["prompts", "resources", "completions", "logging"] {
-            if info["capabilities"].get(name).is_some_and(|v| !v.is_null()) {
+            if info["capabilities"].get(name).is_some_and(|v| !v.is_null()) && capabilities.get(name).is_none() {
                 capabilities[name] = serde_json::json!({});
+            }
+        }
+        // A downstream's list changes are relayed where it can be listened to.
+        for name in ["prompts", "resources"] {
+            if info["capabilities"][name]["listChanged"] == true && watchable(c) {
+                capabilities[name]["listChanged"] = Value::Bool(true);
             }
         }
         if let Some(text) = info["instructions"].as_str().filter(|t| !t.is_empty()) {
@@ -203,6 +211,35 @@ pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option
         }
     }
     (capabilities, (!instructions.is_empty()).then(|| instructions.join("\n\n")))
+}
+
+/// Whether Gatehouse listens to the connector for what it says outside any request
+/// ([`crate::gateway::downstream::Watch`]): a streamable HTTP server.
+fn watchable(c: &Connector) -> bool {
+    matches!(c, Connector::RemoteMcp { transport: crate::workspaces::config::RemoteTransport::StreamableHttp, .. })
+}
+
+/// The watches on a native pool's downstreams that can be listened to, each with the id of
+/// its connector (a connector whose credential cannot be had now is left out).
+pub async fn native_watches(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, std::sync::Arc<crate::gateway::downstream::Watch>)> {
+    let mut out = Vec::new();
+    for (id, c) in relayed(ctx).into_iter().filter(|(_, c)| watchable(c)) {
+        let Ok(credential) = credential(state, ctx, id, c).await else { continue };
+        if let Some(watch) = state.downstreams.watch(ctx.tenant.id.0, &key(ctx, id, c), c, credential.as_ref()) {
+            out.push((id.clone(), watch));
+        }
+    }
+    out
+}
+
+/// Asks the connector for its catalog again, for every replica (it said its tools changed).
+pub async fn native_refresh(state: &AppState, ctx: &GatewayCtx, id: &str) {
+    let Some(c) = ctx.bound.document.connectors.get(id) else { return };
+    let Ok(credential) = credential(state, ctx, id, c).await else { return };
+    let key = key(ctx, id, c);
+    if let Err(f) = state.downstreams.fetch(&state.db, super::target(ctx, id, &key), &key, c, credential.as_ref(), None).await {
+        tracing::info!(connector = %id, failure = ?f, "could not fetch a catalog its server said changed");
+    }
 }
 
 /// One connector's part of a pool's instructions.
