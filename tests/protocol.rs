@@ -771,3 +771,35 @@ async fn a_native_pool_of_two_connectors_prefixes_names_and_takes_the_prefix_off
     assert_eq!(reached(&beta_log).len(), before, "an ungranted tool is not called");
     assert_eq!(served.terminate().await, 0);
 }
+
+/// A handshake-era downstream's own list changes reach the official Python SDK client (in its
+/// handshake mode, every second request to the other replica) on its GET stream through a
+/// native pool: the downstream tells each of its sessions, among them the one Gatehouse keeps
+/// to listen to it on the replica serving the agent's GET stream; Gatehouse fetches the catalog
+/// again and says once that the tools changed and once that the prompts did, and the lists the
+/// agent then asks for show the new tool and prompt.
+#[tokio::test]
+async fn a_downstreams_own_list_changes_reach_the_python_sdk_on_its_get_stream_across_replicas() {
+    let (_downstream, url) = common::python_downstream("listing_server.py", common::free_port(), None).await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "listing", &url).await;
+    configure(&t, json!({ "pools": { "native": { "tools": ["listing"], "native": true } } })).await;
+    let machine = provision(&t.url, "acme").await;
+    let a = Served::start(gatehouse(Some(&t.url))).await;
+    let b = Served::start(gatehouse(Some(&t.url))).await;
+    let (native_a, native_b) = (format!("{}/t/acme/w/main/mcp/native", a.base), format!("{}/t/acme/w/main/mcp/native", b.base));
+
+    let env = [("GATEHOUSE_ALT_URL", native_b.as_str()), ("GATEHOUSE_CHANGES", "tools,prompts")];
+    let out = common::python_agent_with(&native_a, &machine, None, &env, json!([["grow", {}]])).await;
+    assert_eq!(out["protocol"], "2025-11-25", "{out}");
+    assert_eq!(out["tools"], json!(["echo", "grow"]), "{out}");
+    assert_eq!(out["calls"][0]["isError"], false, "{out}");
+    let mut changes: Vec<String> = serde_json::from_value(out["changes"].clone()).unwrap();
+    changes.sort();
+    assert_eq!(changes, ["prompts", "tools"], "each list change said once: {out}");
+    assert_eq!(out["after"], json!({ "tools": ["echo", "grow", "grown_1"], "prompts": ["base", "grown_1"] }), "{out}");
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}

@@ -177,7 +177,9 @@ impl Listener {
     fn opening(&self, lists: Lists) -> Option<Bytes> {
         let Listener::Subscription { .. } = self else { return None };
         let mut honoured = json!({});
-        for (name, on) in [("toolsListChanged", lists.tools), ("promptsListChanged", lists.prompts), ("resourcesListChanged", lists.resources)] {
+        for (name, on) in
+            [("toolsListChanged", lists.tools), ("promptsListChanged", lists.prompts), ("resourcesListChanged", lists.resources)]
+        {
             if on {
                 honoured[name] = Value::Bool(true);
             }

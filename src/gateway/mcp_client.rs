@@ -442,12 +442,19 @@ async fn stateless_post(
 /// and filter: its response stream, where the acknowledgement and the notifications arrive.
 /// `Ok(None)`: the server answered with a single message instead (an error such as -32601:
 /// it has nothing to listen to).
-pub async fn listen(http: reqwest::Client, url: &str, mut headers: HeaderMap, revision: &str, params: &Value) -> Result<Option<reqwest::Response>, Failure> {
+pub async fn listen(
+    http: reqwest::Client,
+    url: &str,
+    mut headers: HeaderMap,
+    revision: &str,
+    params: &Value,
+) -> Result<Option<reqwest::Response>, Failure> {
     let r = stateless_post(http, url, &mut headers, (revision, "subscriptions/listen", None), params).await?;
     if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED || r.status() == reqwest::StatusCode::NOT_FOUND {
         return Ok(None);
     }
-    let streamed = r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
+    let streamed =
+        r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
     if !streamed {
         return match Failure::refused(r.status().as_u16(), r.headers()) {
             Some(refused) => Err(refused),

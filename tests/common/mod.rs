@@ -519,19 +519,25 @@ pub async fn conformance_downstream_logging(log: Option<&std::path::Path>) -> (C
 /// [`conformance_downstream_logging`] on a given `port` (a downstream restarted where the
 /// previous one ran).
 pub async fn conformance_downstream_on(port: u16, log: Option<&std::path::Path>) -> (Child, String) {
+    python_downstream("conformance_server.py", port, log.map(std::path::Path::as_os_str)).await
+}
+
+/// A downstream of tests/peers written with the official Python SDK (`script`, run as
+/// `script PORT [ARG]`) on `port`: its child process (killed when dropped) and its MCP endpoint.
+pub async fn python_downstream(script: &str, port: u16, arg: Option<&std::ffi::OsStr>) -> (Child, String) {
     let child = python3()
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_server.py"))
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(script))
         .arg(port.to_string())
-        .args(log)
+        .args(arg)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .expect("run python3 (the conformance downstream; scripts/test.sh installs its SDK)");
+        .expect("run python3 (a Python SDK downstream; scripts/test.sh installs its SDK)");
     let up =
         eventually(Duration::from_secs(30), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
             .await;
-    assert!(up, "the conformance downstream did not start on {port}");
+    assert!(up, "{script} did not start on {port}");
     (child, format!("http://127.0.0.1:{port}/mcp"))
 }
 

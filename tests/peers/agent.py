@@ -23,6 +23,10 @@ with "Paris, says the agent", a form elicitation by accepting {"name": "Ann"}); 
 modes then follow a downstream's input-required results (retrying with the answers).
 GATEHOUSE_ALT_URL sends every second HTTP request to that replica instead of URL's (strict
 alternation), and the output's "replicas" lists [JSON-RPC method, 0 or 1] per request.
+GATEHOUSE_CHANGES (handshake mode), a comma-separated list of `tools` and `prompts`: after the
+calls the agent waits (at most 20 s) until the server said each of those lists changed, then
+lists them again; the output's "changes" names the list changes heard in order, and
+"after" the tool and prompt names then listed.
 """
 import asyncio
 import json
@@ -153,10 +157,37 @@ async def main(url: str, calls: list, mode: str | None) -> None:
             print(json.dumps(await modern(url, http, calls, mode)))
             return
         record = Streams()
+        changes: list = []
+        changed = asyncio.Event()
+        wanted = {w for w in os.environ.get("GATEHOUSE_CHANGES", "").split(",") if w}
+
+        async def on_message(message) -> None:
+            method = getattr(message, "method", None) or getattr(getattr(message, "root", None), "method", None)
+            kind = {"notifications/tools/list_changed": "tools", "notifications/prompts/list_changed": "prompts"}.get(method)
+            if kind is not None:
+                changes.append(kind)
+                if wanted <= set(changes):
+                    changed.set()
+
         async with streamable_http_client(url, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1], **answers(), logging_callback=record.log) as session:
+            async with ClientSession(
+                streams[0], streams[1], **answers(), logging_callback=record.log, message_handler=on_message
+            ) as session:
                 init = await session.initialize()
+                if wanted:
+                    # The GET stream opens in the background after the handshake: give it a
+                    # moment, so the changes the calls make are said on it.
+                    await asyncio.sleep(1.5)
                 out = await drive(session, record, lambda: (init.server_info.name, init.protocol_version), calls)
+                if wanted:
+                    try:
+                        await asyncio.wait_for(changed.wait(), 20)
+                    except asyncio.TimeoutError:
+                        pass
+                    out["changes"] = changes
+                    tools = [t.name for t in (await session.list_tools()).tools]
+                    prompts = [p.name for p in (await session.list_prompts()).prompts]
+                    out["after"] = {"tools": tools, "prompts": prompts}
                 print(json.dumps(out))
 
 

@@ -34,7 +34,8 @@ impl Downstreams {
             return known.is_some();
         }
         let params = meta();
-        let discovered = match self.stateless(tenant, connector, credential, ("server/discover", None, &[]), &params, None).await {
+        let discovered = match self.stateless(tenant, connector, credential, ("server/discover", None, &[]), &params, None).await
+        {
             // An error or another revision: the server speaks the handshake era.
             Ok(mut message) => {
                 let result = message["result"].take();

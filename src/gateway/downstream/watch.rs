@@ -98,7 +98,13 @@ pub(super) struct Watches(std::sync::Mutex<HashMap<String, Weak<Watch>>>);
 impl Downstreams {
     /// The watch on this connector for this credential, opened if none is; `None` for a
     /// connector that cannot be listened to (an HTTP API, a legacy SSE server).
-    pub fn watch(self: &Arc<Self>, tenant: uuid::Uuid, key: &str, connector: &Connector, credential: Option<&Credential>) -> Option<Arc<Watch>> {
+    pub fn watch(
+        self: &Arc<Self>,
+        tenant: uuid::Uuid,
+        key: &str,
+        connector: &Connector,
+        credential: Option<&Credential>,
+    ) -> Option<Arc<Watch>> {
         if !matches!(connector, Connector::RemoteMcp { transport: RemoteTransport::StreamableHttp, .. }) {
             return None;
         }

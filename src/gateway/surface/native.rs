@@ -221,7 +221,10 @@ fn watchable(c: &Connector) -> bool {
 
 /// The watches on a native pool's downstreams that can be listened to, each with the id of
 /// its connector (a connector whose credential cannot be had now is left out).
-pub async fn native_watches(state: &AppState, ctx: &GatewayCtx) -> Vec<(String, std::sync::Arc<crate::gateway::downstream::Watch>)> {
+pub async fn native_watches(
+    state: &AppState,
+    ctx: &GatewayCtx,
+) -> Vec<(String, std::sync::Arc<crate::gateway::downstream::Watch>)> {
     let mut out = Vec::new();
     for (id, c) in relayed(ctx).into_iter().filter(|(_, c)| watchable(c)) {
         let Ok(credential) = credential(state, ctx, id, c).await else { continue };

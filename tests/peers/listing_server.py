@@ -1,0 +1,71 @@
+"""A handshake-era downstream written with the official Python MCP SDK (`mcp`) whose tool and
+prompt lists grow while it runs, and which tells every session connected to it, for the tests
+of list changes relayed through a native pool (tests/protocol.rs):
+
+    python3 listing_server.py PORT
+
+It speaks only the handshake era (its `server/discover` answers -32601), declares `listChanged`
+for tools and prompts, and the tool `grow` adds a tool and a prompt named `grown_N` and sends
+`notifications/tools/list_changed` and `notifications/prompts/list_changed` to every session
+it has seen, on that session's GET stream, as a server whose lists change for everyone does.
+"""
+import sys
+
+from mcp import types
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+
+server = MCPServer("listing-downstream", instructions="Lists that grow.")
+lowlevel = server._lowlevel_server  # the SDK's documented seam for handshake-era behaviour
+sessions: list = []
+grown = {"n": 0}
+
+
+async def remember_session(ctx, params) -> None:
+    sessions.append(ctx.session)
+
+
+lowlevel.add_notification_handler("notifications/initialized", types.NotificationParams, remember_session)
+
+plain_options = lowlevel.create_initialization_options
+lowlevel.create_initialization_options = lambda *args, **kwargs: plain_options(
+    NotificationOptions(prompts_changed=True, tools_changed=True)
+)
+
+
+async def no_discover(ctx, params):
+    raise MCPError(code=-32601, message="Method not found: this server speaks the handshake era only")
+
+
+lowlevel.add_request_handler("server/discover", types.RequestParams, no_discover)
+
+
+@server.tool(description="Echoes its text")
+def echo(text: str) -> str:
+    return text
+
+
+@server.prompt(name="base", description="Always here")
+def base() -> str:
+    return "base"
+
+
+@server.tool(description="Adds a tool and a prompt named grown_N, and tells every session")
+async def grow() -> str:
+    grown["n"] += 1
+    n = grown["n"]
+    server.add_tool(lambda: f"grown {n}", name=f"grown_{n}", description="Grown while running")
+    server.prompt(name=f"grown_{n}", description="Grown while running")(lambda: "grown")
+    for session in list(sessions):
+        try:
+            await session.send_tool_list_changed()
+            await session.send_prompt_list_changed()
+        except Exception:
+            # A session that is gone is told nothing more.
+            sessions.remove(session)
+    return f"grew {n}"
+
+
+if __name__ == "__main__":
+    server.run("streamable-http", port=int(sys.argv[1]))
