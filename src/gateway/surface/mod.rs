@@ -9,14 +9,14 @@
 mod authorize;
 mod call;
 mod native;
+mod native_server;
 mod search;
 mod skills;
 mod tools;
 
 pub use call::{Writes, call_with, result_page_within};
-pub use native::{
-    Hints, native_call, native_list, native_refresh, native_request, native_server, native_tools, native_watches, per_caller,
-};
+pub use native::{Hints, native_call, native_list, native_request, native_tools, per_caller};
+pub use native_server::{native_refresh, native_server, native_watches};
 pub use search::{DESCRIBE_MAX, describe, search};
 pub use skills::{INSTRUCTIONS, skill};
 pub use tools::{tools, tools_for};

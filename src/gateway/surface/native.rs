@@ -7,6 +7,7 @@ use rmcp::{
 };
 use serde_json::Value;
 
+use super::native_server::{declaring, server_info};
 use super::{Outcome, catalog, classify, credential, echo, key};
 use crate::{
     AppState,
@@ -28,7 +29,7 @@ const MAX_PAGES: usize = 64;
 /// connector. Decided by the pool's configuration alone, so a name does not change with the
 /// caller's grants or with a downstream that is briefly unreachable. Connector ids are
 /// `[a-z0-9_-]`, never `.`, so the first `.` of a prefixed name ends the id.
-fn several(ctx: &GatewayCtx) -> bool {
+pub(super) fn several(ctx: &GatewayCtx) -> bool {
     let Some((_, pool)) = ctx.pool.as_ref() else { return false };
     let mut ids: Vec<&str> = pool
         .tools
@@ -134,7 +135,7 @@ pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: J
 /// The MCP connectors whose prompts and resources a native pool relays: those the caller may
 /// see here (grants narrowed by the pool). A connector of the pool whose tools are all
 /// ungranted is not listed, so its prompts and resources look missing too.
-fn relayed(ctx: &GatewayCtx) -> Vec<(&String, &Connector)> {
+pub(super) fn relayed(ctx: &GatewayCtx) -> Vec<(&String, &Connector)> {
     ctx.bound
         .document
         .connectors
@@ -161,93 +162,6 @@ async fn relay(
         Err(f) => Err(super::repair(state, ctx, id, c, credential.as_ref(), f).await),
         ok => ok,
     }
-}
-
-/// The connector's `initialize` result; Null when it cannot be had (it then offers nothing
-/// beyond tools).
-async fn server_info(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Connector) -> Value {
-    let Ok(credential) = credential(state, ctx, id, c).await else { return Value::Null };
-    state.downstreams.server_info(ctx.tenant.id.0, &key(ctx, id, c), c, credential.as_ref()).await.unwrap_or(Value::Null)
-}
-
-/// The relayed connectors that declare `capability` (`prompts`, `resources`, `completions`,
-/// `logging`).
-async fn declaring<'c>(state: &AppState, ctx: &'c GatewayCtx, capability: &str) -> Vec<(&'c String, &'c Connector)> {
-    let mut out = Vec::new();
-    for (id, c) in relayed(ctx) {
-        if server_info(state, ctx, id, c).await["capabilities"].get(capability).is_some_and(|v| !v.is_null()) {
-            out.push((id, c));
-        }
-    }
-    out
-}
-
-/// What a native pool declares at `initialize`: tools, plus prompts, resources, completions
-/// and logging where a pooled downstream declares them (subscriptions and `listChanged` are not
-/// relayed yet, so not declared); and the downstreams' own instructions instead of the
-/// six-tool guide. With several connectors each downstream's part says which connector it is
-/// and how its names are shown here (its instructions name them without the prefix).
-pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option<String>) {
-    // The tool list's changes are told whatever the downstreams: a change of configuration or
-    // grants is one too.
-    let mut capabilities = serde_json::json!({ "tools": { "listChanged": true } });
-    let mut instructions = Vec::new();
-    let several = several(ctx);
-    for (id, c) in relayed(ctx) {
-        let info = server_info(state, ctx, id, c).await;
-        for name in ["prompts", "resources", "completions", "logging"] {
-            if info["capabilities"].get(name).is_some_and(|v| !v.is_null()) && capabilities.get(name).is_none() {
-                capabilities[name] = serde_json::json!({});
-            }
-        }
-        // A downstream's list changes are relayed where it can be listened to.
-        for name in ["prompts", "resources"] {
-            if info["capabilities"][name]["listChanged"] == true && watchable(c) {
-                capabilities[name]["listChanged"] = Value::Bool(true);
-            }
-        }
-        if let Some(text) = info["instructions"].as_str().filter(|t| !t.is_empty()) {
-            instructions.push(if several { instructions_of(id, text) } else { text.to_owned() });
-        }
-    }
-    (capabilities, (!instructions.is_empty()).then(|| instructions.join("\n\n")))
-}
-
-/// Whether Gatehouse listens to the connector for what it says outside any request
-/// ([`crate::gateway::downstream::Watch`]): a streamable HTTP server.
-fn watchable(c: &Connector) -> bool {
-    matches!(c, Connector::RemoteMcp { transport: crate::workspaces::config::RemoteTransport::StreamableHttp, .. })
-}
-
-/// The watches on a native pool's downstreams that can be listened to, each with the id of
-/// its connector (a connector whose credential cannot be had now is left out).
-pub async fn native_watches(
-    state: &AppState,
-    ctx: &GatewayCtx,
-) -> Vec<(String, std::sync::Arc<crate::gateway::downstream::Watch>)> {
-    let mut out = Vec::new();
-    for (id, c) in relayed(ctx).into_iter().filter(|(_, c)| watchable(c)) {
-        let Ok(credential) = credential(state, ctx, id, c).await else { continue };
-        if let Some(watch) = state.downstreams.watch(ctx.tenant.id.0, &key(ctx, id, c), c, credential.as_ref()) {
-            out.push((id.clone(), watch));
-        }
-    }
-    out
-}
-
-/// Asks the connector for its catalog again, for every replica (it said its tools changed).
-pub async fn native_refresh(state: &AppState, ctx: &GatewayCtx, id: &str) {
-    let Some(c) = ctx.bound.document.connectors.get(id) else { return };
-    let Ok(credential) = credential(state, ctx, id, c).await else { return };
-    let key = key(ctx, id, c);
-    if let Err(f) = state.downstreams.fetch(&state.db, super::target(ctx, id, &key), &key, c, credential.as_ref(), None).await {
-        tracing::info!(connector = %id, failure = ?f, "could not fetch a catalog its server said changed");
-    }
-}
-
-/// One connector's part of a pool's instructions.
-fn instructions_of(id: &str, text: &str) -> String {
-    format!("Connector `{id}` (its tools, prompts and resources are named `{id}.<name>` here):\n{text}")
 }
 
 /// Whether what the caller sees here depends on who the caller is: the workspace has grants,

@@ -1,0 +1,97 @@
+//! Requests on a revision without a handshake (2026-07-28): each on a POST of its own, with
+//! the revision and routing headers, no session.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use serde_json::Value;
+
+use super::{HttpSession, Outgoing, PROTOCOL_VERSION, unavailable};
+use crate::gateway::{downstream::Failure, upstream::Upstream};
+
+/// Sends one stateless request (id 1; `request`: revision, method, `Mcp-Name`) with the
+/// revision and routing headers added to `headers`.
+async fn stateless_post(
+    http: reqwest::Client,
+    url: &str,
+    headers: &mut HeaderMap,
+    request: (&str, &str, Option<&str>),
+    params: &Value,
+) -> Result<reqwest::Response, Failure> {
+    let (revision, method, name) = request;
+    let url = reqwest::Url::parse(url).map_err(|_| Failure::Unavailable("the connector's URL is not a URL".into()))?;
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let bad = || Failure::Rejected("a method, name or revision that cannot be a header".into());
+    headers.insert(PROTOCOL_VERSION, HeaderValue::from_str(revision).map_err(|_| bad())?);
+    headers.insert(HeaderName::from_static("mcp-method"), HeaderValue::from_str(method).map_err(|_| bad())?);
+    if let Some(name) = name {
+        // A name that cannot travel bare (non-ASCII, say) travels Base64-wrapped (SEP-2243).
+        let name = crate::gateway::param_headers::encode(name);
+        headers.insert(HeaderName::from_static("mcp-name"), HeaderValue::from_str(&name).map_err(|_| bad())?);
+    }
+    let body = serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id: 1, method, params })
+        .map_err(|e| Failure::Unavailable(e.to_string()))?;
+    http.post(url).headers(headers.clone()).body(body).send().await.map_err(unavailable)
+}
+
+/// A `subscriptions/listen` request (2026-07-28) to a server, `params` carrying its `_meta`
+/// and filter: its response stream, where the acknowledgement and the notifications arrive.
+/// `Ok(None)`: the server answered with a single message instead (an error such as -32601:
+/// it has nothing to listen to).
+pub async fn listen(
+    http: reqwest::Client,
+    url: &str,
+    mut headers: HeaderMap,
+    revision: &str,
+    params: &Value,
+) -> Result<Option<reqwest::Response>, Failure> {
+    let r = stateless_post(http, url, &mut headers, (revision, "subscriptions/listen", None), params).await?;
+    if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED || r.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    let streamed =
+        r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
+    if !streamed {
+        return match Failure::refused(r.status().as_u16(), r.headers()) {
+            Some(refused) => Err(refused),
+            None => Ok(None),
+        };
+    }
+    Ok(Some(r))
+}
+
+/// One stateless request (`request`: revision, method, `Mcp-Name`) on a revision without a
+/// handshake (2026-07-28): the revision and routing headers on a POST of its own, no session.
+/// The response message, with its `result` or the server's JSON-RPC `error` (passed on as it is); the
+/// progress and log notifications before it go to `upstream`.
+pub async fn stateless(
+    http: reqwest::Client,
+    url: &str,
+    mut headers: HeaderMap,
+    request: (&str, &str, Option<&str>),
+    params: &Value,
+    upstream: Option<&Upstream>,
+) -> Result<Value, Failure> {
+    // One request per POST, so its id needs only be unique within it.
+    let id = 1;
+    let r = stateless_post(http, url, &mut headers, request, params).await?;
+    let status = r.status();
+    if let Some(refused) = Failure::refused(status.as_u16(), r.headers()) {
+        return Err(refused);
+    }
+    let streamed =
+        r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
+    let message = if streamed {
+        HttpSession::from_stream(r, id, upstream, None).await?
+    } else {
+        let body = HttpSession::from_body(r).await?;
+        match serde_json::from_slice::<Value>(&body) {
+            Ok(message) if message.get("result").is_some() || message.get("error").is_some() => message,
+            _ if !status.is_success() => return Err(Failure::Unavailable(format!("HTTP {}", status.as_u16()))),
+            Ok(_) | Err(_) => return Err(Failure::Unavailable("the server's answer is not a JSON-RPC response".into())),
+        }
+    };
+    if message.get("id").and_then(Value::as_u64) != Some(id) {
+        return Err(Failure::Unavailable("the server answered another request".into()));
+    }
+    Ok(message)
+}
