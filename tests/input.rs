@@ -277,8 +277,9 @@ async fn a_downstreams_sampling_request_reaches_a_handshake_era_agent_and_its_an
     assert_eq!(b.terminate().await, 0);
 }
 
-/// The official Python SDK agent on the handshake era answers a downstream's sampling and
-/// elicitation during calls through a native pool and `call_tool`, its HTTP requests
+/// The official Python SDK agent on the handshake era answers a downstream's sampling,
+/// elicitation (form and URL mode) and `roots/list` during calls through a native pool and
+/// `call_tool`, its HTTP requests
 /// alternating between two replicas, so answers land on the replica not holding the call.
 #[tokio::test]
 async fn the_python_sdk_answers_sampling_and_elicitation_on_the_handshake_era_across_replicas() {
@@ -286,18 +287,23 @@ async fn the_python_sdk_answers_sampling_and_elicitation_on_the_handshake_era_ac
     let (_downstream, downstream_url) = common::conformance_downstream_logging(Some(&log)).await;
     let t = TestDb::new().await;
     let acme = tenant(&t, "acme", &downstream_url).await;
-    configure_reads(&t, &["test_sampling", "test_elicitation"]).await;
+    configure_reads(&t, &["test_sampling", "test_elicitation", "test_url_elicitation", "test_list_roots"]).await;
     let (a, b, _) = two_replicas(&t).await;
     let native = format!("{}/t/acme/w/main/mcp/native", a.base);
     let calls = json!([
         ["test_sampling", { "prompt": "What is the capital of France?" }],
         ["test_elicitation", { "message": "Who are you?" }],
+        ["test_url_elicitation", {}],
+        ["test_list_roots", {}],
     ]);
     let out = agent_in(&native, &b.base, &acme, None, calls).await;
     assert_eq!(out["protocol"], "2025-11-25", "{out}");
     assert_eq!(out["calls"][0]["text"][0], "LLM response: Paris, says the agent", "{out}");
     let elicited = out["calls"][1]["text"][0].as_str().unwrap_or_default();
     assert!(elicited.contains("action=accept") && elicited.contains("Ann"), "{out}");
+    // URL-mode elicitation and roots/list go up and their answers down alike.
+    assert_eq!(out["calls"][2]["text"][0], "URL elicitation: action=accept", "{out}");
+    assert_eq!(out["calls"][3]["text"][0], "Roots: file:///work/agent", "{out}");
     // Some answer (a POST without a method) went to the other replica than the call before it.
     let seen = out["replicas"].as_array().unwrap();
     let crossed = seen.windows(2).any(|w| w[0][0] == "tools/call" && w[1][0].is_null() && w[0][1] != w[1][1]);

@@ -18,8 +18,9 @@ MODE is the SDK client's connect mode: absent, the handshake (`ClientSession.ini
 `2026-07-28` (adopted without asking) go through the SDK's `Client`, which validates every
 result against that revision's schema.
 
-GATEHOUSE_ANSWER=1 makes the agent declare sampling and elicitation and answer them (sampling
-with "Paris, says the agent", a form elicitation by accepting {"name": "Ann"}); the modern
+GATEHOUSE_ANSWER=1 makes the agent declare sampling, elicitation and roots and answer them
+(sampling with "Paris, says the agent", a form elicitation by accepting {"name": "Ann"}, a URL
+elicitation by accepting, roots with file:///work/agent); the modern
 modes then follow a downstream's input-required results (retrying with the answers).
 GATEHOUSE_ALT_URL sends every second HTTP request to that replica instead of URL's (strict
 alternation), and the output's "replicas" lists [JSON-RPC method, 0 or 1] per request.
@@ -47,12 +48,19 @@ async def sample(context, params):
 
 
 async def elicit(context, params):
+    if getattr(params, "mode", None) == "url":
+        # URL mode: the user was sent to the URL; nothing comes back but the action.
+        return types.ElicitResult(action="accept")
     return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+
+async def roots(context):
+    return types.ListRootsResult(roots=[types.Root(uri="file:///work/agent", name="agent")])
 
 
 def answers() -> dict:
     if os.environ.get("GATEHOUSE_ANSWER"):
-        return {"sampling_callback": sample, "elicitation_callback": elicit}
+        return {"sampling_callback": sample, "elicitation_callback": elicit, "list_roots_callback": roots}
     return {}
 
 

@@ -379,6 +379,30 @@ def test_input_required_result_capabilities(ctx: Context) -> CallToolResult | In
     return CallToolResult(content=[TextContent(type="text", text="Capabilities respected: " + ", ".join(sorted(wanted)))])
 
 
+# ---- handshake-era requests to the client beyond the suite's: URL-mode elicitation, roots ----
+
+
+@server.tool(description="Asks the client to open a URL (URL-mode elicitation) while the call is open")
+async def test_url_elicitation(ctx: Context) -> str:
+    result = await ctx.session.elicit_url(
+        "Connect your account", "https://example.com/connect", "connect-1", related_request_id=ctx.request_id
+    )
+    return f"URL elicitation: action={result.action}"
+
+
+@server.tool(description="Asks for the client's roots while the call is open")
+async def test_list_roots(ctx: Context) -> str:
+    from mcp import types as mcp_types
+    from mcp.shared.message import ServerMessageMetadata
+
+    result = await ctx.session.send_request(
+        mcp_types.ListRootsRequest(),
+        mcp_types.ListRootsResult,
+        metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+    )
+    return "Roots: " + ", ".join(str(root.uri) for root in result.roots)
+
+
 # ---- tools the 2026-07-28 stateless scenario probes ----
 
 
