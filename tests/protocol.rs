@@ -794,12 +794,67 @@ async fn a_downstreams_own_list_changes_reach_the_python_sdk_on_its_get_stream_a
     let env = [("GATEHOUSE_ALT_URL", native_b.as_str()), ("GATEHOUSE_CHANGES", "tools,prompts")];
     let out = common::python_agent_with(&native_a, &machine, None, &env, json!([["grow", {}]])).await;
     assert_eq!(out["protocol"], "2025-11-25", "{out}");
-    assert_eq!(out["tools"], json!(["echo", "grow"]), "{out}");
+    assert_eq!(out["tools"], json!(["ask_twice", "echo", "grow"]), "{out}");
     assert_eq!(out["calls"][0]["isError"], false, "{out}");
     let mut changes: Vec<String> = serde_json::from_value(out["changes"].clone()).unwrap();
     changes.sort();
     assert_eq!(changes, ["prompts", "tools"], "each list change said once: {out}");
-    assert_eq!(out["after"], json!({ "tools": ["echo", "grow", "grown_1"], "prompts": ["base", "grown_1"] }), "{out}");
+    assert_eq!(
+        out["after"],
+        json!({ "tools": ["ask_twice", "echo", "grow", "grown_1"], "prompts": ["base", "grown_1"] }),
+        "{out}"
+    );
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
+
+/// A 2026-07-28 agent (the official Python SDK client in that mode, answering) calls a tool of
+/// a downstream that speaks only the handshake era and asks for sampling and then an
+/// elicitation while the call is open. The gateway translates: each request becomes an
+/// `InputRequiredResult` round, the agent's retries (every second request to the other
+/// replica) replay the call with the answers so far, and the downstream completes with both
+/// answers; through a native pool and through the six-tool surface's `call_tool`.
+#[tokio::test]
+async fn a_2026_agent_answers_a_handshake_era_downstreams_requests_through_replayed_rounds_across_replicas() {
+    let (_downstream, url) = common::python_downstream("listing_server.py", common::free_port(), None).await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "listing", &url).await;
+    let patch = json!({
+        "pools": { "native": { "tools": ["listing"], "native": true } },
+        "classification": { "listing.ask_twice": "read" },
+    });
+    configure(&t, patch).await;
+    let machine = provision(&t.url, "acme").await;
+    // Both replicas hold the deployment's one key ring.
+    let keys = common::vault_key("k1");
+    let served = |_: ()| {
+        let mut serve = gatehouse(Some(&t.url));
+        serve.env("GATEHOUSE_VAULT_KEYS", &keys);
+        Served::start(serve)
+    };
+    let (a, b) = (served(()).await, served(()).await);
+    let answering = |other: &str| [("GATEHOUSE_ANSWER", "1".to_owned()), ("GATEHOUSE_ALT_URL", other.to_owned())];
+
+    let native = |base: &str| format!("{base}/t/acme/w/main/mcp/native");
+    let env = answering(&native(&b.base));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = common::python_agent_with(&native(&a.base), &machine, Some("2026-07-28"), &env, json!([["ask_twice", {}]])).await;
+    assert_eq!(out["protocol"], "2026-07-28", "{out}");
+    assert_eq!(out["calls"][0]["isError"], false, "{out}");
+    assert_eq!(out["calls"][0]["text"][0], "sampled=Paris, says the agent; elicited=accept:Ann; runs=1", "{out}");
+    // The rounds' retries went to both replicas.
+    let calls: Vec<&Value> = out["replicas"].as_array().unwrap().iter().filter(|r| r[0] == "tools/call").collect();
+    assert!(calls.len() >= 3 && calls.iter().any(|r| r[1] == 0) && calls.iter().any(|r| r[1] == 1), "{out}");
+
+    let surface = |base: &str| format!("{base}/t/acme/w/main/mcp");
+    let env = answering(&surface(&b.base));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let wrapped = json!([["call_tool", { "address": "listing.ask_twice", "args": {} }]]);
+    let out = common::python_agent_with(&surface(&a.base), &machine, Some("2026-07-28"), &env, wrapped).await;
+    assert_eq!(out["calls"][0]["text"][0], "sampled=Paris, says the agent; elicited=accept:Ann; runs=2", "{out}");
+
     assert_eq!(a.terminate().await, 0);
     assert_eq!(b.terminate().await, 0);
 }

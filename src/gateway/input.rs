@@ -75,6 +75,18 @@ struct Claims {
     exp: i64,
     /// The downstream's own `requestState`, if it gave one.
     inner: Option<String>,
+    /// A handshake-era downstream's call replayed for a 2026-07-28 agent: the agent's answers
+    /// so far, in the order the downstream asks ([`super::replay`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    replay: Vec<Value>,
+}
+
+/// What an echoed state carries for the call it belongs to.
+pub struct Opened {
+    /// The downstream's own `requestState`.
+    pub inner: Option<String>,
+    /// The answers of a replayed call (see [`super::replay`]).
+    pub replay: Vec<Value>,
 }
 
 /// Why a retry was refused: a stable code and a message for the agent.
@@ -107,19 +119,25 @@ fn aad<'a>(ctx: &GatewayCtx, connector: &'a str) -> Aad<'a> {
 
 /// Seals the downstream's `requestState` (if any) for the agent to echo on its retry.
 pub fn seal(ring: &KeyRing, ctx: &GatewayCtx, connector: &str, method: &str, target: &str, inner: Option<String>) -> String {
+    seal_opened(ring, ctx, connector, (method, target), Opened { inner, replay: Vec::new() })
+}
+
+/// Seals what a state carries for the agent to echo on its retry of `call` (method, target).
+pub fn seal_opened(ring: &KeyRing, ctx: &GatewayCtx, connector: &str, call: (&str, &str), opened: Opened) -> String {
     let claims = Claims {
-        method: method.to_owned(),
-        target: target.to_owned(),
+        method: call.0.to_owned(),
+        target: call.1.to_owned(),
         caller: ctx.actor_id.clone(),
         exp: chrono::Utc::now().timestamp() + STATE_TTL_SECS,
-        inner,
+        inner: opened.inner,
+        replay: opened.replay,
     };
     // Serializing a struct of strings and an integer cannot fail.
     ring.seal(&aad(ctx, connector), &serde_json::to_vec(&claims).unwrap_or_default())
 }
 
-/// Opens the agent's echoed state for this call: the downstream's own `requestState`, or the
-/// refusal. Nothing of a refused state reaches the downstream.
+/// Opens the agent's echoed state for this call: what it carries, or the refusal. Nothing of
+/// a refused state reaches the downstream.
 pub fn open(
     ring: Option<&KeyRing>,
     ctx: &GatewayCtx,
@@ -127,7 +145,7 @@ pub fn open(
     method: &str,
     target: &str,
     sealed: &str,
-) -> Result<Option<String>, Refused> {
+) -> Result<Opened, Refused> {
     let invalid = || Refused::new("request_state_invalid", "the requestState was not issued by this gateway for this call");
     let ring = ring.ok_or_else(invalid)?;
     let opened = ring.open(&aad(ctx, connector), sealed).map_err(|_| invalid())?;
@@ -138,7 +156,44 @@ pub fn open(
     if chrono::Utc::now().timestamp() > claims.exp {
         return Err(Refused::new("request_state_expired", "the requestState has expired; make the request again without it"));
     }
-    Ok(claims.inner)
+    Ok(Opened { inner: claims.inner, replay: claims.replay })
+}
+
+/// A 2026-07-28 agent's call to a downstream that speaks only the handshake era, replayed
+/// round by round ([`super::replay`]): the answers of the rounds before (from the agent's
+/// sealed state, already checked by [`relay`]) and of this retry. `None` for a program, or
+/// without vault keys to seal the rounds (the downstream is then refused its requests).
+pub fn replay_of(
+    state: &crate::AppState,
+    ctx: &GatewayCtx,
+    agent: &Agent,
+    connector: &str,
+    call: (&str, &str),
+) -> Option<Arc<super::replay::Replay>> {
+    if agent.program {
+        return None;
+    }
+    let ring = state.config.vault_keys.as_ref()?;
+    let earlier = match &agent.state {
+        Some(sealed) => open(Some(ring), ctx, connector, call.0, call.1, sealed).ok()?.replay,
+        None => Vec::new(),
+    };
+    Some(Arc::new(super::replay::Replay::new(earlier, agent.responses.as_ref(), &agent.capabilities)))
+}
+
+/// The next round of a replayed call: the `InputRequiredResult` asking the agent the one
+/// request the downstream asked, with the answers so far sealed in its `requestState`.
+pub fn replay_round(
+    state: &crate::AppState,
+    ctx: &GatewayCtx,
+    connector: &str,
+    call: (&str, &str),
+    replay: &super::replay::Replay,
+) -> Option<Value> {
+    let asked = replay.asked()?;
+    let ring = state.config.vault_keys.as_ref()?;
+    let sealed = seal_opened(ring, ctx, connector, call, Opened { inner: None, replay: replay.answers() });
+    Some(json!({ "resultType": "input_required", "inputRequests": replay.input_requests(asked), "requestState": sealed }))
 }
 
 /// Seals a state that expired `ago_secs` ago, for tests of the refusal (the key ring is the
@@ -157,6 +212,7 @@ pub fn seal_expired(
         caller: caller.to_owned(),
         exp: chrono::Utc::now().timestamp() - ago_secs,
         inner: None,
+        replay: Vec::new(),
     };
     let aad = Aad { tenant, workspace, connector, owner: Owner::Shared, purpose: PURPOSE };
     ring.seal(&aad, &serde_json::to_vec(&claims).unwrap_or_default())
@@ -218,7 +274,7 @@ pub async fn relay(
     let ring = state.config.vault_keys.as_ref();
     let inner = match &agent.state {
         Some(sealed) if !agent.program => {
-            open(ring, ctx, call.connector, call.method, call.target, sealed).map_err(Stopped::Refused)?
+            open(ring, ctx, call.connector, call.method, call.target, sealed).map_err(Stopped::Refused)?.inner
         }
         _ => None,
     };

@@ -15,6 +15,7 @@ pub mod mcp_client;
 pub mod param_headers;
 pub mod peer;
 pub mod pins;
+pub mod replay;
 pub mod sse;
 pub mod stash;
 pub mod surface;

@@ -58,6 +58,9 @@ pub struct Upstream {
     logs: Logs,
     /// Who may answer the downstream's requests to the agent (direct path, handshake era).
     asker: Option<Asker>,
+    /// A 2026-07-28 agent's call to a handshake-era downstream, replayed: the downstream's
+    /// requests are answered from the agent's earlier answers ([`super::replay`]).
+    replay: Option<Arc<super::replay::Replay>>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -118,19 +121,24 @@ fn rank(level: LoggingLevel) -> u8 {
 impl Upstream {
     /// The stream of a request rmcp serves.
     pub fn peer(peer: Peer<RoleServer>, progress: Option<ProgressToken>, logs: Logs) -> Upstream {
-        Upstream { sink: Sink::Peer(peer), progress, logs, asker: None }
+        Upstream { sink: Sink::Peer(peer), progress, logs, asker: None, replay: None }
     }
 
     /// The stream of a direct-path request (handshake era): `progress`, the token its `_meta`
     /// gave; `asker`, set when the agent declared requests it may be sent.
     pub fn queue(queue: Arc<Queue>, asker: Option<Asker>, progress: Option<ProgressToken>) -> Upstream {
-        Upstream { sink: Sink::Queue(queue), progress, logs: Logs::All, asker }
+        Upstream { sink: Sink::Queue(queue), progress, logs: Logs::All, asker, replay: None }
     }
 
     /// Whether the downstream's requests to the agent (sampling, elicitation, roots) can be
     /// relayed on this stream: the agent declared one it may be sent (direct path).
     pub fn can_ask(&self) -> bool {
-        self.asker.is_some()
+        self.asker.is_some() || self.replay.is_some()
+    }
+
+    /// This stream, with the downstream's requests answered by `replay` instead.
+    pub fn replaying(&self, replay: Arc<super::replay::Replay>) -> Upstream {
+        Upstream { replay: Some(replay), ..self.clone() }
     }
 
     /// The progress token to send down with the call, if the agent gave one.
@@ -190,6 +198,9 @@ impl Upstream {
     /// for the downstream. A call rmcp serves has no stream the gateway writes requests on,
     /// so its downstream is told the agent cannot be asked.
     pub async fn downstream_request(&self, request: Value) -> Value {
+        if let Some(replay) = &self.replay {
+            return replay.answer(&request);
+        }
         match &self.sink {
             Sink::Queue(queue) => asks::ask(self.asker.as_ref(), request, |bytes| queue.push(bytes, true)).await,
             Sink::Peer(_) => asks::refusal(

@@ -1,6 +1,7 @@
 """A handshake-era downstream written with the official Python MCP SDK (`mcp`) whose tool and
 prompt lists grow while it runs, and which tells every session connected to it, for the tests
-of list changes relayed through a native pool (tests/protocol.rs):
+of list changes relayed through a native pool and of a 2026-07-28 agent's calls to a
+handshake-era downstream that asks for input (tests/protocol.rs):
 
     python3 listing_server.py PORT
 
@@ -8,18 +9,23 @@ It speaks only the handshake era (its `server/discover` answers -32601), declare
 for tools and prompts, and the tool `grow` adds a tool and a prompt named `grown_N` and sends
 `notifications/tools/list_changed` and `notifications/prompts/list_changed` to every session
 it has seen, on that session's GET stream, as a server whose lists change for everyone does.
+The tool `ask_twice` asks the client to sample and then to fill a form while the call is open
+(on the call's response stream) and reports both answers and how many calls got both.
 """
 import sys
 
 from mcp import types
 from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
+from mcp.types import SamplingMessage, TextContent
 
 server = MCPServer("listing-downstream", instructions="Lists that grow.")
 lowlevel = server._lowlevel_server  # the SDK's documented seam for handshake-era behaviour
 sessions: list = []
 grown = {"n": 0}
+# Calls of ask_twice that got both answers.
+asked = {"n": 0}
 
 
 async def remember_session(ctx, params) -> None:
@@ -44,6 +50,20 @@ lowlevel.add_request_handler("server/discover", types.RequestParams, no_discover
 @server.tool(description="Echoes its text")
 def echo(text: str) -> str:
     return text
+
+
+@server.tool(description="Asks the client to sample, then to fill a form, while the call is open")
+async def ask_twice(ctx: Context) -> str:
+    sampled = await ctx.session.create_message(
+        [SamplingMessage(role="user", content=TextContent(type="text", text="Capital of France?"))],
+        max_tokens=50,
+        related_request_id=ctx.request_id,
+    )
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    elicited = await ctx.session.elicit_form("Who are you?", schema, related_request_id=ctx.request_id)
+    text = sampled.content.text if isinstance(sampled.content, TextContent) else str(sampled.content)
+    asked["n"] += 1
+    return f"sampled={text}; elicited={elicited.action}:{(elicited.content or {}).get('name')}; runs={asked['n']}"
 
 
 @server.prompt(name="base", description="Always here")

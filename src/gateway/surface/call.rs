@@ -165,6 +165,7 @@ async fn call_granted(
     // A 2026-07-28 agent's call goes to a downstream that speaks that revision on it, so the
     // downstream may ask the agent for input (an InputRequiredResult, sealed on its way up).
     let mut relayed = None;
+    let mut replay = None;
     if let Some(agent) = ctx.input.as_deref() {
         let call = input::Call {
             connector: id,
@@ -176,7 +177,8 @@ async fn call_granted(
             schema: Some(&tool.input_schema),
         };
         match input::relay(state, ctx, agent, call, json!({ "name": name, "arguments": tool_args })).await {
-            Ok(None) => {}
+            // A downstream of the handshake era: its requests for input become rounds.
+            Ok(None) => replay = input::replay_of(state, ctx, agent, id, ("tools/call", name)),
             Ok(Some(Relayed::Complete(value))) => {
                 relayed = Some(
                     serde_json::from_value::<CallToolResult>(value)
@@ -199,8 +201,16 @@ async fn call_granted(
     let called = match relayed {
         Some(called) => called,
         None => {
-            let call = downstream::ToolCall { tool: name, args: tool_args, upstream: ctx.upstream.as_ref() };
-            state.downstreams.call(ctx.tenant.id.0, &key, c, call, credential.as_ref()).await
+            let replaying = replay.as_ref().and_then(|r| ctx.upstream.as_ref().map(|u| u.replaying(r.clone())));
+            let upstream = replaying.as_ref().or(ctx.upstream.as_ref());
+            let call = downstream::ToolCall { tool: name, args: tool_args, upstream };
+            let called = state.downstreams.call(ctx.tenant.id.0, &key, c, call, credential.as_ref()).await;
+            // The downstream asked for input no round answered: whatever it made of the
+            // refusal, the agent is asked, and the call is made again with its answer.
+            if let Some(round) = replay.as_deref().and_then(|r| input::replay_round(state, ctx, id, ("tools/call", name), r)) {
+                return Outcome::interim(Interim::InputRequired(round)).about(id, name);
+            }
+            called
         }
     };
     let mut hits = 0;
