@@ -772,6 +772,20 @@ async fn a_native_pool_of_two_connectors_prefixes_names_and_takes_the_prefix_off
     assert_eq!(served.terminate().await, 0);
 }
 
+/// A tenant `acme` with a workspace `main` whose connector `listing` is
+/// tests/peers/listing_server.py (handshake era only), configured with `patch`, and machine
+/// credentials; the downstream's process lives as long as the first value.
+async fn listing_setup(patch: Value) -> (tokio::process::Child, TestDb, Machine) {
+    let (downstream, url) = common::python_downstream("listing_server.py", common::free_port(), None).await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "listing", &url).await;
+    configure(&t, patch).await;
+    let machine = provision(&t.url, "acme").await;
+    (downstream, t, machine)
+}
+
 /// A handshake-era downstream's own list changes reach the official Python SDK client (in its
 /// handshake mode, every second request to the other replica) on its GET stream through a
 /// native pool: the downstream tells each of its sessions, among them the one Gatehouse keeps
@@ -780,13 +794,8 @@ async fn a_native_pool_of_two_connectors_prefixes_names_and_takes_the_prefix_off
 /// agent then asks for show the new tool and prompt.
 #[tokio::test]
 async fn a_downstreams_own_list_changes_reach_the_python_sdk_on_its_get_stream_across_replicas() {
-    let (_downstream, url) = common::python_downstream("listing_server.py", common::free_port(), None).await;
-    let t = TestDb::new().await;
-    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
-    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
-    common::add_remote_mcp(&t.url, "acme", "main", "listing", &url).await;
-    configure(&t, json!({ "pools": { "native": { "tools": ["listing"], "native": true } } })).await;
-    let machine = provision(&t.url, "acme").await;
+    let (_downstream, t, machine) =
+        listing_setup(json!({ "pools": { "native": { "tools": ["listing"], "native": true } } })).await;
     let a = Served::start(gatehouse(Some(&t.url))).await;
     let b = Served::start(gatehouse(Some(&t.url))).await;
     let (native_a, native_b) = (format!("{}/t/acme/w/main/mcp/native", a.base), format!("{}/t/acme/w/main/mcp/native", b.base));
@@ -816,17 +825,11 @@ async fn a_downstreams_own_list_changes_reach_the_python_sdk_on_its_get_stream_a
 /// answers; through a native pool and through the six-tool surface's `call_tool`.
 #[tokio::test]
 async fn a_2026_agent_answers_a_handshake_era_downstreams_requests_through_replayed_rounds_across_replicas() {
-    let (_downstream, url) = common::python_downstream("listing_server.py", common::free_port(), None).await;
-    let t = TestDb::new().await;
-    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
-    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
-    common::add_remote_mcp(&t.url, "acme", "main", "listing", &url).await;
     let patch = json!({
         "pools": { "native": { "tools": ["listing"], "native": true } },
         "classification": { "listing.ask_twice": "read" },
     });
-    configure(&t, patch).await;
-    let machine = provision(&t.url, "acme").await;
+    let (_downstream, t, machine) = listing_setup(patch).await;
     // Both replicas hold the deployment's one key ring.
     let keys = common::vault_key("k1");
     let served = |_: ()| {
