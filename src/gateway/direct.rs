@@ -283,9 +283,11 @@ fn relayable(parts: &Parts, bytes: &[u8]) -> Option<(Value, Option<ProgressToken
     };
     let params = Value::Object(request.params);
     let (method, params) = match request.method {
-        "prompts/get" => ("prompts/get", super::params(serde_json::from_value::<GetPromptRequestParams>(params).ok()?).ok()?),
+        "prompts/get" => {
+            ("prompts/get", super::handler::params(serde_json::from_value::<GetPromptRequestParams>(params).ok()?).ok()?)
+        }
         "resources/read" => {
-            ("resources/read", super::params(serde_json::from_value::<ReadResourceRequestParams>(params).ok()?).ok()?)
+            ("resources/read", super::handler::params(serde_json::from_value::<ReadResourceRequestParams>(params).ok()?).ok()?)
         }
         _ => return None,
     };
@@ -301,9 +303,9 @@ async fn run(state: AppState, ctx: GatewayCtx, work: Work) -> Answered {
         Work::Relay { method, params } => {
             let answer = Box::pin(super::surface::native_request(&state, &ctx, method, params)).await?;
             Ok(if method == "prompts/get" {
-                ServerResult::from(GetPromptResponse::Complete(super::relayed(answer)?))
+                ServerResult::from(GetPromptResponse::Complete(super::handler::relayed(answer)?))
             } else {
-                ServerResult::from(ReadResourceResponse::Complete(super::relayed(answer)?))
+                ServerResult::from(ReadResourceResponse::Complete(super::handler::relayed(answer)?))
             })
         }
     }

@@ -1,0 +1,302 @@
+//! The MCP endpoint's handler for what rmcp serves (everything but the [`super::direct`]
+//! path's plain calls and notification streams): the six-tool surface, or a native pool's
+//! relayed tools, prompts, resources, completion and logging, on both revisions.
+
+use std::{sync::Arc, time::Instant};
+
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, DiscoverResult,
+        ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult,
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig,
+    },
+    service::RequestContext,
+};
+
+use super::{GatewayCtx, activity, input, param_headers, surface, upstream};
+use crate::AppState;
+
+/// The MCP server handler; one per request (stateless).
+#[derive(Clone)]
+pub struct Gateway {
+    pub(super) state: AppState,
+}
+
+fn gateway_ctx(cx: &RequestContext<RoleServer>) -> Result<GatewayCtx, McpError> {
+    cx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<GatewayCtx>())
+        .cloned()
+        .ok_or_else(|| McpError::internal_error("request not authenticated", None))
+}
+
+/// The context of a request that came through a native pool; anything else has only tools,
+/// so the method is not found.
+fn native_ctx(cx: &RequestContext<RoleServer>, method: &str) -> Result<GatewayCtx, McpError> {
+    let ctx = gateway_ctx(cx)?;
+    if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
+        Ok(ctx)
+    } else {
+        Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, method.to_owned(), None))
+    }
+}
+
+/// A relayed answer as the typed result rmcp sends. A downstream spoken to at a handshake-era
+/// revision sends no `resultType`, which 2026-07-28 requires on every result: a result that
+/// names none is complete. rmcp strips `"complete"` again for peers on older revisions, so
+/// they see the downstream's shape unchanged.
+pub(super) fn relayed<T: serde::de::DeserializeOwned>(mut value: serde_json::Value) -> Result<T, McpError> {
+    if let serde_json::Value::Object(map) = &mut value {
+        map.entry("resultType").or_insert_with(|| serde_json::Value::String(ResultType::COMPLETE.as_str().to_owned()));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| McpError::internal_error(format!("the downstream's answer is not a valid result: {e}"), None))
+}
+
+/// A request's params as JSON, to relay them.
+pub(super) fn params(request: impl serde::Serialize) -> Result<serde_json::Value, McpError> {
+    serde_json::to_value(request).map_err(|e| McpError::invalid_params(e.to_string(), None))
+}
+
+/// Whether the request is on 2026-07-28 or later, whose cacheable results carry caching hints.
+fn hinted(cx: &RequestContext<RoleServer>) -> bool {
+    cx.protocol_version().is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
+            .with_instructions(surface::INSTRUCTIONS)
+    }
+
+    /// A native pool declares what its downstreams declare, with their instructions.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        cx.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        if let Ok(ctx) = native_ctx(&cx, "initialize") {
+            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx)).await;
+            info.capabilities = relayed(capabilities)?;
+            info.instructions = instructions;
+        }
+        Ok(info)
+    }
+
+    /// `server/discover` (2026-07-28): what `initialize` declares, for a native pool its
+    /// downstreams' capabilities and instructions.
+    async fn discover(&self, cx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
+        let mut result = DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), self.get_info());
+        if let Ok(ctx) = native_ctx(&cx, "server/discover") {
+            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx)).await;
+            result.capabilities = relayed(capabilities)?;
+            result.instructions = instructions;
+        }
+        Ok(result)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let ctx = native_ctx(&cx, "prompts/list")?;
+        relayed(Box::pin(surface::native_list(&self.state, &ctx, "prompts/list", "prompts", hinted(&cx))).await)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let mut ctx = native_ctx(&cx, "prompts/get")?;
+        let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
+        ctx.input = input::Agent::of(&cx, responses, request.request_state.clone());
+        let answer = Box::pin(surface::native_request(&self.state, &ctx, "prompts/get", params(request)?)).await?;
+        if answer["resultType"] == "input_required" {
+            return Ok(GetPromptResponse::InputRequired(relayed(answer)?));
+        }
+        Ok(GetPromptResponse::Complete(relayed(answer)?))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let ctx = native_ctx(&cx, "resources/list")?;
+        relayed(Box::pin(surface::native_list(&self.state, &ctx, "resources/list", "resources", hinted(&cx))).await)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let ctx = native_ctx(&cx, "resources/templates/list")?;
+        let method = "resources/templates/list";
+        relayed(Box::pin(surface::native_list(&self.state, &ctx, method, "resourceTemplates", hinted(&cx))).await)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let mut ctx = native_ctx(&cx, "resources/read")?;
+        let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
+        ctx.input = input::Agent::of(&cx, responses, request.request_state.clone());
+        let mut answer = Box::pin(surface::native_request(&self.state, &ctx, "resources/read", params(request)?)).await?;
+        if answer["resultType"] == "input_required" {
+            return Ok(ReadResourceResponse::InputRequired(relayed(answer)?));
+        }
+        // The downstream's own hints stand, but a read filtered per caller is theirs alone.
+        if hinted(&cx) && surface::per_caller(&ctx) && answer.is_object() {
+            answer["cacheScope"] = serde_json::Value::String("private".into());
+        }
+        Ok(ReadResourceResponse::Complete(relayed(answer)?))
+    }
+
+    /// Relayed to the downstream that has the resource; its updates are not relayed yet, so
+    /// the pool does not declare `subscribe` (docs/decisions.md).
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let ctx = native_ctx(&cx, "resources/subscribe")?;
+        Box::pin(surface::native_request(&self.state, &ctx, "resources/subscribe", params(request)?)).await.map(|_| ())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let ctx = native_ctx(&cx, "resources/unsubscribe")?;
+        Box::pin(surface::native_request(&self.state, &ctx, "resources/unsubscribe", params(request)?)).await.map(|_| ())
+    }
+
+    async fn complete(&self, request: CompleteRequestParams, cx: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {
+        let ctx = native_ctx(&cx, "completion/complete")?;
+        relayed(Box::pin(surface::native_request(&self.state, &ctx, "completion/complete", params(request)?)).await?)
+    }
+
+    /// Relayed for the handshake era (deprecated by the 2026 revision, whose level is per request).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let ctx = native_ctx(&cx, "logging/setLevel")?;
+        Box::pin(surface::native_request(&self.state, &ctx, "logging/setLevel", params(request)?)).await.map(|_| ())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let ctx = gateway_ctx(&cx)?;
+        if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
+            return Ok(ListToolsResult::with_all_items(Box::pin(surface::native_tools(&self.state, &ctx)).await));
+        }
+        Ok(ListToolsResult::with_all_items(surface::tools_for(ctx.pool.as_ref().is_some_and(|(_, p)| p.trusted))))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let mut ctx = gateway_ctx(&cx)?;
+        ctx.client = cx.client_info().map(|c| (c.name.clone(), c.version.clone()));
+        // One downstream call's notifications are relayed: a native tool's, call_tool's and
+        // call_destructive_tool's (execute_code's host calls would interleave several).
+        let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
+        if native || matches!(request.name.as_ref(), "call_tool" | "call_destructive_tool") {
+            ctx.upstream = Some(upstream_of(&cx));
+        }
+        let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
+        ctx.input = input::Agent::of(&cx, responses, request.request_state);
+        if native && hinted(&cx) {
+            let headers = cx.extensions.get::<axum::http::request::Parts>().map(|p| param_headers::of_request(&p.headers));
+            match headers.transpose() {
+                Ok(sent) => ctx.param_headers = sent.map(Arc::new),
+                Err(reason) => return Err(McpError::header_mismatch(reason, None)),
+            }
+        }
+        let mut outcome = call_outcome(&self.state, ctx, &request.name, request.arguments.unwrap_or_default()).await;
+        if native && let Some(error) = outcome.jsonrpc.take() {
+            return Err(error);
+        }
+        match outcome.interim {
+            None => Ok(complete(outcome.result).into()),
+            Some(surface::Interim::InputRequired(value)) => Ok(CallToolResponse::InputRequired(relayed(value)?)),
+            Some(surface::Interim::Refused(refused)) => Err(refused.into_error()),
+        }
+    }
+}
+
+fn invalid(e: serde_json::Error) -> McpError {
+    McpError::invalid_params(e.to_string(), None)
+}
+
+/// The request's response stream: its progress token, and the log messages it asks for (on
+/// 2026-07-28 the request names its level; before, `logging/setLevel` told the downstream).
+#[allow(deprecated)]
+fn upstream_of(cx: &RequestContext<RoleServer>) -> upstream::Upstream {
+    let per_request = cx.meta.protocol_version().is_some();
+    let logs = match cx.meta.log_level() {
+        Some(level) => upstream::Logs::AtLeast(level),
+        None if per_request => upstream::Logs::Off,
+        None => upstream::Logs::All,
+    };
+    upstream::Upstream::peer(cx.peer.clone(), cx.meta.get_progress_token(), logs)
+}
+
+/// One `tools/call` at the endpoint, recorded in the activity history: the handler of both
+/// rmcp's path and the [`direct`] one. Through a native pool, a downstream's JSON-RPC error is
+/// answered as that error (its code, message and data); the six-tool surface's own tools
+/// answer it as a `downstream_error` result.
+pub async fn call_tool(
+    state: &AppState,
+    ctx: GatewayCtx,
+    name: &str,
+    args: rmcp::model::JsonObject,
+) -> Result<CallToolResult, McpError> {
+    let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
+    // The handshake era (the direct path) carries no agent input, so no call ends interim.
+    let mut outcome = call_outcome(state, ctx, name, args).await;
+    if native && let Some(error) = outcome.jsonrpc.take() {
+        return Err(error);
+    }
+    Ok(complete(outcome.result))
+}
+
+/// [`call_tool`]'s outcome, which on 2026-07-28 may be an interim answer.
+async fn call_outcome(state: &AppState, ctx: GatewayCtx, name: &str, args: rmcp::model::JsonObject) -> surface::Outcome {
+    let started = Instant::now();
+    let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
+    let outcome = if native {
+        Box::pin(surface::native_call(state, &ctx, name, args)).await
+    } else {
+        surface::dispatch(state, &ctx, name, args).await
+    };
+    state.activity.record(activity::Row::of_call(&ctx, name, &outcome, started, "mcp"));
+    outcome
+}
+
+/// A result passed through from a downstream on a handshake-era revision carries no
+/// `resultType`, which 2026-07-28 requires on every result. rmcp (and the direct path) strip
+/// it again for peers on older revisions, so they see no change.
+fn complete(mut result: CallToolResult) -> CallToolResult {
+    result.result_type.get_or_insert(ResultType::COMPLETE);
+    result
+}
