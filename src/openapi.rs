@@ -296,6 +296,19 @@ fn conventions(path: &str, method: &HttpMethod, op: &mut Operation) {
         ));
     }
     path_parameters(path, op);
+    // OpenAPI requires a description on every response; the annotations give the body only.
+    for (status, response) in op.responses.responses.iter_mut() {
+        if let RefOr::T(response) = response
+            && response.description.is_empty()
+        {
+            response.description = match status.as_str() {
+                "201" => "Created",
+                "204" => "No content",
+                _ => "OK",
+            }
+            .into();
+        }
+    }
     for (status, description) in statuses {
         op.responses.responses.entry(status.into()).or_insert_with(|| problem(description));
     }
