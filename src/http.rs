@@ -52,6 +52,9 @@ pub fn router(state: AppState) -> Router {
         // answer stored, or a stored one replayed). Below the body limit and the deadline, so
         // the body it reads is bounded and a replay waits no longer than any request.
         .layer(middleware::from_fn_with_state(db, crate::idempotency::layer))
+        // Before any handler or the idempotency store reads the URI: an encoded NUL is refused
+        // (400), since no path segment or query value may hold one.
+        .layer(middleware::from_fn(crate::extract::refuse_nul))
         // Outermost first:
         .layer(
             ServiceBuilder::new()

@@ -284,10 +284,16 @@ fn conventions(path: &str, method: &HttpMethod, op: &mut Operation) {
         ]);
     }
     if op.request_body.is_some() {
-        statuses.extend([
-            ("413", "`payload_too_large`: the body is larger than the server accepts"),
-            ("422", "`invalid_json`, `unsupported_media_type` or a field's own code: the body was refused"),
-        ]);
+        statuses.push(("413", "`payload_too_large`: the body is larger than the server accepts"));
+    }
+    // A body, a query or a path segment beyond the tenant is checked by the handler.
+    let parameters = path.matches('{').count() > usize::from(path.starts_with("/api/v1/tenants/{tenant}"))
+        || op.parameters.as_ref().is_some_and(|p| !p.is_empty());
+    if op.request_body.is_some() || parameters {
+        statuses.push((
+            "422",
+            "`invalid_json`, `unsupported_media_type` or the code of the field, parameter or segment that was refused",
+        ));
     }
     if write && !public {
         statuses.push((

@@ -67,3 +67,33 @@ async fn the_served_document_is_valid_openapi_3_1_and_matches_the_routes() {
         assert_eq!(body["code"], "method_not_allowed", "{path}");
     }
 }
+
+/// Found by schemathesis: `GET …/copies?workspace=` with an encoded NUL reached PostgreSQL,
+/// which refuses NUL in text, and answered 500. A NUL anywhere in a path or query is now a
+/// 400 `bad_request`, before any handler, and the server stays well.
+#[tokio::test]
+async fn an_encoded_nul_in_a_path_or_query_is_a_bad_request_not_a_server_error() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    let machine = common::provision(&t.url, "acme").await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let client = http();
+    for path in [
+        "/api/v1/tenants/acme/copies?workspace=%21%00x",
+        "/api/v1/tenants/acme/workspaces/ma%00in",
+        "/api/v1/tenants/ac%00me/workspaces",
+        "/api/v1/tenants/acme/activity?workspace=%00",
+    ] {
+        let r = machine.headers(client.get(format!("{}{path}", served.base))).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        assert_eq!(r.headers()["content-type"], "application/problem+json", "{path}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["code"], "bad_request", "{path}: {body}");
+    }
+    // The same requests without the NUL are answered as usual.
+    let r =
+        machine.headers(client.get(format!("{}/api/v1/tenants/acme/copies?workspace=main", served.base))).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(!served.logs().contains("\"level\":\"ERROR\""), "{}", served.logs());
+}

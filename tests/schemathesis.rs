@@ -12,8 +12,11 @@ use common::{Served, TestDb, browser::Browser, cli, email_fill, gatehouse, provi
 use reqwest::cookie::CookieStore;
 
 /// Examples per operation and phase: enough to reach every operation with valid and invalid
-/// input, few enough for a debug server on two cores.
+/// input, few enough for a debug server on two cores. `GATEHOUSE_SCHEMATHESIS_EXAMPLES` and
+/// `GATEHOUSE_SCHEMATHESIS_PHASES` make a deeper local run.
 const MAX_EXAMPLES: &str = "5";
+const PHASES: &str = "examples,fuzzing,stateful";
+const CHECKS: &str = "not_a_server_error,response_schema_conformance,problem_has_code";
 
 fn peers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers")
@@ -36,9 +39,9 @@ async fn schemathesis(base: &str, headers: &[(&str, String)], dir: &std::path::P
         .arg("run")
         .arg(format!("{base}/api/v1/openapi.json"))
         .args(["--url", base])
-        .args(["--checks", "not_a_server_error,response_schema_conformance,problem_has_code"])
-        .args(["--max-examples", MAX_EXAMPLES])
-        .args(["--phases", "examples,fuzzing,stateful"])
+        .args(["--checks", &std::env::var("GATEHOUSE_SCHEMATHESIS_CHECKS").unwrap_or(CHECKS.into())])
+        .args(["--max-examples", &std::env::var("GATEHOUSE_SCHEMATHESIS_EXAMPLES").unwrap_or(MAX_EXAMPLES.into())])
+        .args(["--phases", &std::env::var("GATEHOUSE_SCHEMATHESIS_PHASES").unwrap_or(PHASES.into())])
         .args(["--seed", "25"])
         .args(["--workers", "2"])
         .args(["--generation-with-security-parameters", "false"])
