@@ -14,9 +14,10 @@ use reqwest::cookie::CookieStore;
 /// Examples per operation and phase: enough to reach every operation with valid and invalid
 /// input, few enough for a debug server on two cores. `GATEHOUSE_SCHEMATHESIS_EXAMPLES` and
 /// `GATEHOUSE_SCHEMATHESIS_PHASES` make a deeper local run.
-const MAX_EXAMPLES: &str = "5";
-const PHASES: &str = "examples,fuzzing,stateful";
-const CHECKS: &str = "not_a_server_error,response_schema_conformance,problem_has_code";
+const MAX_EXAMPLES: &str = "10";
+const PHASES: &str = "examples,coverage,fuzzing,stateful";
+const CHECKS: &str =
+    "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance,problem_has_code";
 
 fn peers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers")

@@ -37,6 +37,7 @@ struct RuleQuery {
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = SuppressRuleCreated)]
 struct Created {
     rule: Rule,
     /// Findings the rule suppressed at once.

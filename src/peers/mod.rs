@@ -40,6 +40,7 @@ pub struct Target {
 
 /// An explicit binding of a peer connector.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = PeerBinding)]
 pub struct Binding {
     pub connector: String,
     pub target_id: Uuid,

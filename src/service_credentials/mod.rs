@@ -37,6 +37,7 @@ pub struct ServiceCredential {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ServiceCredentialCreated)]
 pub struct Created {
     pub credential: ServiceCredential,
     pub client_secret: String,

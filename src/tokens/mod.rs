@@ -43,6 +43,7 @@ pub struct Token {
 
 /// A token just created: the only time its secret exists outside the caller's hands.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = TokenCreated)]
 pub struct Created {
     pub token: Token,
     pub secret: String,
