@@ -16,7 +16,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use utoipa::{
-    Modify, OpenApi, ToResponse, ToSchema,
+    Modify, OpenApi,
     openapi::{
         self, Content, HttpMethod, Ref, RefOr, Required,
         path::{Operation, ParameterBuilder, ParameterIn},
@@ -27,55 +27,13 @@ use utoipa::{
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::{AppState, error::PROBLEM_JSON};
+use crate::{
+    AppState,
+    error::{FieldIssue, PROBLEM_JSON, Problem},
+};
 
 /// Where the document is served.
 pub const PATH: &str = "/api/v1/openapi.json";
-
-/// An error answer (RFC 9457 problem details, `application/problem+json`). `code` is stable
-/// and machine-readable; `detail` is for people and may change.
-#[derive(ToSchema, ToResponse)]
-#[response(
-    description = "A problem (`application/problem+json`) whose `code` says what went wrong",
-    content_type = "application/problem+json"
-)]
-#[allow(dead_code)] // a description of a body built by `crate::error::problem`, never constructed
-pub struct Problem {
-    /// Always `about:blank`: the `code` carries the meaning.
-    #[serde(rename = "type")]
-    kind: String,
-    /// The HTTP status's reason phrase.
-    title: String,
-    /// The HTTP status code.
-    status: u16,
-    /// The stable error code, e.g. `not_found`, `invalid_json`, `permission_denied`.
-    code: String,
-    /// What went wrong, for people.
-    detail: String,
-    /// The offending field, when the problem is about one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    field: Option<String>,
-    /// Each problem of an invalid configuration (`invalid_config`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    errors: Option<Vec<FieldProblem>>,
-    /// When to retry, for retryable problems (503).
-    #[serde(rename = "retryAfterMs", skip_serializing_if = "Option::is_none")]
-    retry_after_ms: Option<u64>,
-    /// Where a moved tenant lives now (`tenant_moved`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    base_url: Option<String>,
-    /// The same URL on the tenant's new deployment (`tenant_moved`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    location: Option<String>,
-}
-
-/// One problem with one field of a submitted configuration.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct FieldProblem {
-    field: String,
-    message: String,
-}
 
 #[derive(OpenApi)]
 #[openapi(
@@ -87,7 +45,7 @@ pub struct FieldProblem {
                        pages are not part of this document.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
-    components(schemas(Problem, FieldProblem), responses(Problem)),
+    components(schemas(Problem, FieldIssue), responses(Problem)),
     modifiers(&Conventions)
 )]
 struct Base;

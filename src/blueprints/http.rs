@@ -73,7 +73,7 @@ async fn show_blueprint(
 }
 
 /// Adds a version (pending admission); 412 if another was added since `expected_latest`.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions", tag = "blueprints", security(("session" = [])), request_body = AddVersion, responses((status = 201, body = Version), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions", tag = "blueprints", security(("session" = [])), request_body = AddVersion, responses((status = 201, body = Version), (status = 412, response = crate::error::Problem)))]
 async fn add_version(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -105,7 +105,7 @@ async fn decide(
 }
 
 /// `POST …/blueprints/{b}/versions/{n}/admit` (an optional `{"reason": …}` body).
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/admit", tag = "blueprints", security(("session" = [])), request_body(content = Option<Decide>, content_type = "application/json"), responses((status = 200, body = Version), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/admit", tag = "blueprints", security(("session" = [])), request_body(content = Option<Decide>, content_type = "application/json"), responses((status = 200, body = Version), (status = 412, response = crate::error::Problem)))]
 async fn admit_version(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -116,7 +116,7 @@ async fn admit_version(
 }
 
 /// `POST …/blueprints/{b}/versions/{n}/reject` (an optional `{"reason": …}` body).
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/reject", tag = "blueprints", security(("session" = [])), request_body(content = Option<Decide>, content_type = "application/json"), responses((status = 200, body = Version), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/reject", tag = "blueprints", security(("session" = [])), request_body(content = Option<Decide>, content_type = "application/json"), responses((status = 200, body = Version), (status = 412, response = crate::error::Problem)))]
 async fn reject_version(
     ctx: TenantCtx,
     State(state): State<AppState>,

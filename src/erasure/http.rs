@@ -20,7 +20,7 @@ struct EraseBody {
 
 #[tracing::instrument(skip_all, err)]
 /// Erases a subject's data in the workspace (owners and admins; cannot be undone).
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/erase", tag = "erasure", security(("session" = [])), request_body = EraseBody, responses((status = 200, body = Outcome), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/erase", tag = "erasure", security(("session" = [])), request_body = EraseBody, responses((status = 200, body = Outcome), (status = 412, response = crate::error::Problem)))]
 async fn erase_subject(
     ctx: TenantCtx,
     State(state): State<AppState>,

@@ -27,7 +27,7 @@ struct ExtendBody {
 }
 
 /// Forks the workspace into a new preview workspace `slug` that expires.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork", tag = "forks", security(("session" = [])), request_body = ForkBody, responses((status = 201, body = Forked), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork", tag = "forks", security(("session" = [])), request_body = ForkBody, responses((status = 201, body = Forked), (status = 412, response = crate::error::Problem)))]
 async fn fork_workspace(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -40,7 +40,7 @@ async fn fork_workspace(
 }
 
 /// Extends a fork's life by `hours`.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/extend", tag = "forks", security(("session" = [])), request_body = ExtendBody, responses((status = 200, body = Expiry), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/extend", tag = "forks", security(("session" = [])), request_body = ExtendBody, responses((status = 200, body = Expiry), (status = 412, response = crate::error::Problem)))]
 async fn extend_fork(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -52,7 +52,7 @@ async fn extend_fork(
 }
 
 /// Pins a fork: it no longer expires.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/pin", tag = "forks", security(("session" = [])), responses((status = 200, body = Expiry), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/pin", tag = "forks", security(("session" = [])), responses((status = 200, body = Expiry), (status = 412, response = crate::error::Problem)))]
 async fn pin_fork(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -63,7 +63,7 @@ async fn pin_fork(
 }
 
 /// Unpins a fork: it expires again.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/unpin", tag = "forks", security(("session" = [])), responses((status = 200, body = Expiry), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/unpin", tag = "forks", security(("session" = [])), responses((status = 200, body = Expiry), (status = 412, response = crate::error::Problem)))]
 async fn unpin_fork(
     ctx: TenantCtx,
     State(state): State<AppState>,

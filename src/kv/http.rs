@@ -100,7 +100,7 @@ struct Swapped {
 
 /// 200 `{"swapped": true}` when this call won; 412 `precondition_failed` when the
 /// expectation did not hold (and nothing was written).
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/kv-cas", tag = "kv", request_body = CasBody, responses((status = 200, body = Swapped), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/kv-cas", tag = "kv", request_body = CasBody, responses((status = 200, body = Swapped), (status = 412, response = crate::error::Problem)))]
 async fn compare_and_set(ctx: TenantCtx, State(state): State<AppState>, ApiJson(body): ApiJson<CasBody>) -> Result<Json<Value>> {
     let key = Key::parse(&body.key)?;
     let expect = match body.expect {

@@ -293,7 +293,7 @@ async fn set_secret(
 }
 
 /// The OAuth client secret's metadata (never its value).
-#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", tag = "oauth", security(("session" = [])), responses((status = 200, body = crate::vault::slots::Metadata), (status = 409, response = crate::openapi::Problem)))]
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", tag = "oauth", security(("session" = [])), responses((status = 200, body = crate::vault::slots::Metadata), (status = 409, response = crate::error::Problem)))]
 async fn show_secret(
     ctx: TenantCtx,
     State(state): State<AppState>,

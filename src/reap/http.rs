@@ -11,7 +11,7 @@ use crate::{AppState, auth::TenantCtx, error::Result};
 
 #[tracing::instrument(skip_all, err)]
 /// Deletes an archived workspace's rows for good (owners and admins).
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/reap", tag = "reap", security(("session" = [])), responses((status = 200, body = Tombstone), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/reap", tag = "reap", security(("session" = [])), responses((status = 200, body = Tombstone), (status = 412, response = crate::error::Problem)))]
 async fn reap_workspace(
     ctx: TenantCtx,
     State(state): State<AppState>,

@@ -19,7 +19,7 @@ struct RestoreBody {
 }
 
 /// Exports a snapshot of the workspace to a file.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/snapshots", tag = "snapshots", security(("session" = [])), responses((status = 201, body = Exported), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/snapshots", tag = "snapshots", security(("session" = [])), responses((status = 201, body = Exported), (status = 412, response = crate::error::Problem)))]
 async fn export_snapshot(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -31,7 +31,7 @@ async fn export_snapshot(
 }
 
 /// Restores a snapshot file into a new workspace `slug`.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/snapshots/{file}/restore", tag = "snapshots", security(("session" = [])), request_body = RestoreBody, responses((status = 201, body = Restored), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/snapshots/{file}/restore", tag = "snapshots", security(("session" = [])), request_body = RestoreBody, responses((status = 201, body = Restored), (status = 412, response = crate::error::Problem)))]
 async fn restore_snapshot(
     ctx: TenantCtx,
     State(state): State<AppState>,

@@ -124,7 +124,7 @@ pub fn parse_connector(id: &str, value: Value) -> Result<Connector> {
 }
 
 /// Adds a connector (`id`, and the connector's own fields) to the workspace's configuration.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", tag = "workspaces", security(("session" = [])), request_body = AddConnectorDoc, responses((status = 201, body = Bound), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", tag = "workspaces", security(("session" = [])), request_body = AddConnectorDoc, responses((status = 201, body = Bound), (status = 412, response = crate::error::Problem)))]
 async fn add_connector(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -141,7 +141,7 @@ async fn add_connector(
 }
 
 /// Removes a connector from the workspace's configuration.
-#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Bound), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Bound), (status = 412, response = crate::error::Problem)))]
 async fn remove_connector(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -159,7 +159,7 @@ struct ConfigurePatch {
 }
 
 /// `PATCH …/workspaces/{w}/config` with `classification` and/or `grants` (`null` removes them).
-#[utoipa::path(patch, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/config", tag = "workspaces", security(("session" = [])), request_body = ConfigurePatchDoc, responses((status = 200, body = Bound), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(patch, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/config", tag = "workspaces", security(("session" = [])), request_body = ConfigurePatchDoc, responses((status = 200, body = Bound), (status = 412, response = crate::error::Problem)))]
 async fn configure(
     ctx: TenantCtx,
     State(state): State<AppState>,

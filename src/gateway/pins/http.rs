@@ -51,7 +51,7 @@ async fn list_pins(
 }
 
 /// Approves a quarantined tool's pending definition by its digest.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins/{connector}/{tool}/approve", tag = "tool-pins", security(("session" = [])), request_body = Approval, responses((status = 200, body = Pin), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins/{connector}/{tool}/approve", tag = "tool-pins", security(("session" = [])), request_body = Approval, responses((status = 200, body = Pin), (status = 412, response = crate::error::Problem)))]
 async fn approve_pin(
     ctx: TenantCtx,
     State(state): State<AppState>,

@@ -23,7 +23,7 @@ struct Bind {
 }
 
 /// Binds the workspace to an admitted blueprint version (compare-and-set on `expected_version`).
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/bind", tag = "workspaces", security(("session" = [])), request_body = Bind, responses((status = 200, body = Binding), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/bind", tag = "workspaces", security(("session" = [])), request_body = Bind, responses((status = 200, body = Binding), (status = 412, response = crate::error::Problem)))]
 async fn bind(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -42,7 +42,7 @@ async fn apply(ctx: TenantCtx, state: AppState, slug: String, transition: Transi
 }
 
 /// Activates a workspace.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/activate", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/activate", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn activate(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -52,7 +52,7 @@ async fn activate(
 }
 
 /// Suspends a workspace.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/suspend", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/suspend", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn suspend(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -62,7 +62,7 @@ async fn suspend(
 }
 
 /// Resumes a suspended workspace.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/resume", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/resume", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn resume(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -72,7 +72,7 @@ async fn resume(
 }
 
 /// Archives a workspace.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/archive", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/archive", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn archive(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -82,7 +82,7 @@ async fn archive(
 }
 
 /// Brings an archived workspace back.
-#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/unarchive", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::openapi::Problem)))]
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/unarchive", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn unarchive(
     ctx: TenantCtx,
     State(state): State<AppState>,
