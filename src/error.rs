@@ -10,10 +10,48 @@ use serde_json::{Value, json};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// One problem with one field of a submitted document.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct FieldIssue {
     pub field: String,
     pub message: String,
+}
+
+/// The body of every API error, as the OpenAPI document describes it (built by [`problem`]):
+/// an error answer (RFC 9457 problem details, `application/problem+json`). `code` is stable
+/// and machine-readable; `detail` is for people and may change.
+#[derive(utoipa::ToSchema, utoipa::ToResponse)]
+#[response(
+    description = "A problem (`application/problem+json`) whose `code` says what went wrong",
+    content_type = "application/problem+json"
+)]
+#[allow(dead_code)] // a description of a body built by `crate::error::problem`, never constructed
+pub struct Problem {
+    /// Always `about:blank`: the `code` carries the meaning.
+    #[serde(rename = "type")]
+    kind: String,
+    /// The HTTP status's reason phrase.
+    title: String,
+    /// The HTTP status code.
+    status: u16,
+    /// The stable error code, e.g. `not_found`, `invalid_json`, `permission_denied`.
+    code: String,
+    /// What went wrong, for people.
+    detail: String,
+    /// The offending field, when the problem is about one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<String>,
+    /// Each problem of an invalid configuration (`invalid_config`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<Vec<FieldIssue>>,
+    /// When to retry, for retryable problems (503).
+    #[serde(rename = "retryAfterMs", skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+    /// Where a moved tenant lives now (`tenant_moved`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    base_url: Option<String>,
+    /// The same URL on the tenant's new deployment (`tenant_moved`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    location: Option<String>,
 }
 
 /// The media type of every API error body (RFC 9457).

@@ -33,35 +33,14 @@ pub fn router(state: AppState) -> Router {
     let config = state.config.clone();
     let dev_idp = state.dev_idp.is_some();
     let gateway = crate::gateway::router(&state);
+    // The JSON API (and the pages that live beside it): one registry with its document.
+    let (nouns, _) = crate::openapi::routes().split_for_parts();
     let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(crate::metrics::router())
-        .merge(crate::oidc::http::router())
-        .merge(crate::tenants::http::router())
-        .merge(crate::members::http::router())
-        .merge(crate::tokens::http::router())
-        .merge(crate::service_credentials::http::router())
-        .merge(crate::kv::http::router())
-        .merge(crate::workspaces::http::router())
-        .merge(crate::forks::http::router())
-        .merge(crate::copies::http::router())
-        .merge(crate::snapshots::http::router())
-        .merge(crate::workspaces::lifecycle::http::router())
-        .merge(crate::blueprints::http::router())
-        .merge(crate::erasure::http::router())
-        .merge(crate::reap::http::router())
-        .merge(crate::peers::http::router())
-        .merge(crate::vault::http::router())
-        .merge(crate::connect_links::http::router())
-        .merge(crate::oauth::http::router())
-        .merge(crate::mcp_auth::http::router())
-        .merge(crate::gateway::activity::http::router())
-        .merge(crate::gateway::pins::http::router())
+        .merge(nouns)
         .merge(crate::console::router(&state))
-        .merge(crate::findings::http::router())
-        .merge(crate::reports::http::router())
-        .merge(crate::ops::http::router())
         .merge(gateway);
     if dev_idp {
         app = app.merge(crate::dev_idp::http::router());
@@ -73,6 +52,9 @@ pub fn router(state: AppState) -> Router {
         // answer stored, or a stored one replayed). Below the body limit and the deadline, so
         // the body it reads is bounded and a replay waits no longer than any request.
         .layer(middleware::from_fn_with_state(db, crate::idempotency::layer))
+        // Before any handler or the idempotency store reads the URI: an encoded NUL is refused
+        // (400), since no path segment or query value may hold one.
+        .layer(middleware::from_fn(crate::extract::refuse_nul))
         // Outermost first:
         .layer(
             ServiceBuilder::new()

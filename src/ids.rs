@@ -12,7 +12,7 @@ macro_rules! ids {
         $(#[$meta])*
         #[derive(
             Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
-            serde::Serialize, serde::Deserialize, sqlx::Type,
+            serde::Serialize, serde::Deserialize, sqlx::Type, utoipa::ToSchema,
         )]
         #[serde(transparent)]
         #[sqlx(transparent)]

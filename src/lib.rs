@@ -30,6 +30,7 @@ pub mod members;
 pub mod metrics;
 pub mod oauth;
 pub mod oidc;
+pub mod openapi;
 pub mod ops;
 pub mod pages;
 pub mod peers;

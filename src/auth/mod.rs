@@ -35,7 +35,7 @@ pub const CLIENT_SECRET_HEADER: &str = "gatehouse-client-secret";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
 /// The tenant a request acts in.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct TenantRef {
     pub id: TenantId,
     pub slug: String,

@@ -3,14 +3,14 @@
 //! permission that configures workspaces.
 
 use axum::{
-    Json, Router,
+    Json,
     body::Bytes,
     extract::{Path, State},
     http::StatusCode,
-    routing::{get, post},
 };
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{Blueprint, Decision, Shown, Version};
 use crate::{
@@ -22,14 +22,14 @@ use crate::{
     members::Permission,
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateBlueprint {
     slug: String,
     name: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AddVersion {
     /// The configuration document (connectors, classification, grants, pools).
@@ -38,16 +38,20 @@ struct AddVersion {
     expected_latest: Option<i32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Decide {
     reason: Option<String>,
 }
 
+/// The tenant's blueprints.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/blueprints", tag = "blueprints", responses((status = 200, body = Vec<Blueprint>)))]
 async fn list_blueprints(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Vec<Blueprint>>> {
     Ok(Json(blueprints::list(&state.db, ctx.tenant.id).await?))
 }
 
+/// Creates a blueprint.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints", tag = "blueprints", security(("session" = [])), request_body = CreateBlueprint, responses((status = 201, body = Blueprint)))]
 async fn create_blueprint(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -58,6 +62,8 @@ async fn create_blueprint(
     Ok((StatusCode::CREATED, Json(created)))
 }
 
+/// A blueprint with all its versions.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}", tag = "blueprints", responses((status = 200, body = Shown)))]
 async fn show_blueprint(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -66,6 +72,8 @@ async fn show_blueprint(
     Ok(Json(blueprints::show(&state.db, ctx.tenant.id, &slug).await?))
 }
 
+/// Adds a version (pending admission); 412 if another was added since `expected_latest`.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions", tag = "blueprints", security(("session" = [])), request_body = AddVersion, responses((status = 201, body = Version), (status = 412, response = crate::error::Problem)))]
 async fn add_version(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -97,6 +105,7 @@ async fn decide(
 }
 
 /// `POST …/blueprints/{b}/versions/{n}/admit` (an optional `{"reason": …}` body).
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/admit", tag = "blueprints", security(("session" = [])), request_body(content = Option<Decide>, content_type = "application/json"), responses((status = 200, body = Version), (status = 412, response = crate::error::Problem)))]
 async fn admit_version(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -107,6 +116,7 @@ async fn admit_version(
 }
 
 /// `POST …/blueprints/{b}/versions/{n}/reject` (an optional `{"reason": …}` body).
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/reject", tag = "blueprints", security(("session" = [])), request_body(content = Option<Decide>, content_type = "application/json"), responses((status = 200, body = Version), (status = 412, response = crate::error::Problem)))]
 async fn reject_version(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -116,11 +126,11 @@ async fn reject_version(
     decide(ctx, state, slug, version, Decision::Reject, &body).await
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/blueprints", get(list_blueprints).post(create_blueprint))
-        .route("/api/v1/tenants/{tenant}/blueprints/{blueprint}", get(show_blueprint))
-        .route("/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions", post(add_version))
-        .route("/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/admit", post(admit_version))
-        .route("/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/reject", post(reject_version))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_blueprints, create_blueprint))
+        .routes(routes!(show_blueprint))
+        .routes(routes!(add_version))
+        .routes(routes!(admit_version))
+        .routes(routes!(reject_version))
 }

@@ -26,7 +26,7 @@ use crate::{
 /// Re-exported from [`crate::ids`], where every id lives, so older callers keep their path.
 pub use crate::ids::BlueprintId;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Blueprint {
     pub id: BlueprintId,
     pub slug: String,
@@ -38,7 +38,7 @@ pub struct Blueprint {
 }
 
 /// One immutable version of a blueprint.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Version {
     /// The blueprint's slug.
     pub blueprint: String,
@@ -51,11 +51,13 @@ pub struct Version {
     pub created_at: DateTime<Utc>,
     pub decided_by: Option<String>,
     pub decided_at: Option<DateTime<Utc>>,
+    /// The configuration document (connectors, classification, grants, pools).
+    #[schema(value_type = Object)]
     pub document: Document,
 }
 
 /// A blueprint with all its versions.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Shown {
     #[serde(flatten)]
     pub blueprint: Blueprint,

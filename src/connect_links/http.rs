@@ -2,12 +2,13 @@
 //! with `credential_administration`). No answer ever carries a link's secret.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, Query, State},
     http::StatusCode,
-    routing::{delete, get, post},
+    routing::get,
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{Link, Minted};
@@ -20,19 +21,22 @@ use crate::{
     pages::{self, escape},
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct MintLink {
     email: String,
     ttl_days: Option<i64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
     #[serde(default)]
     history: bool,
 }
 
+/// Mints a connect link and mails it to a person, who authorises the connector with it.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/connect-links", tag = "connect-links", security(("session" = [])), request_body = MintLink, responses((status = 201, body = Minted)))]
 async fn create_link(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -53,11 +57,15 @@ async fn create_link(
     Ok((StatusCode::CREATED, Json(minted)))
 }
 
+/// The tenant's connect links (live ones, or all with `history`).
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/connect-links", tag = "connect-links", security(("session" = [])), params(ListQuery), responses((status = 200, body = Vec<Link>)))]
 async fn list_links(ctx: TenantCtx, State(state): State<AppState>, Query(q): Query<ListQuery>) -> Result<Json<Vec<Link>>> {
     ctx.require_person(Permission::CredentialAdministration)?;
     Ok(Json(super::list(&state.db, ctx.tenant.id, q.history).await?))
 }
 
+/// Revokes a connect link.
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/connect-links/{id}", tag = "connect-links", security(("session" = [])), responses((status = 200, body = Link)))]
 async fn revoke_link(ctx: TenantCtx, State(state): State<AppState>, Path((_, id)): Path<(String, Uuid)>) -> Result<Json<Link>> {
     ctx.require_person(Permission::CredentialAdministration)?;
     Ok(Json(super::revoke(&state.db, ctx.tenant.id, &ctx.audit, id).await?))
@@ -89,10 +97,10 @@ async fn outbox_page(ctx: TenantCtx, State(state): State<AppState>) -> Result<ax
     Ok(pages::page(axum::http::StatusCode::OK, "Outbox", state.config.dev_sign_in(), &body))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_link))
+        .routes(routes!(list_links))
+        .routes(routes!(revoke_link))
         .route("/console/t/{tenant}/outbox", get(outbox_page))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/connect-links", post(create_link))
-        .route("/api/v1/tenants/{tenant}/connect-links", get(list_links))
-        .route("/api/v1/tenants/{tenant}/connect-links/{id}", delete(revoke_link))
 }

@@ -34,7 +34,7 @@ pub const DEFAULT_TTL_DAYS: i64 = 7;
 pub const MAX_TTL_DAYS: i64 = 30;
 
 /// A freshly minted link: its metadata (the secret went to the mail, not here).
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Minted {
     #[serde(flatten)]
     pub link: Link,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::{error::Result, ids::TenantId};
 
 /// A link as the API and CLI show it (never its secret).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Link {
     pub id: Uuid,
     pub workspace_id: Uuid,

@@ -125,7 +125,7 @@ impl SourceOutcome {
 }
 
 /// One ledger row as the API shows it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Copy {
     pub move_id: MoveId,
     pub copy_ref: String,

@@ -2,16 +2,16 @@
 //! token), since an erasure destroys keys and cannot be undone.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
-    routing::post,
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::Outcome;
 use crate::{AppState, auth::TenantCtx, error::Result, extract::ApiJson};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct EraseBody {
     /// A member's id or email, or an external subject id.
@@ -19,6 +19,8 @@ struct EraseBody {
 }
 
 #[tracing::instrument(skip_all, err)]
+/// Erases a subject's data in the workspace (owners and admins; cannot be undone).
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/erase", tag = "erasure", security(("session" = [])), request_body = EraseBody, responses((status = 200, body = Outcome), (status = 412, response = crate::error::Problem)))]
 async fn erase_subject(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -29,6 +31,6 @@ async fn erase_subject(
     Ok(Json(super::erase(&state.db, ctx.tenant.id, &ctx.audit, &slug, &body.subject).await?))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/tenants/{tenant}/workspaces/{workspace}/erase", post(erase_subject))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(erase_subject))
 }

@@ -43,7 +43,7 @@ struct Subject {
 }
 
 /// What one erasure did, counted per kind.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Counts {
     /// Workspace copies redacted (the workspace itself and its forks).
     pub workspaces: u64,
@@ -66,7 +66,7 @@ impl Counts {
 
 /// The answer of an erasure. `receipt` is `None` when nothing of the subject was left: then the
 /// epoch did not move (there was nothing a stale move could carry back).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Outcome {
     pub receipt: Option<Uuid>,
     pub workspace: String,

@@ -123,7 +123,7 @@ pub async fn set_verdict(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid, ver
 }
 
 /// A suppress rule as submitted.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewRule {
     pub kind: Option<String>,

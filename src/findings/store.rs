@@ -23,7 +23,7 @@ pub struct Observation {
 }
 
 /// A finding as read back.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Finding {
     pub id: Uuid,
     pub kind: String,
@@ -42,7 +42,7 @@ pub struct Finding {
 }
 
 /// A suppress rule as read back.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Rule {
     pub id: Uuid,
     pub kind: Option<String>,

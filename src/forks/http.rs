@@ -3,29 +3,31 @@
 //! `credential_administration` (a fork holds copies of the shared credentials).
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
     http::StatusCode,
-    routing::post,
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{Expiry, Forked};
 use crate::{AppState, auth::TenantCtx, error::Result, extract::ApiJson, members::Permission};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ForkBody {
     slug: String,
     ttl_hours: Option<i64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ExtendBody {
     hours: i64,
 }
 
+/// Forks the workspace into a new preview workspace `slug` that expires.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork", tag = "forks", security(("session" = [])), request_body = ForkBody, responses((status = 201, body = Forked), (status = 412, response = crate::error::Problem)))]
 async fn fork_workspace(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -37,6 +39,8 @@ async fn fork_workspace(
     Ok((StatusCode::CREATED, Json(forked)))
 }
 
+/// Extends a fork's life by `hours`.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/extend", tag = "forks", security(("session" = [])), request_body = ExtendBody, responses((status = 200, body = Expiry), (status = 412, response = crate::error::Problem)))]
 async fn extend_fork(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -47,6 +51,8 @@ async fn extend_fork(
     Ok(Json(super::extend(&state.db, ctx.tenant.id, &ctx.audit, &slug, body.hours).await?))
 }
 
+/// Pins a fork: it no longer expires.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/pin", tag = "forks", security(("session" = [])), responses((status = 200, body = Expiry), (status = 412, response = crate::error::Problem)))]
 async fn pin_fork(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -56,6 +62,8 @@ async fn pin_fork(
     Ok(Json(super::pin(&state.db, ctx.tenant.id, &ctx.audit, &slug, true).await?))
 }
 
+/// Unpins a fork: it expires again.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/unpin", tag = "forks", security(("session" = [])), responses((status = 200, body = Expiry), (status = 412, response = crate::error::Problem)))]
 async fn unpin_fork(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -65,10 +73,10 @@ async fn unpin_fork(
     Ok(Json(super::pin(&state.db, ctx.tenant.id, &ctx.audit, &slug, false).await?))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/fork", post(fork_workspace))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/extend", post(extend_fork))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/pin", post(pin_fork))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/unpin", post(unpin_fork))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(fork_workspace))
+        .routes(routes!(extend_fork))
+        .routes(routes!(pin_fork))
+        .routes(routes!(unpin_fork))
 }

@@ -35,7 +35,7 @@ pub const DEFAULT_TTL_HOURS: i64 = 72;
 pub const MAX_TTL_HOURS: i64 = 720;
 
 /// What a fork made.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Forked {
     pub workspace: Workspace,
     pub fork_of: String,
@@ -45,7 +45,7 @@ pub struct Forked {
 }
 
 /// A fork's expiry as it stands.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Expiry {
     pub workspace: String,
     pub expires_at: DateTime<Utc>,

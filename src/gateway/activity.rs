@@ -240,9 +240,8 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
 /// `GET /api/v1/tenants/{t}/activity`: newest first, keyset-paged on `(occurred_at, id)`.
 pub mod http {
     use axum::{
-        Json, Router,
+        Json,
         extract::{Query, State},
-        routing::get,
     };
     use chrono::{DateTime, Utc};
     use serde::Deserialize;
@@ -259,7 +258,8 @@ pub mod http {
     };
 
     /// The filters of one page (the API's query string; the console's too).
-    #[derive(Deserialize, Default)]
+    #[derive(Deserialize, Default, utoipa::IntoParams)]
+    #[into_params(parameter_in = Query)]
     #[serde(deny_unknown_fields)]
     pub struct Filters {
         pub cursor: Option<String>,
@@ -280,6 +280,19 @@ pub mod http {
         Ok((at, id.parse().map_err(|_| bad())?))
     }
 
+    /// The answer of `GET …/activity`: a page of calls, newest first.
+    #[derive(utoipa::ToSchema)]
+    #[allow(dead_code)]
+    struct ActivityPage {
+        /// One object per call: `id`, `occurred_at`, `workspace`, `actor`, `connector`, `tool`,
+        /// `outcome`, `duration_ms`, `error_code`, …
+        items: Vec<Value>,
+        /// Pass as `cursor` for the next page; `null` on the last page.
+        next_cursor: Option<String>,
+    }
+
+    /// The tenant's activity (calls through the gateway), newest first.
+    #[utoipa::path(get, path = "/api/v1/tenants/{tenant}/activity", tag = "activity", params(Filters), responses((status = 200, body = ActivityPage)))]
     async fn list(ctx: TenantCtx, State(state): State<AppState>, Query(f): Query<Filters>) -> Result<Json<Value>> {
         ctx.require(Permission::ActivityAccess)?;
         Ok(Json(page(&state.db, ctx.tenant.id, &f).await?))
@@ -353,8 +366,8 @@ pub mod http {
         Ok(json!({ "items": items, "next_cursor": next }))
     }
 
-    pub fn router() -> Router<AppState> {
-        Router::new().route("/api/v1/tenants/{tenant}/activity", get(list))
+    pub fn router() -> utoipa_axum::router::OpenApiRouter<AppState> {
+        utoipa_axum::router::OpenApiRouter::new().routes(utoipa_axum::routes!(list))
     }
 }
 

@@ -2,13 +2,13 @@
 //! of the tenant (people and machines alike).
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, Query, State},
     http::StatusCode,
-    routing::{get, post},
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
     AppState,
@@ -18,7 +18,8 @@ use crate::{
     kv::{self, BoundedValue, Entry, Expect, Key, Next, Page},
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     #[serde(default)]
@@ -27,7 +28,7 @@ struct ListQuery {
     limit: Option<u32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PutBody {
     value: Value,
@@ -35,7 +36,7 @@ struct PutBody {
 }
 
 /// `expect`: `{"absent": true}` or `{"value": …}`; `next`: `{"value": …}` or `{"delete": true}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CasBody {
     key: String,
@@ -44,7 +45,7 @@ struct CasBody {
     ttl_ms: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Slot {
     value: Option<Value>,
@@ -54,15 +55,21 @@ struct Slot {
     delete: bool,
 }
 
+/// A page of keys, in order, optionally under a prefix.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/kv", tag = "kv", params(ListQuery), responses((status = 200, body = Page)))]
 async fn list_keys(ctx: TenantCtx, State(state): State<AppState>, Query(q): Query<ListQuery>) -> Result<Json<Page>> {
     Ok(Json(kv::list(&state.db, ctx.tenant.id, &q.prefix, q.after.as_deref(), q.limit.unwrap_or(100)).await?))
 }
 
+/// One key's value.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/kv/{key}", tag = "kv", responses((status = 200, body = Entry)))]
 async fn get_key(ctx: TenantCtx, State(state): State<AppState>, Path((_, key)): Path<(String, String)>) -> Result<Json<Entry>> {
     let key = Key::parse(&key)?;
     Ok(Json(kv::get(&state.db, ctx.tenant.id, &key).await?.ok_or(Error::NotFound { what: "key" })?))
 }
 
+/// Sets a key unconditionally, with an optional TTL.
+#[utoipa::path(put, path = "/api/v1/tenants/{tenant}/kv/{key}", tag = "kv", request_body = PutBody, responses((status = 200, body = Entry)))]
 async fn put_key(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -73,6 +80,8 @@ async fn put_key(
     Ok(Json(kv::set(&state.db, ctx.tenant.id, &ctx.audit, &key, &value, ttl).await?))
 }
 
+/// Deletes a key.
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/kv/{key}", tag = "kv", responses((status = 204, description = "Deleted")))]
 async fn delete_key(ctx: TenantCtx, State(state): State<AppState>, Path((_, key)): Path<(String, String)>) -> Result<StatusCode> {
     let key = Key::parse(&key)?;
     if kv::delete(&state.db, ctx.tenant.id, &ctx.audit, &key).await? {
@@ -82,8 +91,16 @@ async fn delete_key(ctx: TenantCtx, State(state): State<AppState>, Path((_, key)
     }
 }
 
+/// The answer of a compare-and-set that won.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct Swapped {
+    swapped: bool,
+}
+
 /// 200 `{"swapped": true}` when this call won; 412 `precondition_failed` when the
 /// expectation did not hold (and nothing was written).
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/kv-cas", tag = "kv", request_body = CasBody, responses((status = 200, body = Swapped), (status = 412, response = crate::error::Problem)))]
 async fn compare_and_set(ctx: TenantCtx, State(state): State<AppState>, ApiJson(body): ApiJson<CasBody>) -> Result<Json<Value>> {
     let key = Key::parse(&body.key)?;
     let expect = match body.expect {
@@ -104,9 +121,6 @@ async fn compare_and_set(ctx: TenantCtx, State(state): State<AppState>, ApiJson(
     }
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/kv", get(list_keys))
-        .route("/api/v1/tenants/{tenant}/kv/{key}", get(get_key).put(put_key).delete(delete_key))
-        .route("/api/v1/tenants/{tenant}/kv-cas", post(compare_and_set))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_keys)).routes(routes!(get_key, put_key, delete_key)).routes(routes!(compare_and_set))
 }

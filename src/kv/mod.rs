@@ -79,7 +79,7 @@ pub fn validate_ttl(ttl_ms: Option<u64>) -> Result<Option<i64>> {
     }
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct Entry {
     pub key: String,
     pub value: Value,
@@ -101,7 +101,7 @@ pub enum Next {
     Delete,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Page {
     pub entries: Vec<Entry>,
     /// Pass as `after` to get the next page; absent on the last page.

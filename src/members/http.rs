@@ -2,12 +2,12 @@
 //! member may list members.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
     http::StatusCode,
-    routing::{delete, get},
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
     AppState,
@@ -17,18 +17,22 @@ use crate::{
     members::{self, Invitation, Member, Role},
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct InviteBody {
     email: String,
     role: Role,
 }
 
+/// The tenant's members (any member may list them).
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/members", tag = "members", security(("session" = [])), responses((status = 200, body = Vec<Member>)))]
 async fn list_members(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Vec<Member>>> {
     ctx.person()?;
     Ok(Json(members::list(&state.db, ctx.tenant.id).await?))
 }
 
+/// Removes a member (owners and admins).
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/members/{id}", tag = "members", security(("session" = [])), responses((status = 204, description = "Removed")))]
 async fn remove_member(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -39,11 +43,15 @@ async fn remove_member(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Pending and past invitations (owners and admins).
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/invitations", tag = "members", security(("session" = [])), responses((status = 200, body = Vec<Invitation>)))]
 async fn list_invitations(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Vec<Invitation>>> {
     ctx.require_admin()?;
     Ok(Json(members::list_invitations(&state.db, ctx.tenant.id).await?))
 }
 
+/// Invites a person by email with a role (owners and admins; only an owner invites an owner).
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/invitations", tag = "members", security(("session" = [])), request_body = InviteBody, responses((status = 201, body = Invitation)))]
 async fn invite(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -56,6 +64,8 @@ async fn invite(
     Ok((StatusCode::CREATED, Json(members::invite(&state.db, ctx.tenant.id, &ctx.audit, &body.email, body.role).await?)))
 }
 
+/// Revokes an invitation.
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/invitations/{id}", tag = "members", security(("session" = [])), responses((status = 204, description = "Revoked")))]
 async fn revoke_invitation(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -66,10 +76,10 @@ async fn revoke_invitation(
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/members", get(list_members))
-        .route("/api/v1/tenants/{tenant}/members/{id}", delete(remove_member))
-        .route("/api/v1/tenants/{tenant}/invitations", get(list_invitations).post(invite))
-        .route("/api/v1/tenants/{tenant}/invitations/{id}", delete(revoke_invitation))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_members))
+        .routes(routes!(remove_member))
+        .routes(routes!(list_invitations, invite))
+        .routes(routes!(revoke_invitation))
 }

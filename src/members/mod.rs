@@ -24,7 +24,7 @@ pub const INVITATION_TTL_DAYS: i64 = 7;
 /// callers look for it).
 pub use crate::sessions::Principal;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Owner,
@@ -54,7 +54,7 @@ impl Role {
 }
 
 /// What a member may do. Every check denies by default.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Permission {
     ConnectorAccess,
@@ -121,7 +121,7 @@ impl Permissions {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Member {
     pub id: Uuid,
     pub issuer: String,
@@ -138,7 +138,7 @@ impl Member {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Invitation {
     pub id: Uuid,
     pub email: String,

@@ -76,7 +76,7 @@ pub(super) async fn revoke_tokens(state: &AppState, creds: &Creds, url: &str, to
 }
 
 /// What a grant looks like to the API (no token, ever).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct GrantInfo {
     pub connector: String,
     pub grant: &'static str,

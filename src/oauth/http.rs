@@ -6,14 +6,15 @@
 //! answer ever carries a token or a secret.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, Query, State},
     http::{HeaderMap, StatusCode, Uri},
     response::{IntoResponse, Redirect, Response},
-    routing::{get, post},
+    routing::get,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::{ConnectParams, Origin};
@@ -203,6 +204,28 @@ async fn grant_of(
     Ok((bound.workspace.id.0, connector, kind, owner))
 }
 
+/// The answer of `POST …/oauth/{grant}/connect`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ConnectUrl {
+    connector: String,
+    url: String,
+    expires_in_s: u64,
+}
+
+/// The answer of `DELETE …/oauth/client-secret`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct RemovedSecret {
+    connector: String,
+    /// Always `oauth_client`.
+    owner: String,
+    /// Always `missing`.
+    state: String,
+}
+
+/// The OAuth grant of a connector (`shared` or `personal`); never a token.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}", tag = "oauth", responses((status = 200, body = super::GrantInfo)))]
 async fn show_grant(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -212,6 +235,8 @@ async fn show_grant(
     Ok(Json(super::show(&state, ctx.tenant.id, workspace, &id, kind, owner).await?))
 }
 
+/// A URL that starts the OAuth authorization of this connector for the signed-in person.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}/connect", tag = "oauth", security(("session" = [])), responses((status = 200, body = ConnectUrl)))]
 async fn connect_url(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, kind)): GrantPath) -> Result<Json<Value>> {
     let (_, _, _, _) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
     let member = ctx.person()?.id;
@@ -219,6 +244,8 @@ async fn connect_url(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws,
     Ok(Json(json!({ "connector": id, "url": url, "expires_in_s": super::CONNECT_TTL_SECS })))
 }
 
+/// Disconnects an OAuth grant (and asks the provider to revoke it when it advertises how).
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}", tag = "oauth", responses((status = 200, body = Object, description = "What was disconnected and whether the provider was asked to revoke")))]
 async fn disconnect(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, kind)): GrantPath) -> Result<Json<Value>> {
     let (workspace, connector, _, owner) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
     let o = connector.auth().oauth().cloned().ok_or(Error::NotFound { what: "grant" })?;
@@ -226,7 +253,7 @@ async fn disconnect(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, 
     Ok(Json(super::disconnect(&state, &ctx.audit, &slot, &connector, &o).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SetSecret {
     client_secret: String,
@@ -248,6 +275,8 @@ async fn secret_slot(state: &AppState, ctx: &TenantCtx, ws: &str, id: &str) -> R
     super::client_auth::confidential_connector(&state.db, ctx.tenant.id, ws, id).await
 }
 
+/// Sets the connector's OAuth client secret.
+#[utoipa::path(put, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", tag = "oauth", security(("session" = [])), request_body = SetSecret, responses((status = 200, body = crate::vault::slots::Metadata)))]
 async fn set_secret(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -263,6 +292,8 @@ async fn set_secret(
     Ok(Json(crate::vault::slots::set(&state.db, ring, &ctx.audit, slot, SlotKind::Shared, fields).await?))
 }
 
+/// The OAuth client secret's metadata (never its value).
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", tag = "oauth", security(("session" = [])), responses((status = 200, body = crate::vault::slots::Metadata), (status = 409, response = crate::error::Problem)))]
 async fn show_secret(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -273,6 +304,8 @@ async fn show_secret(
     Ok(Json(crate::vault::slots::show(&state.db, slot, SlotKind::Shared).await?))
 }
 
+/// Removes the connector's OAuth client secret.
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", tag = "oauth", security(("session" = [])), responses((status = 200, body = RemovedSecret)))]
 async fn remove_secret(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id)): SecretPath) -> Result<Json<Value>> {
     let workspace = secret_slot(&state, &ctx, &ws, &id).await?;
     let slot = super::client_auth::secret_slot(ctx.tenant.id, workspace, &id);
@@ -288,15 +321,13 @@ async fn client_metadata(State(state): State<AppState>) -> Response {
     response
 }
 
-pub fn router() -> Router<AppState> {
-    const GRANT: &str = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}";
-    const SECRET: &str = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret";
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(show_secret, set_secret, remove_secret))
+        .routes(routes!(show_grant, disconnect))
+        .routes(routes!(connect_url))
         .route("/oauth/client-metadata.json", get(client_metadata))
-        .route(SECRET, get(show_secret).put(set_secret).delete(remove_secret))
         .route("/oauth/connect", get(connect))
         .route("/oauth/callback", get(callback))
         .route("/connect/{tenant}/{secret}", get(follow_link))
-        .route(GRANT, get(show_grant).delete(disconnect))
-        .route(&format!("{GRANT}/connect"), post(connect_url))
 }

@@ -2,7 +2,7 @@
 //! landing page `/`.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Query, State},
     http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     response::{IntoResponse, Redirect, Response},
@@ -222,7 +222,30 @@ async fn memberships(state: &AppState, p: &Principal) -> Result<Vec<Value>> {
     Ok(rows.into_iter().map(|(_, slug, name, role)| json!({ "tenant": slug, "name": name, "role": role })).collect())
 }
 
+/// The answer of `GET /api/v1/me`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct Me {
+    principal: crate::members::Principal,
+    email: Option<String>,
+    name: Option<String>,
+    /// Send as `X-CSRF-Token` with every mutating API request made with the session cookie.
+    csrf_token: String,
+    memberships: Vec<Membership>,
+    dev_sign_in: bool,
+}
+
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct Membership {
+    /// The tenant's slug.
+    tenant: String,
+    name: String,
+    role: crate::members::Role,
+}
+
 /// The signed-in person, their memberships and their CSRF token (for API writes).
+#[utoipa::path(get, path = "/api/v1/me", tag = "me", security(("session" = [])), responses((status = 200, body = Me)))]
 async fn me(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response> {
     let memberships = memberships(&state, &session.principal).await?;
     let body = json!({
@@ -273,13 +296,13 @@ async fn home(State(state): State<AppState>, headers: HeaderMap) -> Result<Respo
     Ok(pages::page(StatusCode::OK, "Gatehouse", dev, &body))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> utoipa_axum::router::OpenApiRouter<AppState> {
+    utoipa_axum::router::OpenApiRouter::new()
         .route("/", get(home))
         .route("/login", get(login))
         .route("/auth/callback", get(callback))
         .route("/logout", post(logout))
-        .route("/api/v1/me", get(me))
+        .routes(utoipa_axum::routes!(me))
 }
 
 #[cfg(test)]

@@ -2,12 +2,12 @@
 //! `GATEHOUSE_PLATFORM_ADMINS`) list issues and set verdicts, each verdict admin-logged.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{FromRequestParts, Path, Query, State},
     http::request::Parts,
-    routing::{get, post},
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{Verdict, store::Issue};
 use crate::{
@@ -36,14 +36,15 @@ impl FromRequestParts<AppState> for PlatformAdmin {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct IssueQuery {
     status: Option<String>,
     limit: Option<i64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SetVerdict {
     /// resolve, ignore or reopen.
@@ -52,10 +53,14 @@ struct SetVerdict {
     version: Option<String>,
 }
 
+/// Ops issues across tenants (platform admins).
+#[utoipa::path(get, path = "/api/v1/platform/issues", tag = "platform", security(("session" = [])), params(IssueQuery), responses((status = 200, body = Vec<Issue>)))]
 async fn list_issues(_: PlatformAdmin, State(state): State<AppState>, Query(q): Query<IssueQuery>) -> Result<Json<Vec<Issue>>> {
     Ok(Json(super::issues(&state.db, q.status.as_deref(), q.limit.unwrap_or(100).clamp(1, 1000)).await?))
 }
 
+/// Resolves, ignores or reopens an issue (platform admins).
+#[utoipa::path(post, path = "/api/v1/platform/issues/{fingerprint}/verdict", tag = "platform", security(("session" = [])), request_body = SetVerdict, responses((status = 200, body = Issue)))]
 async fn set_verdict(
     admin: PlatformAdmin,
     State(state): State<AppState>,
@@ -76,8 +81,6 @@ async fn set_verdict(
     Ok(Json(super::set_verdict(&state.db, &admin.audit, &fingerprint, verdict, body.version.as_deref()).await?))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/platform/issues", get(list_issues))
-        .route("/api/v1/platform/issues/{fingerprint}/verdict", post(set_verdict))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_issues)).routes(routes!(set_verdict))
 }

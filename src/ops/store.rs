@@ -48,7 +48,7 @@ impl Row {
 }
 
 /// An issue as read back.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Issue {
     pub fingerprint: String,
     pub operation: String,

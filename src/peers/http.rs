@@ -4,23 +4,25 @@
 //! `credential_administration`, like every other configuration change.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
     http::StatusCode,
-    routing::{get, put},
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{Binding, PeerView};
 use crate::{AppState, auth::TenantCtx, error::Result, extract::ApiJson, members::Permission};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct BindBody {
     /// The target workspace's slug (same tenant).
     target: String,
 }
 
+/// The workspace's peer connectors and where each leads now.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/peers", tag = "peers", responses((status = 200, body = Vec<PeerView>)))]
 async fn list_peers(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -29,6 +31,8 @@ async fn list_peers(
     Ok(Json(super::list(&state.db, ctx.tenant.id, &workspace).await?))
 }
 
+/// Binds a peer connector to a target workspace of the tenant.
+#[utoipa::path(put, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/peers/{connector}", tag = "peers", security(("session" = [])), request_body = BindBody, responses((status = 200, body = Binding)))]
 async fn bind_peer(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -39,6 +43,8 @@ async fn bind_peer(
     Ok(Json(super::bind(&state.db, ctx.tenant.id, &ctx.audit, &workspace, &connector, &body.target).await?))
 }
 
+/// Removes a peer connector's binding.
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/peers/{connector}", tag = "peers", security(("session" = [])), responses((status = 204, description = "Unbound")))]
 async fn unbind_peer(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -49,8 +55,6 @@ async fn unbind_peer(
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/peers", get(list_peers))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/peers/{connector}", put(bind_peer).delete(unbind_peer))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_peers)).routes(routes!(bind_peer, unbind_peer))
 }

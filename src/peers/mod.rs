@@ -39,7 +39,8 @@ pub struct Target {
 }
 
 /// An explicit binding of a peer connector.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = PeerBinding)]
 pub struct Binding {
     pub connector: String,
     pub target_id: Uuid,
@@ -232,7 +233,7 @@ pub async fn unbind(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, connec
 }
 
 /// One peer connector of a workspace: its blueprint, its binding and where it leads now.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct PeerView {
     pub connector: String,
     pub blueprint: String,

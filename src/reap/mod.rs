@@ -38,12 +38,13 @@ const BATCH: i64 = 20;
 pub static REPLICA: LazyLock<String> = LazyLock::new(|| format!("replica:{}:{}", std::process::id(), Uuid::new_v4().simple()));
 
 /// What a finished reap left behind.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Tombstone {
     pub workspace_id: Uuid,
     pub slug: String,
     pub reaped_at: chrono::DateTime<chrono::Utc>,
     /// Rows deleted per table, and ledger rows settled.
+    #[schema(value_type = Object)]
     pub deleted: serde_json::Map<String, serde_json::Value>,
 }
 

@@ -2,10 +2,10 @@
 //! and `/api/v1/platform/reports` (platform admins: every tenant's rows), as JSON.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
-    routing::get,
 };
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{Output, Report};
 use crate::{
@@ -27,11 +27,15 @@ fn require_reader(ctx: &TenantCtx) -> Result<()> {
     }
 }
 
+/// The reports a tenant may run.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/reports", tag = "reports", responses((status = 200, body = Vec<Report>)))]
 async fn list_reports(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Vec<Report>>> {
     require_reader(&ctx)?;
     Ok(Json(super::list(&state.db).await?))
 }
 
+/// Runs a report over the tenant's rows.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/reports/{name}", tag = "reports", responses((status = 200, body = Output)))]
 async fn run_report(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -41,10 +45,14 @@ async fn run_report(
     Ok(Json(super::run(&state.db, Scope::Tenant(ctx.tenant.id), &name).await?))
 }
 
+/// The reports (platform admins).
+#[utoipa::path(get, path = "/api/v1/platform/reports", tag = "reports", security(("session" = [])), responses((status = 200, body = Vec<Report>)))]
 async fn list_platform_reports(_: PlatformAdmin, State(state): State<AppState>) -> Result<Json<Vec<Report>>> {
     Ok(Json(super::list(&state.db).await?))
 }
 
+/// Runs a report over every tenant (platform admins; audited).
+#[utoipa::path(get, path = "/api/v1/platform/reports/{name}", tag = "reports", security(("session" = [])), responses((status = 200, body = Output)))]
 async fn run_platform_report(
     admin: PlatformAdmin,
     State(state): State<AppState>,
@@ -54,10 +62,10 @@ async fn run_platform_report(
     Ok(Json(super::run(&state.db, Scope::Platform { reason: "platform report (API)" }, &name).await?))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/reports", get(list_reports))
-        .route("/api/v1/tenants/{tenant}/reports/{name}", get(run_report))
-        .route("/api/v1/platform/reports", get(list_platform_reports))
-        .route("/api/v1/platform/reports/{name}", get(run_platform_report))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_reports))
+        .routes(routes!(run_report))
+        .routes(routes!(list_platform_reports))
+        .routes(routes!(run_platform_report))
 }

@@ -19,7 +19,7 @@ use crate::{
 pub const ROW_CAP: i64 = 10_000;
 
 /// A report: its view's name and what it shows.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Report {
     pub name: String,
     pub description: String,
@@ -27,7 +27,7 @@ pub struct Report {
 
 /// A report's output: its columns in view order, then the rows (JSON values, `null` for SQL
 /// NULL).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Output {
     pub report: String,
     pub columns: Vec<String>,

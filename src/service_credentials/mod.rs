@@ -25,7 +25,7 @@ pub const CLIENT_ID_CHARS: usize = 22;
 pub const SECRET_PREFIX: &str = "gss_";
 pub const SECRET_CHARS: usize = 43;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ServiceCredential {
     pub id: Uuid,
     pub client_id: String,
@@ -36,7 +36,8 @@ pub struct ServiceCredential {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ServiceCredentialCreated)]
 pub struct Created {
     pub credential: ServiceCredential,
     pub client_secret: String,

@@ -19,7 +19,7 @@ use crate::{
 
 /// A person: the issuer and subject of their ID tokens. It lives here so that sessions name
 /// no member; `members`, which ends a removed member's sessions, re-exports it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 pub struct Principal {
     pub issuer: String,
     pub subject: String,

@@ -2,22 +2,24 @@
 //! Both need a person with `credential_administration` (a snapshot holds credentials).
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
     http::StatusCode,
-    routing::post,
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{Exported, Restored};
 use crate::{AppState, auth::TenantCtx, error::Result, extract::ApiJson, members::Permission};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RestoreBody {
     slug: String,
 }
 
+/// Exports a snapshot of the workspace to a file.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/snapshots", tag = "snapshots", security(("session" = [])), responses((status = 201, body = Exported), (status = 412, response = crate::error::Problem)))]
 async fn export_snapshot(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -28,6 +30,8 @@ async fn export_snapshot(
     Ok((StatusCode::CREATED, Json(exported)))
 }
 
+/// Restores a snapshot file into a new workspace `slug`.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/snapshots/{file}/restore", tag = "snapshots", security(("session" = [])), request_body = RestoreBody, responses((status = 201, body = Restored), (status = 412, response = crate::error::Problem)))]
 async fn restore_snapshot(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -39,8 +43,6 @@ async fn restore_snapshot(
     Ok((StatusCode::CREATED, Json(restored)))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/snapshots", post(export_snapshot))
-        .route("/api/v1/tenants/{tenant}/snapshots/{file}/restore", post(restore_snapshot))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(export_snapshot)).routes(routes!(restore_snapshot))
 }

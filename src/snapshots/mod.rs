@@ -82,7 +82,7 @@ struct Part {
     activity: Vec<Value>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Exported {
     pub file: String,
     pub move_id: Uuid,
@@ -91,7 +91,7 @@ pub struct Exported {
     pub subjects_erased: usize,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Restored {
     pub workspace: String,
     pub workspace_id: Uuid,

@@ -1,13 +1,13 @@
 //! `/api/v1/tenants/{tenant}/tokens`: people with `access_token_management` only.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
     http::StatusCode,
     response::{IntoResponse, Response},
-    routing::{get, patch},
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
     AppState,
@@ -18,18 +18,23 @@ use crate::{
     tokens::{self, Token},
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct NameBody {
     name: String,
 }
 
+/// The tenant's access tokens (never their secrets).
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/tokens", tag = "tokens", security(("session" = [])),
+    responses((status = 200, body = Vec<Token>)))]
 async fn list_tokens(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Vec<Token>>> {
     ctx.require_person(Permission::AccessTokenManagement)?;
     Ok(Json(tokens::list(&state.db, ctx.tenant.id).await?))
 }
 
-/// The secret is in this response and nowhere else, ever.
+/// Creates a token. The secret is in this response and nowhere else, ever.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/tokens", tag = "tokens", security(("session" = [])), request_body = NameBody,
+    responses((status = 201, body = tokens::Created)))]
 async fn create_token(ctx: TenantCtx, State(state): State<AppState>, ApiJson(body): ApiJson<NameBody>) -> Result<Response> {
     ctx.require_person(Permission::AccessTokenManagement)?;
     let created =
@@ -38,6 +43,9 @@ async fn create_token(ctx: TenantCtx, State(state): State<AppState>, ApiJson(bod
     Ok(no_store((StatusCode::CREATED, Json(created)).into_response()))
 }
 
+/// Renames a token.
+#[utoipa::path(patch, path = "/api/v1/tenants/{tenant}/tokens/{id}", tag = "tokens", security(("session" = [])), request_body = NameBody,
+    responses((status = 200, body = Token)))]
 async fn rename_token(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -48,6 +56,9 @@ async fn rename_token(
     Ok(Json(tokens::rename(&state.db, ctx.tenant.id, &ctx.audit, parse_id(&id, "token")?, &body.name).await?))
 }
 
+/// Revokes a token (idempotent: the revoked token is answered).
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/tokens/{id}", tag = "tokens", security(("session" = [])),
+    responses((status = 200, body = Token)))]
 async fn revoke_token(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -57,8 +68,6 @@ async fn revoke_token(
     Ok(Json(tokens::revoke(&state.db, ctx.tenant.id, &ctx.audit, parse_id(&id, "token")?).await?))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/tokens", get(list_tokens).post(create_token))
-        .route("/api/v1/tenants/{tenant}/tokens/{id}", patch(rename_token).delete(revoke_token))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_tokens, create_token)).routes(routes!(rename_token, revoke_token))
 }

@@ -28,7 +28,7 @@ pub const MAX_NAME_CHARS: usize = 80;
 pub const DEFAULT_CAP: i32 = 100;
 pub const MAX_CAP: i32 = 1000;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Token {
     pub id: Uuid,
     /// The first 12 characters of the secret, for recognising it.
@@ -42,7 +42,8 @@ pub struct Token {
 }
 
 /// A token just created: the only time its secret exists outside the caller's hands.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = TokenCreated)]
 pub struct Created {
     pub token: Token,
     pub secret: String,

@@ -3,11 +3,11 @@
 //! is managed by people with `credential_administration`; a personal slot by its member.
 
 use std::collections::BTreeMap;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
-    routing::{get, post},
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -26,7 +26,7 @@ use crate::{
     workspaces::{Connector, config::SlotKind},
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SetCredential {
     fields: BTreeMap<String, String>,
@@ -39,6 +39,49 @@ impl Drop for SetCredential {
             value.zeroize();
         }
     }
+}
+
+/// The answer of `GET …/credentials/{slot}`: the slot's metadata with `manageable: true`, or
+/// `manageable: false` with `code: vault_disabled` when the vault is off.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ShownSlot {
+    connector: String,
+    slot: String,
+    manageable: bool,
+    owner: Option<String>,
+    state: Option<String>,
+    fields: Option<Vec<slots::FieldMeta>>,
+    version: Option<i64>,
+    key_id: Option<String>,
+    updated_at: Option<chrono::DateTime<chrono::Utc>>,
+    updated_by: Option<String>,
+    code: Option<String>,
+    message: Option<String>,
+}
+
+/// The answer of `DELETE …/credentials/{slot}`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct RemovedSlot {
+    connector: String,
+    slot: String,
+    /// Always `missing`.
+    state: String,
+}
+
+/// The answer of `POST …/credentials/{slot}/test`: an MCP server is probed (`testable`, `ok`,
+/// `tools`); an HTTP API is only opened and rendered (`testable: false`, `opens`, `message`).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct TestedSlot {
+    connector: String,
+    slot: String,
+    testable: bool,
+    opens: Option<bool>,
+    ok: Option<bool>,
+    tools: Option<Value>,
+    message: Option<String>,
 }
 
 type SlotPath = Path<(String, String, String, String)>;
@@ -81,6 +124,8 @@ async fn managed<'a>(ctx: &TenantCtx, state: &'a AppState, ws: &str, id: &str, s
     Ok(Managed { kind, owner, ring, workspace, connector })
 }
 
+/// A credential slot's metadata (`shared` or `personal`); values never come out.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}", tag = "credentials", responses((status = 200, body = ShownSlot)))]
 async fn show_credential(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -108,6 +153,8 @@ async fn show_credential(
     Ok(Json(body))
 }
 
+/// Sets or replaces the slot's credential fields.
+#[utoipa::path(put, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}", tag = "credentials", security(("session" = [])), request_body = SetCredential, responses((status = 200, body = slots::Metadata)))]
 async fn set_credential(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -121,6 +168,8 @@ async fn set_credential(
     Ok(Json(slots::set(&state.db, ring, &ctx.audit, slot, kind, fields).await?))
 }
 
+/// Removes the slot's credential.
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}", tag = "credentials", security(("session" = [])), responses((status = 200, body = RemovedSlot)))]
 async fn remove_credential(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -133,6 +182,7 @@ async fn remove_credential(
 
 /// Tries the connector with the credential: an MCP server lists its tools over a fresh
 /// session; an HTTP API has no call known to be safe, so only opening and rendering are checked.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}/test", tag = "credentials", security(("session" = [])), responses((status = 200, body = TestedSlot)))]
 async fn test_credential(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -160,9 +210,6 @@ async fn test_credential(
     }
 }
 
-pub fn router() -> Router<AppState> {
-    const SLOT: &str = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}";
-    Router::new()
-        .route(SLOT, get(show_credential).put(set_credential).delete(remove_credential))
-        .route(&format!("{SLOT}/test"), post(test_credential))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(show_credential, set_credential, remove_credential)).routes(routes!(test_credential))
 }

@@ -65,7 +65,7 @@ impl Slot<'_> {
 }
 
 /// What the API and CLI show of a slot.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Metadata {
     pub connector: String,
     pub slot: &'static str,
@@ -78,7 +78,7 @@ pub struct Metadata {
     pub updated_by: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct FieldMeta {
     pub name: String,
     /// The last four characters, for values of 12 characters or more.

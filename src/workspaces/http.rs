@@ -2,13 +2,13 @@
 //! token); changing needs a person with `credential_administration`.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
     http::StatusCode,
-    routing::{delete, get},
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{Bound, Connector, Workspace};
 
@@ -21,7 +21,7 @@ use crate::{
     workspaces::{self, config::valid_connector_id},
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateWorkspace {
     slug: String,
@@ -38,10 +38,57 @@ struct AddConnector {
     connector: Value,
 }
 
+/// The body of `POST …/connectors`: the connector's own fields (`kind`, `url`, …) beside these.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct AddConnectorDoc {
+    /// 1 to 64 characters of a-z, 0-9, '_' and '-'.
+    id: String,
+    /// The version the editor read; the edit is refused with 412 if it moved on.
+    expected_version: Option<i32>,
+}
+
+/// The body of `PATCH …/config`: each section given replaces the workspace's, `null` removes it.
+#[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ConfigurePatchDoc {
+    expected_version: Option<i32>,
+    classification: Option<Value>,
+    grants: Option<Value>,
+    pools: Option<Value>,
+    pinning: Option<Value>,
+    redaction: Option<Value>,
+}
+
+/// The answer of `GET …/connectors`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ConnectorList {
+    /// The configuration version these connectors belong to.
+    version: i32,
+    /// Connector id → connector configuration.
+    connectors: std::collections::BTreeMap<String, Value>,
+}
+
+/// The answer of `POST …/connectors/{id}/refresh`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct Refreshed {
+    connector: String,
+    /// How many tools the catalog holds.
+    tools: u64,
+    fetched_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The tenant's workspaces.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces", tag = "workspaces", responses((status = 200, body = Vec<Workspace>)))]
 async fn list_workspaces(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Vec<Workspace>>> {
     Ok(Json(workspaces::list(&state.db, ctx.tenant.id).await?))
 }
 
+/// Creates a workspace.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces", tag = "workspaces", security(("session" = [])), request_body = CreateWorkspace, responses((status = 201, body = Workspace)))]
 async fn create_workspace(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -52,6 +99,8 @@ async fn create_workspace(
     Ok((StatusCode::CREATED, Json(ws)))
 }
 
+/// A workspace with the configuration it runs.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}", tag = "workspaces", responses((status = 200, body = Bound)))]
 async fn get_workspace(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -74,6 +123,8 @@ pub fn parse_connector(id: &str, value: Value) -> Result<Connector> {
         .map_err(|e| Error::InvalidConfig { issues: vec![FieldIssue { field: "connector".into(), message: e.to_string() }] })
 }
 
+/// Adds a connector (`id`, and the connector's own fields) to the workspace's configuration.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", tag = "workspaces", security(("session" = [])), request_body = AddConnectorDoc, responses((status = 201, body = Bound), (status = 412, response = crate::error::Problem)))]
 async fn add_connector(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -89,6 +140,8 @@ async fn add_connector(
     Ok((StatusCode::CREATED, Json(bound)))
 }
 
+/// Removes a connector from the workspace's configuration.
+#[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Bound), (status = 412, response = crate::error::Problem)))]
 async fn remove_connector(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -106,6 +159,7 @@ struct ConfigurePatch {
 }
 
 /// `PATCH …/workspaces/{w}/config` with `classification` and/or `grants` (`null` removes them).
+#[utoipa::path(patch, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/config", tag = "workspaces", security(("session" = [])), request_body = ConfigurePatchDoc, responses((status = 200, body = Bound), (status = 412, response = crate::error::Problem)))]
 async fn configure(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -124,6 +178,8 @@ async fn configure(
     Ok(Json(workspaces::configure(&state.db, ctx.tenant.id, &ctx.audit, &slug, body.expected_version, &patch).await?))
 }
 
+/// The workspace's connectors with the configuration version they belong to.
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", tag = "workspaces", responses((status = 200, body = ConnectorList)))]
 async fn list_connectors(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -135,6 +191,7 @@ async fn list_connectors(
 
 /// `POST …/connectors/{id}/refresh`: fetch the connector's catalog now and store it for every
 /// replica (otherwise catalogs are fetched again after their TTL).
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/refresh", tag = "workspaces", responses((status = 200, body = Refreshed)))]
 async fn refresh_connector(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -171,12 +228,12 @@ async fn refresh_connector(
     Ok(Json(json!({ "connector": id, "tools": tools.len(), "fetched_at": fetched_at })))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/workspaces", get(list_workspaces).post(create_workspace))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}", get(get_workspace))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/config", axum::routing::patch(configure))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", get(list_connectors).post(add_connector))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", delete(remove_connector))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/refresh", axum::routing::post(refresh_connector))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_workspaces, create_workspace))
+        .routes(routes!(get_workspace))
+        .routes(routes!(configure))
+        .routes(routes!(list_connectors, add_connector))
+        .routes(routes!(remove_connector))
+        .routes(routes!(refresh_connector))
 }

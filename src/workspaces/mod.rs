@@ -29,7 +29,7 @@ use crate::{
 /// Re-exported from [`crate::ids`], where every id lives, so older callers keep their path.
 pub use crate::ids::WorkspaceId;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Workspace {
     pub id: WorkspaceId,
     pub slug: String,
@@ -44,9 +44,11 @@ pub struct Workspace {
 }
 
 /// A workspace with the configuration it runs.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Bound {
     pub workspace: Workspace,
+    /// The workspace's configuration document (connectors, classification, grants, pools…).
+    #[schema(value_type = Object)]
     pub document: Document,
     /// The connectors whose catalogs are fresh in the shared cache: id → (configuration key,
     /// fetched at). Not part of the API's answer.

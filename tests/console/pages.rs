@@ -121,6 +121,11 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     for entry in ["Findings", "Suppress rules", "Reports", "MCP clients", "Ops issues"] {
         assert!(nav.contains(entry), "an owner who is a platform admin sees {entry}: {nav}");
     }
+    // The footer links the API reference (issue 25): the link serves the OpenAPI document.
+    assert!(chrome.text("#api-document").await.contains("OpenAPI"));
+    chrome.click("#api-document").await;
+    assert!(chrome.url().await.ends_with("/api/v1/openapi.json"), "{}", chrome.url().await);
+    assert!(chrome.text("body").await.contains("\"openapi\":\"3.1"));
 
     // --- Credential test: the real downstream answers, the dead one is classified. ---
     let secret = "test-secret-value-LMNO";

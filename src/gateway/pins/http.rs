@@ -3,11 +3,11 @@
 //! (owners and admins with `credential_administration`, people only).
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, Query, State},
-    routing::{get, post},
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::Pin;
 use crate::{
@@ -18,20 +18,23 @@ use crate::{
     members::{Permission, Role},
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct PinQuery {
     /// `quarantined`: only the pins waiting for approval.
     status: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Approval {
     /// The pending definition's digest, as the approver reviewed it.
     digest: String,
 }
 
+/// The workspace's tool pins (all, or only `quarantined`).
+#[utoipa::path(get, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins", tag = "tool-pins", params(PinQuery), responses((status = 200, body = Vec<Pin>)))]
 async fn list_pins(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -47,6 +50,8 @@ async fn list_pins(
     Ok(Json(super::list(&state.db, ctx.tenant.id, &slug, quarantined).await?))
 }
 
+/// Approves a quarantined tool's pending definition by its digest.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins/{connector}/{tool}/approve", tag = "tool-pins", security(("session" = [])), request_body = Approval, responses((status = 200, body = Pin), (status = 412, response = crate::error::Problem)))]
 async fn approve_pin(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -63,8 +68,6 @@ async fn approve_pin(
     Ok(Json(super::approve(&state.db, ctx.tenant.id, &ctx.audit, &slug, &connector, &tool, &body.digest).await?))
 }
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins", get(list_pins))
-        .route("/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins/{connector}/{tool}/approve", post(approve_pin))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_pins)).routes(routes!(approve_pin))
 }

@@ -38,7 +38,7 @@ pub const PINNED_FIELDS: [&str; 6] = ["name", "title", "description", "inputSche
 const DIFF_SIDE_CAP: usize = 300;
 
 /// One pin as the API shows it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Pin {
     pub connector: String,
     pub tool: String,

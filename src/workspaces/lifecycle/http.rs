@@ -3,16 +3,16 @@
 //! workspaces.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
-    routing::post,
 };
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::{Binding, Transition};
 use crate::{AppState, auth::TenantCtx, error::Result, extract::ApiJson, members::Permission, workspaces::Workspace};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Bind {
     /// The blueprint's slug.
@@ -22,6 +22,8 @@ struct Bind {
     expected_version: i32,
 }
 
+/// Binds the workspace to an admitted blueprint version (compare-and-set on `expected_version`).
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/bind", tag = "workspaces", security(("session" = [])), request_body = Bind, responses((status = 200, body = Binding), (status = 412, response = crate::error::Problem)))]
 async fn bind(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -39,6 +41,8 @@ async fn apply(ctx: TenantCtx, state: AppState, slug: String, transition: Transi
     Ok(Json(super::transition(&state.db, ctx.tenant.id, &ctx.audit, &slug, transition).await?))
 }
 
+/// Activates a workspace.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/activate", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn activate(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -47,6 +51,8 @@ async fn activate(
     apply(ctx, state, slug, Transition::Activate).await
 }
 
+/// Suspends a workspace.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/suspend", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn suspend(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -55,6 +61,8 @@ async fn suspend(
     apply(ctx, state, slug, Transition::Suspend).await
 }
 
+/// Resumes a suspended workspace.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/resume", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn resume(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -63,6 +71,8 @@ async fn resume(
     apply(ctx, state, slug, Transition::Resume).await
 }
 
+/// Archives a workspace.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/archive", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn archive(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -71,6 +81,8 @@ async fn archive(
     apply(ctx, state, slug, Transition::Archive).await
 }
 
+/// Brings an archived workspace back.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/unarchive", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Workspace), (status = 412, response = crate::error::Problem)))]
 async fn unarchive(
     ctx: TenantCtx,
     State(state): State<AppState>,
@@ -79,13 +91,12 @@ async fn unarchive(
     apply(ctx, state, slug, Transition::Unarchive).await
 }
 
-pub fn router() -> Router<AppState> {
-    let at = |verb: &str| format!("/api/v1/tenants/{{tenant}}/workspaces/{{workspace}}/{verb}");
-    Router::new()
-        .route(&at("bind"), post(bind))
-        .route(&at("activate"), post(activate))
-        .route(&at("suspend"), post(suspend))
-        .route(&at("resume"), post(resume))
-        .route(&at("archive"), post(archive))
-        .route(&at("unarchive"), post(unarchive))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(bind))
+        .routes(routes!(activate))
+        .routes(routes!(suspend))
+        .routes(routes!(resume))
+        .routes(routes!(archive))
+        .routes(routes!(unarchive))
 }

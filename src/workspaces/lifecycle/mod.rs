@@ -120,7 +120,8 @@ pub async fn transition(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, tr
 }
 
 /// A workspace bound to a blueprint version.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = WorkspaceBinding)]
 pub struct Binding {
     pub workspace: Workspace,
     pub blueprint: String,
