@@ -16,11 +16,11 @@
 pub mod file;
 mod store;
 pub mod tables;
+mod vaulted;
 mod verify;
 
 use std::{collections::BTreeMap, fs::OpenOptions, io::BufReader, os::unix::fs::OpenOptionsExt, path::Path};
 
-use base64::{Engine, engine::general_purpose::STANDARD};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,7 @@ use zeroize::Zeroizing;
 
 pub use file::TransferKey;
 pub use tables::{MOVE_ACTIONS, Part, TABLES, Table};
+use vaulted::{Vaulted, open_sealed, reseal, uuid_of};
 pub use verify::{Comparison, seal, unseal, verify};
 
 use crate::{
@@ -39,7 +40,7 @@ use crate::{
     error::{Error, Result},
     ids::TenantId,
     tenants::{self, Status, Tenant},
-    vault::{Aad, KeyRing, PURPOSE_CONNECTOR, PURPOSE_OAUTH_GRANT, slots::parse_owner},
+    vault::KeyRing,
 };
 
 /// Rows per `INSERT` of an import.
@@ -51,20 +52,6 @@ pub struct TableSum {
     pub rows: u64,
     pub digested: u64,
     pub digest: String,
-}
-
-/// A sealed column's plaintext as it travels inside the file, and what it was sealed for.
-#[derive(Serialize, Deserialize)]
-struct Vaulted {
-    purpose: String,
-    plaintext: String,
-}
-
-impl Drop for Vaulted {
-    fn drop(&mut self) {
-        use zeroize::Zeroize;
-        self.plaintext.zeroize();
-    }
 }
 
 /// One line of an export's body.
@@ -143,84 +130,8 @@ fn manifest_digest(tables: &BTreeMap<String, TableSum>) -> String {
     hex::encode(Sha256::digest(serde_json::to_vec(tables).unwrap_or_default()))
 }
 
-fn text<'r>(row: &'r Map<String, Value>, column: &str) -> Option<&'r str> {
+pub(super) fn text<'r>(row: &'r Map<String, Value>, column: &str) -> Option<&'r str> {
     row.get(column).and_then(Value::as_str)
-}
-
-fn uuid_of(row: &Map<String, Value>, column: &str) -> Option<Uuid> {
-    text(row, column).and_then(|s| s.parse().ok())
-}
-
-/// The associated data a sealed column may have been sealed for, most likely first.
-fn bindings<'r>(tenant: TenantId, table: &str, row: &'r Map<String, Value>) -> Vec<Aad<'r>> {
-    match table {
-        "credentials" => {
-            let (Some(workspace), Some(connector), Some(owner)) =
-                (uuid_of(row, "workspace_id"), text(row, "connector_id"), text(row, "owner").and_then(parse_owner))
-            else {
-                return Vec::new();
-            };
-            [PURPOSE_CONNECTOR, PURPOSE_OAUTH_GRANT]
-                .into_iter()
-                .map(|purpose| Aad { tenant: tenant.0, workspace, connector, owner, purpose })
-                .collect()
-        }
-        "subject_keys" => text(row, "subject").map(|s| crate::snapshots::subject_key_aad(tenant, s)).into_iter().collect(),
-        _ => Vec::new(),
-    }
-}
-
-fn unreadable_at(table: &str) -> Error {
-    Error::Conflict {
-        code: "credential_unreadable",
-        message: format!("a sealed value in {table} does not open with this deployment's vault keys; nothing was exported"),
-    }
-}
-
-/// Opens the row's sealed columns with the source ring: (column, purpose, plaintext).
-fn open_sealed(
-    ring: &KeyRing,
-    tenant: TenantId,
-    table: &Table,
-    row: &mut Map<String, Value>,
-) -> Result<BTreeMap<String, Vaulted>> {
-    let mut out = BTreeMap::new();
-    for column in table.sealed {
-        let Some(envelope) = text(row, column).map(str::to_owned) else { continue };
-        let opened = bindings(tenant, table.name, row)
-            .into_iter()
-            .find_map(|aad| ring.open(&aad, &envelope).ok().map(|p| (aad.purpose.to_owned(), p)));
-        let (purpose, plaintext) = opened.ok_or_else(|| unreadable_at(table.name))?;
-        out.insert((*column).to_owned(), Vaulted { purpose, plaintext: STANDARD.encode(&*plaintext) });
-        row.insert((*column).to_owned(), Value::Null);
-    }
-    Ok(out)
-}
-
-/// Seals the carried plaintext under the destination's ring, for the same binding.
-fn reseal(
-    ring: &KeyRing,
-    tenant: TenantId,
-    table: &Table,
-    row: &mut Map<String, Value>,
-    vault: &BTreeMap<String, Vaulted>,
-) -> Result<()> {
-    let invalid = || Error::invalid("export_invalid", Some("from"), format!("a sealed value of {} is malformed", table.name));
-    for (column, carried) in vault {
-        if !table.sealed.contains(&column.as_str()) {
-            return Err(invalid());
-        }
-        let plaintext = Zeroizing::new(STANDARD.decode(&carried.plaintext).map_err(|_| invalid())?);
-        let sealed = {
-            let aad = bindings(tenant, table.name, row).into_iter().find(|a| a.purpose == carried.purpose).ok_or_else(invalid)?;
-            ring.seal(&aad, &plaintext)
-        };
-        row.insert(column.clone(), Value::String(sealed));
-        if row.contains_key("key_id") {
-            row.insert("key_id".into(), Value::String(ring.active().to_owned()));
-        }
-    }
-    Ok(())
 }
 
 /// Writes `tenant`'s export to `to` (a new file of mode 0600, renamed into place only when
