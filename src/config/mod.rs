@@ -3,27 +3,11 @@
 //! Every bad value is reported with the variable's name; all problems are collected so an
 //! operator fixes them in one pass instead of one restart per mistake.
 
-use std::{fmt, net::SocketAddr, path::PathBuf};
+mod secret;
 
-/// A secret string that never prints itself (Debug and Display are redacted).
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+use std::{net::SocketAddr, path::PathBuf};
 
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-    /// The plaintext; call only where the value is handed to the thing that needs it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(…)")
-    }
-}
+pub use secret::Secret;
 
 /// Deployment mode. Production refuses the development conveniences.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
