@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke run of every fuzz target (issue 25 §3): builds them all once, then runs each for a
-# few seconds on its committed corpus (fuzz/corpus/TARGET/, read only: what a run finds new
-# goes to a throwaway directory). Fails on the first crash, panic, timeout or leak; libFuzzer
+# few seconds on its committed corpus (fuzz/corpus/TARGET/) and the inputs of past findings
+# (fuzz/regressions/TARGET/), both read only: what a run finds new goes to a throwaway
+# directory. Fails on the first crash, panic, timeout or leak; libFuzzer
 # writes the input that did it to fuzz/artifacts/TARGET/.
 #
 #   bash scripts/fuzz-smoke.sh            # every target, FUZZ_SECONDS (default 15) each
@@ -37,8 +38,11 @@ trap 'rm -rf "$scratch"' EXIT
 for target in "${targets[@]}"; do
   echo "== $target (${seconds}s)"
   mkdir -p "$scratch/$target" "corpus/$target"
-  # New inputs land in the scratch directory (first), the committed corpus is only read.
-  if ! cargo fuzz run --dev --sanitizer none "$target" "$scratch/$target" "corpus/$target" -- \
+  # New inputs land in the scratch directory (first); the committed corpus and the inputs of
+  # past findings (fuzz/regressions/TARGET/) are only read.
+  dirs=("$scratch/$target" "corpus/$target")
+  [[ -d regressions/$target ]] && dirs+=("regressions/$target")
+  if ! cargo fuzz run --dev --sanitizer none "$target" "${dirs[@]}" -- \
       -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 >"$scratch/$target.log" 2>&1; then
     tail -n 60 "$scratch/$target.log"
