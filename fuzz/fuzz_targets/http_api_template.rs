@@ -65,10 +65,14 @@ fuzz_target!(|input: Input| {
     assert_eq!(segments.len(), template.len(), "{url} from {}", input.template);
     // Each segment reads back as its template segment with the arguments in place.
     for (segment, pattern) in segments.iter().zip(&template) {
-        let mut rendered = pattern.to_string();
-        for name in &names {
-            rendered = rendered.replace(&format!("{{{name}}}"), args[*name].as_str().unwrap_or_default());
+        // In one pass: an argument's value may itself look like a placeholder.
+        let (mut rendered, mut rest) = (String::new(), *pattern);
+        while let (Some(open), Some(close)) = (rest.find('{'), rest.find('}')) {
+            rendered.push_str(&rest[..open]);
+            rendered.push_str(args[&rest[open + 1..close]].as_str().unwrap_or_default());
+            rest = &rest[close + 1..];
         }
+        rendered.push_str(rest);
         let decoded = percent_decode(segment);
         assert_eq!(decoded, rendered, "{url} from {}", input.template);
     }

@@ -204,15 +204,15 @@ mod tests {
     #[test]
     fn arguments_cannot_make_a_dot_segment_together() {
         let mut api = api();
-        for (path, args) in [
+        for (path, values) in [
             ("/v{version}/{a}.", json!({ "version": "1", "a": "" })),
             ("/items/{a}{b}/notes", json!({ "a": ".", "b": "." })),
             ("/items/%2e{a}/notes", json!({ "a": "." })),
             ("/items/{a}%2E/notes", json!({ "a": "" })),
         ] {
             api.tools[0].path = path.into();
-            let refused = request_url(&api, &api.tools[0], &args(args.clone()));
-            assert!(refused.is_err_and(|e| e.contains("cannot make")), "{path} {args}");
+            let refused = request_url(&api, &api.tools[0], &args(values.clone()));
+            assert!(refused.is_err_and(|e| e.contains("cannot make")), "{path} {values}");
         }
         api.tools[0].path = "/items/{a}.{b}/notes".into();
         let url = request_url(&api, &api.tools[0], &args(json!({ "a": ".", "b": "x" }))).unwrap();
