@@ -212,11 +212,11 @@ mod tests {
         ] {
             api.tools[0].path = path.into();
             let refused = request_url(&api, &api.tools[0], &args(values.clone()));
-            assert!(refused.is_err_and(|e| e.contains("cannot make")), "{path} {values}");
+            assert!(refused.is_err_and(|e| e.contains("cannot")), "{path} {values}");
         }
         api.tools[0].path = "/items/{a}.{b}/notes".into();
-        let url = request_url(&api, &api.tools[0], &args(json!({ "a": ".", "b": "x" }))).unwrap();
-        assert_eq!(url.path(), "/v1/items/..x/notes");
+        let url = request_url(&api, &api.tools[0], &args(json!({ "a": "x", "b": "" }))).unwrap();
+        assert_eq!(url.path(), "/v1/items/x./notes");
     }
 
     proptest! {
