@@ -198,12 +198,7 @@ where
             return problem(StatusCode::BAD_REQUEST, "bad_request", "the request body could not be read", None);
         }
     };
-    if direct
-        && let Ok(call) = serde_json::from_slice::<CallRequest>(&bytes)
-        && call.jsonrpc == "2.0"
-        && call.method == "tools/call"
-        && (call.id.is_i64() || call.id.is_string())
-    {
+    if direct && let Some(call) = plain_call(&bytes) {
         DIRECT.fetch_add(1, Ordering::Relaxed);
         let CallRequest { id, params: CallParams { name, arguments, meta }, .. } = call;
         return answer(state, parts, id, meta.map(|m| m.progress_token), Work::Call { name, arguments }).await;
@@ -245,6 +240,14 @@ where
     response
 }
 
+/// The body as this path takes it: a lone handshake-era `tools/call` with an integer or string
+/// id; `None` sends it to rmcp.
+fn plain_call(bytes: &[u8]) -> Option<CallRequest<'_>> {
+    serde_json::from_slice::<CallRequest>(bytes)
+        .ok()
+        .filter(|call| call.jsonrpc == "2.0" && call.method == "tools/call" && (call.id.is_i64() || call.id.is_string()))
+}
+
 /// Just a request's method, to see an `initialize`.
 #[derive(Deserialize)]
 struct MethodOnly<'a> {
@@ -273,6 +276,11 @@ fn relayable(parts: &Parts, bytes: &[u8]) -> Option<(Value, Option<ProgressToken
     if !native {
         return None;
     }
+    relay_work(bytes)
+}
+
+/// A `prompts/get` or `resources/read` body as [`relayable`] takes it (for a native pool).
+fn relay_work(bytes: &[u8]) -> Option<(Value, Option<ProgressToken>, Work)> {
     let request = serde_json::from_slice::<RelayRequest>(bytes).ok()?;
     if request.jsonrpc != "2.0" || !(request.id.is_i64() || request.id.is_string()) {
         return None;
@@ -412,4 +420,32 @@ fn event_stream(events: impl futures::Stream<Item = Result<Bytes, std::convert::
         body,
     )
         .into_response()
+}
+
+/// The direct path's parsers and writers, reached by the fuzz targets (`fuzz/`) only.
+#[doc(hidden)]
+pub mod fuzzing {
+    use rmcp::model::{JsonObject, ProgressToken, ServerResult};
+    use serde_json::Value;
+
+    use super::Work;
+
+    /// A plain `tools/call` as the path takes it: (id, tool name, arguments, progress token).
+    pub fn call(bytes: &[u8]) -> Option<(Value, String, Option<JsonObject>, Option<ProgressToken>)> {
+        super::plain_call(bytes).map(|c| (c.id, c.params.name, c.params.arguments, c.params.meta.map(|m| m.progress_token)))
+    }
+
+    /// A relayed request as the path takes it: (id, progress token, method, params as sent down).
+    pub fn relay(bytes: &[u8]) -> Option<(Value, Option<ProgressToken>, &'static str, Value)> {
+        let (id, progress, Work::Relay { method, params }) = super::relay_work(bytes)? else { return None };
+        Some((id, progress, method, params))
+    }
+
+    /// The JSON body and the event-stream event the path answers `id` with.
+    pub fn answers(id: &Value, answered: Result<ServerResult, rmcp::ErrorData>) -> (Vec<u8>, Vec<u8>) {
+        let event = super::response_event(id, answered.clone()).to_vec();
+        let (result, error) = super::legacy(answered);
+        let body = super::CallResponse { jsonrpc: "2.0", id, result: result.as_ref(), error: error.as_ref() };
+        (serde_json::to_vec(&body).unwrap_or_default(), event)
+    }
 }

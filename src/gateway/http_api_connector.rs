@@ -57,6 +57,14 @@ pub fn request_url(api: &HttpApi, tool: &HttpTool, args: &JsonObject) -> Result<
         rest = &rest[close + 1..];
     }
     path.push_str(rest);
+    // Arguments next to each other or to literal dots can make a dot segment together (`{a}{b}`
+    // with `.` and `.`, `{v}.` with an empty `v`), which the URL would resolve away. Encoded
+    // arguments hold no '/', so the rendered segments are the template's, one for one.
+    for (segment, template) in path.split('/').zip(tool.path.split('/')) {
+        if template.contains('{') && dot_segment(segment) {
+            return Err(format!("the path arguments cannot make the segment `{template}` `.` or `..`"));
+        }
+    }
     let base = api.base_url.trim_end_matches('/');
     let mut url = url::Url::parse(&format!("{base}{path}")).map_err(|e| format!("the request URL is not valid: {e}"))?;
     {
@@ -79,6 +87,12 @@ pub fn request_url(api: &HttpApi, tool: &HttpTool, args: &JsonObject) -> Result<
         url.set_query(None);
     }
     Ok(url)
+}
+
+/// Whether a URL resolves `segment` as `.` or `..` (`%2e` is a dot there too, in either case).
+fn dot_segment(segment: &str) -> bool {
+    let dots = segment.to_ascii_lowercase().replace("%2e", ".");
+    dots == "." || dots == ".."
 }
 
 /// Sends the request under no deadline of its own (the caller holds the connector's).
@@ -184,6 +198,25 @@ mod tests {
         let hints: Vec<_> =
             tools.iter().map(|t| t.annotations.as_ref().map(|a| (a.read_only_hint, a.destructive_hint))).collect();
         assert_eq!(hints, [Some((Some(true), Some(false))), Some((Some(false), Some(true)))]);
+    }
+
+    /// Found by the fuzz target `http_api_template` (fuzz/regressions/http_api_template/).
+    #[test]
+    fn arguments_cannot_make_a_dot_segment_together() {
+        let mut api = api();
+        for (path, values) in [
+            ("/v{version}/{a}.", json!({ "version": "1", "a": "" })),
+            ("/items/{a}{b}/notes", json!({ "a": ".", "b": "." })),
+            ("/items/%2e{a}/notes", json!({ "a": "." })),
+            ("/items/{a}%2E/notes", json!({ "a": "" })),
+        ] {
+            api.tools[0].path = path.into();
+            let refused = request_url(&api, &api.tools[0], &args(values.clone()));
+            assert!(refused.is_err_and(|e| e.contains("cannot")), "{path} {values}");
+        }
+        api.tools[0].path = "/items/{a}.{b}/notes".into();
+        let url = request_url(&api, &api.tools[0], &args(json!({ "a": "x", "b": "" }))).unwrap();
+        assert_eq!(url.path(), "/v1/items/x./notes");
     }
 
     proptest! {

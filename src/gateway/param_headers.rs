@@ -67,7 +67,9 @@ fn value_at<'a>(arguments: &'a JsonObject, path: &[&str]) -> Option<&'a Value> {
     rest.iter().try_fold(arguments.get(*first)?, |value, key| value.get(key))
 }
 
-fn decode(raw: &str) -> Option<String> {
+/// A header's value as the body would carry it (`=?base64?…?=` decoded); `None` when the
+/// Base64 or its UTF-8 is broken.
+pub fn decode(raw: &str) -> Option<String> {
     match raw.strip_prefix(B64_PREFIX).and_then(|inner| inner.strip_suffix(B64_SUFFIX)) {
         Some(inner) => String::from_utf8(BASE64_STANDARD.decode(inner).ok()?).ok(),
         None => Some(raw.to_owned()),

@@ -167,7 +167,14 @@ async fn fetch_document(config: &Config, url: &str) -> Result<Document> {
             return Err(refuse("is too large"));
         }
     }
-    let doc: Document = serde_json::from_slice(&body).map_err(|_| refuse("is not a client metadata document"))?;
+    read_document(url, &body)
+}
+
+/// A fetched metadata document's body, checked: JSON of the document's shape, naming `url` as
+/// its `client_id`, for a public client.
+fn read_document(url: &str, body: &[u8]) -> Result<Document> {
+    let refuse = |why: &str| Error::invalid("invalid_client", Some("client_id"), format!("client metadata document: {why}"));
+    let doc: Document = serde_json::from_slice(body).map_err(|_| refuse("is not a client metadata document"))?;
     if doc.client_id != url {
         return Err(refuse("names another client_id"));
     }
@@ -175,6 +182,26 @@ async fn fetch_document(config: &Config, url: &str) -> Result<Document> {
         return Err(refuse("only public clients (token_endpoint_auth_method none) are supported"));
     }
     Ok(doc)
+}
+
+/// The metadata document's checks, reached by the fuzz targets (`fuzz/`) only.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::{config::Config, error::Result};
+
+    /// What [`super::resolve`] takes of the document `body` fetched from `url`: the client's
+    /// display name and its redirect URIs.
+    pub fn document(config: &Config, url: &str, body: &[u8]) -> Result<(String, Vec<String>)> {
+        let doc = super::read_document(url, body)?;
+        let name = super::clean_name(doc.client_name.as_deref())?;
+        super::check_redirects(config, &doc.redirect_uris)?;
+        Ok((name, doc.redirect_uris))
+    }
+
+    /// A client name as it is shown (whitespace runs collapsed), or its refusal.
+    pub fn clean_name(name: Option<&str>) -> Result<String> {
+        super::clean_name(name)
+    }
 }
 
 /// Resolves an authorization request's client. Refusals here are shown as a page, never

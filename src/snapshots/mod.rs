@@ -302,13 +302,7 @@ pub async fn restore(db: &Db, config: &Config, tenant: TenantId, audit: &Audit, 
     }
     let (path, _) = paths(config, file);
     let body = std::fs::read(&path).map_err(|_| Error::NotFound { what: "snapshot" })?;
-    let snap: File = serde_json::from_slice(&body).map_err(|_| Error::NotFound { what: "snapshot" })?;
-    // Another tenant's snapshot answers exactly like a missing one.
-    if snap.format != FORMAT || snap.tenant_id != tenant.0 {
-        return Err(Error::NotFound { what: "snapshot" });
-    }
-    let document: Document =
-        serde_json::from_value(snap.document.clone()).map_err(|e| anyhow::anyhow!("snapshot configuration unreadable: {e}"))?;
+    let (snap, document) = parse_file(tenant, &body)?;
     let id = Uuid::now_v7();
     let mv = Move {
         id: Uuid::now_v7(),
@@ -350,6 +344,18 @@ pub async fn restore(db: &Db, config: &Config, tenant: TenantId, audit: &Audit, 
         copies::sweep::abandon(db, config, tenant, mv.id).await;
     }
     outcome
+}
+
+/// A snapshot file's body as `tenant` restores it: the file and its configuration document.
+/// Another tenant's snapshot, or another format, answers exactly like a missing one.
+pub fn parse_file(tenant: TenantId, body: &[u8]) -> Result<(File, Document)> {
+    let snap: File = serde_json::from_slice(body).map_err(|_| Error::NotFound { what: "snapshot" })?;
+    if snap.format != FORMAT || snap.tenant_id != tenant.0 {
+        return Err(Error::NotFound { what: "snapshot" });
+    }
+    let document: Document =
+        serde_json::from_value(snap.document.clone()).map_err(|e| anyhow::anyhow!("snapshot configuration unreadable: {e}"))?;
+    Ok((snap, document))
 }
 
 /// The restore's copy step: the new workspace `id` (`provisioning`) and everything still

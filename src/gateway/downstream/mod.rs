@@ -59,6 +59,28 @@ fn compile(tool: &Tool) -> CompiledSchema {
     jsonschema::validator_for(&schema).map(Arc::new).map_err(|e| cap(&e.to_string()).into())
 }
 
+/// Up to three issues of `args` under a compiled schema (instance path and message); none when
+/// they are valid.
+fn issues(validator: &jsonschema::Validator, args: &serde_json::Value) -> Vec<(String, String)> {
+    // The common case, valid arguments, without building the error iterator.
+    if validator.is_valid(args) {
+        return Vec::new();
+    }
+    validator.iter_errors(args).take(3).map(|e| (e.instance_path().to_string(), cap(&e.to_string()))).collect()
+}
+
+/// The argument check, reached by the fuzz targets (`fuzz/`) only.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Compiles `schema` as a tool's input schema (`Err`: why it does not compile), then checks
+    /// `args` against it as [`super::Downstreams::validate`] does.
+    pub fn check(schema: rmcp::model::JsonObject, args: &serde_json::Value) -> Result<Vec<(String, String)>, String> {
+        let tool = rmcp::model::Tool::new("fuzz", "", std::sync::Arc::new(schema));
+        let validator = super::compile(&tool).map_err(|e| e.to_string())?;
+        Ok(super::issues(&validator, args))
+    }
+}
+
 /// A catalog and when the shared cache says it was fetched (`None`: built from configuration).
 type Catalog = (Option<chrono::DateTime<chrono::Utc>>, Arc<Vec<Tool>>);
 
@@ -337,11 +359,7 @@ impl Downstreams {
         let validator = validator.map_err(|e| {
             Failure::Rejected(format!("the tool's input schema is not a valid JSON Schema ({e}); it was not called"))
         })?;
-        // The common case, valid arguments, without building the error iterator.
-        if validator.is_valid(args) {
-            return Ok(Vec::new());
-        }
-        Ok(validator.iter_errors(args).take(3).map(|e| (e.instance_path().to_string(), cap(&e.to_string()))).collect())
+        Ok(issues(&validator, args))
     }
 
     /// Calls one tool under the connector's deadline. A broken session is dropped so the
