@@ -86,7 +86,20 @@ pub fn request_url(api: &HttpApi, tool: &HttpTool, args: &JsonObject) -> Result<
     if url.query() == Some("") {
         url.set_query(None);
     }
+    // Whatever the template's literal text makes of itself (a `.%2E` of its own, say), the
+    // request stays under the API's base URL, or is not sent.
+    if !under(&url, base) {
+        return Err("the request URL cannot leave the API's base URL".into());
+    }
     Ok(url)
+}
+
+/// Whether `url` is at or below `base` (same origin, and the base's path segments first).
+fn under(url: &url::Url, base: &str) -> bool {
+    let Ok(base) = url::Url::parse(base) else { return false };
+    let prefix = base.path().trim_end_matches('/');
+    url.origin() == base.origin()
+        && url.path().strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// Whether a URL resolves `segment` as `.` or `..` (`%2e` is a dot there too, in either case).
@@ -217,6 +230,20 @@ mod tests {
         api.tools[0].path = "/items/{a}.{b}/notes".into();
         let url = request_url(&api, &api.tools[0], &args(json!({ "a": "x", "b": "" }))).unwrap();
         assert_eq!(url.path(), "/v1/items/x./notes");
+    }
+
+    /// Found by the fuzz target `http_api_template`: a template whose own literal text is a dot
+    /// segment the URL resolves away (`.%2E`) is refused rather than sent above the base.
+    #[test]
+    fn a_template_cannot_leave_the_base_url_by_its_own_text() {
+        let mut api = api();
+        for path in ["/.%2E", "/%2e%2E/admin", "/a/../../b"] {
+            api.tools[0].path = path.into();
+            let refused = request_url(&api, &api.tools[0], &args(json!({})));
+            assert!(refused.is_err_and(|e| e.contains("cannot leave")), "{path}");
+        }
+        api.tools[0].path = "/a/../b".into();
+        assert_eq!(request_url(&api, &api.tools[0], &args(json!({}))).unwrap().path(), "/v1/b");
     }
 
     proptest! {
