@@ -98,8 +98,7 @@ pub fn request_url(api: &HttpApi, tool: &HttpTool, args: &JsonObject) -> Result<
 fn under(url: &url::Url, base: &str) -> bool {
     let Ok(base) = url::Url::parse(base) else { return false };
     let prefix = base.path().trim_end_matches('/');
-    url.origin() == base.origin()
-        && url.path().strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    url.origin() == base.origin() && url.path().strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// Whether a URL resolves `segment` as `.` or `..` (`%2e` is a dot there too, in either case).
