@@ -356,30 +356,28 @@ pub async fn refreshed(
 
 /// Marks a grant dead (`auth_required`) and deletes its tokens.
 pub async fn kill(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, connector: &str, owner: Owner) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE oauth_grants SET status = 'auth_required', lease_holder = NULL, lease_until = NULL
-          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 AND status = 'active'",
-    )
-    .bind(tenant)
-    .bind(workspace)
-    .bind(connector)
-    .bind(owner.as_text())
-    .execute(&mut *conn)
-    .await?;
-    crate::vault::slots::tx::delete(conn, tenant, workspace, connector, owner).await?;
-    Ok(done.rows_affected() == 1)
+    let sql = "UPDATE oauth_grants SET status = 'auth_required', lease_holder = NULL, lease_until = NULL
+                WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 AND status = 'active'";
+    on_grant_then_tokens(conn, sql, tenant, workspace, connector, owner).await
 }
 
 /// Deletes a grant and its tokens; whether there was one.
 pub async fn delete(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, connector: &str, owner: Owner) -> Result<bool> {
-    let done =
-        sqlx::query("DELETE FROM oauth_grants WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4")
-            .bind(tenant)
-            .bind(workspace)
-            .bind(connector)
-            .bind(owner.as_text())
-            .execute(&mut *conn)
-            .await?;
+    let sql = "DELETE FROM oauth_grants WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4";
+    on_grant_then_tokens(conn, sql, tenant, workspace, connector, owner).await
+}
+
+/// Runs `sql` on one grant (tenant, workspace, connector and owner bound as $1 to $4), then
+/// deletes the grant's tokens from the vault; whether the statement touched the grant.
+async fn on_grant_then_tokens(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+    owner: Owner,
+) -> Result<bool> {
+    let done = sqlx::query(sql).bind(tenant).bind(workspace).bind(connector).bind(owner.as_text()).execute(&mut *conn).await?;
     crate::vault::slots::tx::delete(conn, tenant, workspace, connector, owner).await?;
     Ok(done.rows_affected() == 1)
 }
