@@ -118,15 +118,16 @@ impl Chrome {
                 assert!(seen_login, "the provider's login page was never shown");
                 return;
             }
-            // The built-in development provider's page (on Gatehouse itself).
-            if url.starts_with(&format!("{base}/dev-idp"))
-                && let Ok(field) = self.client.find(Locator::Css("input[name=email]")).await
-            {
-                self.shot("dev-provider").await;
-                field.clear().await.unwrap();
-                field.send_keys(&format!("{login}@example.test")).await.unwrap();
-                self.click("button[type=submit]").await;
-                seen_login = true;
+            // The built-in development provider's page (on Gatehouse itself). Its form posts
+            // and redirects, so a field found while the post is under way can go stale; a
+            // step that fails looks again.
+            if url.starts_with(&format!("{base}/dev-idp")) {
+                match self.dev_provider_step(login).await {
+                    Ok(true) => seen_login = true,
+                    Ok(false) => {}
+                    Err(e) => eprintln!("development provider page changed during a step ({e}); looking again"),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
             // The provider's pages: its login form, then its consent form. The page can change
@@ -147,6 +148,31 @@ impl Chrome {
         panic!("sign-in did not reach the console; at {}: {}", self.url().await, self.client.source().await.unwrap());
     }
 
+    /// One step on the development provider's page: fills and submits its form, then waits
+    /// until the page it was on is gone. Answers whether it submitted.
+    async fn dev_provider_step(&self, login: &str) -> Result<bool, fantoccini::error::CmdError> {
+        let Ok(field) = self.client.find(Locator::Css("input[name=email]")).await else {
+            return Ok(false);
+        };
+        self.shot("dev-provider").await;
+        field.clear().await?;
+        field.send_keys(&format!("{login}@example.test")).await?;
+        self.client.find(Locator::Css("button[type=submit]")).await?.click().await?;
+        self.until_gone(&field).await;
+        Ok(true)
+    }
+
+    /// Waits (at most 5 s) until an element's page has been replaced, so the next look sees
+    /// the page a submit led to rather than the one it left.
+    async fn until_gone(&self, element: &fantoccini::elements::Element) {
+        for _ in 0..50 {
+            if element.is_displayed().await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// One step on the provider's pages: fills and submits its login form, or submits its
     /// consent form. Answers the step taken, or `None` when the page shows neither.
     async fn provider_step(&self, login: &str) -> Result<Option<&'static str>, fantoccini::error::CmdError> {
@@ -158,11 +184,13 @@ impl Chrome {
             password.clear().await?;
             password.send_keys("any").await?;
             self.client.find(Locator::Css("button[type=submit]")).await?.click().await?;
+            self.until_gone(&field).await;
             return Ok(Some("provider-login"));
         }
         if let Ok(button) = self.client.find(Locator::Css("button[type=submit]")).await {
             self.shot("provider-consent").await;
             button.click().await?;
+            self.until_gone(&button).await;
             return Ok(Some("provider-consent"));
         }
         Ok(None)
