@@ -803,14 +803,14 @@ async fn a_downstreams_own_list_changes_reach_the_python_sdk_on_its_get_stream_a
     let env = [("GATEHOUSE_ALT_URL", native_b.as_str()), ("GATEHOUSE_CHANGES", "tools,prompts")];
     let out = common::python_agent_with(&native_a, &machine, None, &env, json!([["grow", {}]])).await;
     assert_eq!(out["protocol"], "2025-11-25", "{out}");
-    assert_eq!(out["tools"], json!(["ask_twice", "echo", "grow"]), "{out}");
+    assert_eq!(out["tools"], json!(["ask_twice", "echo", "grow", "touch"]), "{out}");
     assert_eq!(out["calls"][0]["isError"], false, "{out}");
     let mut changes: Vec<String> = serde_json::from_value(out["changes"].clone()).unwrap();
     changes.sort();
     assert_eq!(changes, ["prompts", "tools"], "each list change said once: {out}");
     assert_eq!(
         out["after"],
-        json!({ "tools": ["ask_twice", "echo", "grow", "grown_1"], "prompts": ["base", "grown_1"] }),
+        json!({ "tools": ["ask_twice", "echo", "grow", "grown_1", "touch"], "prompts": ["base", "grown_1"] }),
         "{out}"
     );
     assert_eq!(a.terminate().await, 0);
@@ -858,6 +858,53 @@ async fn a_2026_agent_answers_a_handshake_era_downstreams_requests_through_repla
     let out = common::python_agent_with(&surface(&a.base), &machine, Some("2026-07-28"), &env, wrapped).await;
     assert_eq!(out["calls"][0]["text"][0], "sampled=Paris, says the agent; elicited=accept:Ann; runs=2", "{out}");
 
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}
+
+/// Resource subscriptions on 2026-07-28: the official Python SDK client in that mode opens a
+/// `subscriptions/listen` stream on one replica subscribed to three URIs, then calls (every
+/// second request to the other replica) a tool of each downstream that updates its resource:
+/// the conformance downstream (2026-07-28: the gateway names the URI in its own
+/// `subscriptions/listen` filter) and the listing downstream (handshake era only:
+/// `resources/subscribe` on the gateway's own session with it). The acknowledgement honours
+/// the granted URIs only, and exactly the granted updates arrive, once each; the ungranted
+/// resource's update, said by its downstream all the same, is not passed on.
+#[tokio::test]
+async fn a_2026_agents_resource_subscriptions_hear_both_eras_downstreams_updates_across_replicas() {
+    let (_conformance, conformance_url) = common::conformance_downstream().await;
+    let (_listing, t, machine) = listing_setup(json!({})).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "conf", &conformance_url).await;
+    configure(
+        &t,
+        json!({
+            "pools": { "native": { "tools": ["listing", "conf"], "native": true } },
+            "classification": { "listing.touch": "read", "conf.test_touch_resource": "read" },
+            "grants": [{ "to": "machines", "tools": ["listing.touch", "conf.test_touch_resource"],
+                "resources": ["listing.listing://watched", "conf.test://watched-resource"] }]
+        }),
+    )
+    .await;
+    let a = Served::start(gatehouse(Some(&t.url))).await;
+    let b = Served::start(gatehouse(Some(&t.url))).await;
+    let (native_a, native_b) = (format!("{}/t/acme/w/main/mcp/native", a.base), format!("{}/t/acme/w/main/mcp/native", b.base));
+
+    let watch = "listing://watched,test://watched-resource,test://static-text";
+    let env = [("GATEHOUSE_ALT_URL", native_b.as_str()), ("GATEHOUSE_WATCH", watch)];
+    let calls = json!([
+        ["conf.test_touch_resource", { "uri": "test://watched-resource" }],
+        ["conf.test_touch_resource", { "uri": "test://static-text" }],
+        ["listing.touch", {}]
+    ]);
+    let out = common::python_agent_with(&native_a, &machine, Some("2026-07-28"), &env, calls).await;
+    assert_eq!(out["protocol"], "2026-07-28", "{out}");
+    for call in out["calls"].as_array().unwrap() {
+        assert_eq!(call["isError"], false, "{out}");
+    }
+    assert_eq!(out["honored"], json!(["listing://watched", "test://watched-resource"]), "only granted URIs: {out}");
+    let mut updated: Vec<String> = serde_json::from_value(out["updated"].clone()).unwrap();
+    updated.sort();
+    assert_eq!(updated, ["listing://watched", "test://watched-resource"], "each granted update once, no other: {out}");
     assert_eq!(a.terminate().await, 0);
     assert_eq!(b.terminate().await, 0);
 }

@@ -210,12 +210,12 @@ where
     // 2026-07-28's notification stream: served here, since rmcp's stateless JSON answers
     // cannot stay open (after the direct path, which takes only handshake-era requests, so a
     // plain call pays nothing for it).
-    if let Some((id, lists)) = super::listen::subscription(&parts.headers, &bytes) {
+    if let Some((id, lists, uris)) = super::listen::subscription(&parts.headers, &bytes) {
         let mut parts = parts;
         let Some(ctx) = parts.extensions.remove::<GatewayCtx>() else {
             return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
         };
-        return super::listen::stream(state, ctx, super::listen::Listener::Subscription { id, lists });
+        return super::listen::stream(state, ctx, super::listen::Listener::Subscription { id, lists, uris });
     }
     // An agent's answer to a request the gateway relayed to it during a call.
     if let Some(answered) = super::asks::answered(&state, &parts, &bytes).await {

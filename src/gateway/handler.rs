@@ -81,7 +81,7 @@ impl ServerHandler for Gateway {
         cx.peer.set_peer_info(request.clone());
         let mut info = self.negotiate_initialize(&request)?;
         if let Ok(ctx) = native_ctx(&cx, "initialize") {
-            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx)).await;
+            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx, false)).await;
             info.capabilities = relayed(capabilities)?;
             info.instructions = instructions;
         }
@@ -93,7 +93,7 @@ impl ServerHandler for Gateway {
     async fn discover(&self, cx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
         let mut result = DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), self.get_info());
         if let Ok(ctx) = native_ctx(&cx, "server/discover") {
-            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx)).await;
+            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx, true)).await;
             result.capabilities = relayed(capabilities)?;
             result.instructions = instructions;
         }

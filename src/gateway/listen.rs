@@ -1,9 +1,10 @@
 //! The notifications that belong to no request: the endpoint's GET stream (handshake era) and
 //! a `subscriptions/listen` request's response stream (2026-07-28, which has no GET stream).
-//! Today that is `notifications/tools/list_changed` when a workspace's configuration or grants
-//! change the tools a native pool shows this caller. On 2026-07-28 the stream opens with
+//! That is a native pool's list changes (tools, prompts, resources: a downstream said so, or a
+//! workspace's configuration or grants changed what this caller sees), and on 2026-07-28 the
+//! updates of the resources the request subscribed to. On 2026-07-28 the stream opens with
 //! `notifications/subscriptions/acknowledged` naming what of the request's filter is honoured
-//! (`toolsListChanged`, on a native pool), and every notification on it carries the request's
+//! (list changes and resources), and every notification on it carries the request's
 //! id as `_meta["io.modelcontextprotocol/subscriptionId"]`; at shutdown it ends with the
 //! request's `complete` result.
 //!
@@ -148,7 +149,12 @@ const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 #[derive(Clone)]
 pub enum Listener {
     Get,
-    Subscription { id: Value, lists: Lists },
+    /// `uris`: the resources whose updates it asked for.
+    Subscription {
+        id: Value,
+        lists: Lists,
+        uris: Vec<String>,
+    },
 }
 
 impl Listener {
@@ -172,10 +178,18 @@ impl Listener {
         }
     }
 
+    /// The resources whose updates it asked for.
+    fn uris(&self) -> &[String] {
+        match self {
+            Listener::Get => &[],
+            Listener::Subscription { uris, .. } => uris,
+        }
+    }
+
     /// What the stream says first: the acknowledgement of a subscription, naming what of its
-    /// filter is honoured (`lists`).
-    fn opening(&self, lists: Lists) -> Option<Bytes> {
-        let Listener::Subscription { .. } = self else { return None };
+    /// filter is honoured (`lists`, and the resources subscribed in `ears`).
+    fn opening(&self, lists: Lists, ears: &Ears) -> Option<Bytes> {
+        let Listener::Subscription { uris, .. } = self else { return None };
         let mut honoured = json!({});
         for (name, on) in
             [("toolsListChanged", lists.tools), ("promptsListChanged", lists.prompts), ("resourcesListChanged", lists.resources)]
@@ -183,6 +197,9 @@ impl Listener {
             if on {
                 honoured[name] = Value::Bool(true);
             }
+        }
+        if !uris.is_empty() {
+            honoured["resourceSubscriptions"] = json!(uris.iter().filter(|u| ears.subscribed(u)).collect::<Vec<_>>());
         }
         Some(self.event("notifications/subscriptions/acknowledged", json!({ "notifications": honoured })))
     }
@@ -195,11 +212,15 @@ impl Listener {
     }
 }
 
-/// A `subscriptions/listen` request (2026-07-28) as this endpoint takes it: its id and the
-/// list changes it asks for (resource subscriptions are not served here; the acknowledgement
-/// omits what is not honoured, as the protocol says). `None`: not such a request, or not one
-/// this path takes, so rmcp judges it.
-pub fn subscription(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<(Value, Lists)> {
+/// The most resources one `subscriptions/listen` request subscribes to, and the longest URI;
+/// the acknowledgement omits the rest, as the protocol says of what is not honoured.
+const MAX_URIS: usize = 64;
+const MAX_URI_BYTES: usize = 2048;
+
+/// A `subscriptions/listen` request (2026-07-28) as this endpoint takes it: its id, the list
+/// changes and the resources it asks for (at most [`MAX_URIS`], each at most
+/// [`MAX_URI_BYTES`]). `None`: not such a request, or not one this path takes, so rmcp judges it.
+pub fn subscription(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<(Value, Lists, Vec<String>)> {
     #[derive(serde::Deserialize)]
     struct Request<'a> {
         #[serde(borrow)]
@@ -224,6 +245,8 @@ pub fn subscription(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<(Val
         prompts_list_changed: bool,
         #[serde(default)]
         resources_list_changed: bool,
+        #[serde(default)]
+        resource_subscriptions: Vec<String>,
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if header("mcp-protocol-version") != Some(rmcp::model::ProtocolVersion::V_2026_07_28.as_str())
@@ -232,10 +255,17 @@ pub fn subscription(headers: &axum::http::HeaderMap, body: &[u8]) -> Option<(Val
         return None;
     }
     let request: Request = serde_json::from_slice(body).ok()?;
-    let Filter { tools_list_changed: tools, prompts_list_changed: prompts, resources_list_changed: resources } =
-        request.params.notifications;
+    let Filter {
+        tools_list_changed: tools,
+        prompts_list_changed: prompts,
+        resources_list_changed: resources,
+        resource_subscriptions: mut uris,
+    } = request.params.notifications;
+    let mut seen = std::collections::HashSet::new();
+    uris.retain(|u| !u.is_empty() && u.len() <= MAX_URI_BYTES && seen.insert(u.clone()));
+    uris.truncate(MAX_URIS);
     (request.jsonrpc == "2.0" && request.method == "subscriptions/listen" && (request.id.is_i64() || request.id.is_string()))
-        .then_some((request.id, Lists { tools, prompts, resources }))
+        .then_some((request.id, Lists { tools, prompts, resources }, uris))
 }
 
 /// How long a new stream waits for the downstreams' own streams to open before it is
@@ -246,13 +276,28 @@ const WATCH_READY: Duration = Duration::from_secs(2);
 /// `(connector id, what)`; a watch that lagged is heard as every list having changed.
 struct Ears {
     watches: Vec<(String, std::sync::Arc<super::downstream::Watch>)>,
+    /// The resources subscribed for this stream, by connector, held while the stream lives.
+    subscribed: Vec<(String, Vec<String>)>,
+    _wanting: Vec<super::downstream::Wanting>,
     _forwarders: tokio::task::JoinSet<()>,
     rx: tokio::sync::mpsc::Receiver<(String, Option<super::downstream::Heard>)>,
 }
 
 impl Ears {
-    async fn open(state: &AppState, ctx: &GatewayCtx, lists: Lists) -> Ears {
-        let watches = if lists.any() { super::surface::native_watches(state, ctx).await } else { Vec::new() };
+    /// Listens to the pool's downstreams for `lists`, and subscribes `uris` at those that
+    /// hold subscriptions for this caller.
+    async fn open(state: &AppState, ctx: &GatewayCtx, lists: Lists, uris: &[String]) -> Ears {
+        let wants = if uris.is_empty() { Vec::new() } else { super::surface::subscribable(state, ctx, uris).await };
+        let watches =
+            if lists.any() || !wants.is_empty() { super::surface::native_watches(state, ctx).await } else { Vec::new() };
+        let (mut subscribed, mut wanting) = (Vec::new(), Vec::new());
+        for (id, uris) in &wants {
+            if let Some((_, watch)) = watches.iter().find(|(i, _)| i == id) {
+                let (held, taken) = watch.want(uris, WATCH_READY).await;
+                wanting.push(held);
+                subscribed.push((id.clone(), taken));
+            }
+        }
         futures::future::join_all(watches.iter().map(|(_, w)| w.ready(WATCH_READY))).await;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let mut forwarders = tokio::task::JoinSet::new();
@@ -271,7 +316,20 @@ impl Ears {
                 }
             });
         }
-        Ears { watches, _forwarders: forwarders, rx }
+        Ears { watches, subscribed, _wanting: wanting, _forwarders: forwarders, rx }
+    }
+
+    /// Whether `uri` is subscribed for this stream at some connector.
+    fn subscribed(&self, uri: &str) -> bool {
+        self.subscribed.iter().any(|(_, uris)| uris.iter().any(|u| u == uri))
+    }
+
+    /// Whether an update of `uri` heard from connector `id` is this stream's: the resource
+    /// subscribed, or one under it (the protocol lets a server name a sub-resource), which the
+    /// caller may see.
+    fn wants_update(&self, ctx: &GatewayCtx, id: &str, uri: &str) -> bool {
+        self.subscribed.iter().any(|(i, uris)| i == id && uris.iter().any(|u| uri == u || uri.starts_with(u.as_str())))
+            && super::surface::may_see_resource(ctx, id, uri)
     }
 
     fn watch(&self, id: &str) -> Option<&super::downstream::Watch> {
@@ -286,14 +344,18 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
         // List changes are told on a native pool only (the six-tool surface's list never
         // changes), for the lists it declares changes of.
         let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
-        let lists = match native {
-            true => listener.lists().honoured(&Box::pin(super::surface::native_server(&state, &ctx)).await.0),
-            false => Lists::default(),
+        let modern = matches!(listener, Listener::Subscription { .. });
+        let (lists, uris) = match native {
+            true => (
+                listener.lists().honoured(&Box::pin(super::surface::native_server(&state, &ctx, modern)).await.0),
+                listener.uris(),
+            ),
+            false => (Lists::default(), &[][..]),
         };
-        let mut ears = Ears::open(&state, &ctx, lists).await;
+        let mut ears = Ears::open(&state, &ctx, lists, uris).await;
         let mut ctx = ctx;
         let mut epoch = ctx.bound.epoch;
-        if let Some(opening) = listener.opening(lists)
+        if let Some(opening) = listener.opening(lists, &ears)
             && tx.send(opening).await.is_err()
         {
             return;
@@ -330,6 +392,16 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
             // What to look at again: what a downstream said changed, or, when the tenant's
             // epoch moved, the tools (grants, catalogs) and, if the configuration changed,
             // everything.
+            // A subscribed resource's update is passed on as it is: no list to look at.
+            if let Some((id, Some(super::downstream::Heard::Updated(uri)))) = &heard {
+                if ears.wants_update(&ctx, id, uri)
+                    && tx.send(listener.event("notifications/resources/updated", json!({ "uri": uri }))).await.is_err()
+                {
+                    return;
+                }
+                quiet = Duration::ZERO;
+                continue;
+            }
             let again = match heard {
                 Some((id, what)) => {
                     if matches!(what, None | Some(super::downstream::Heard::Tools))
@@ -342,6 +414,7 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
                         Some(super::downstream::Heard::Tools) => Lists { tools: lists.tools, ..Lists::default() },
                         Some(super::downstream::Heard::Prompts) => Lists { prompts: lists.prompts, ..Lists::default() },
                         Some(super::downstream::Heard::Resources) => Lists { resources: lists.resources, ..Lists::default() },
+                        Some(super::downstream::Heard::Updated(_)) => Lists::default(),
                     }
                 }
                 None if now != epoch => {
@@ -350,7 +423,7 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
                     let now_configured = configuration(&ctx);
                     if now_configured != configured {
                         configured = now_configured;
-                        ears = Ears::open(&state, &ctx, lists).await;
+                        ears = Ears::open(&state, &ctx, lists, uris).await;
                         lists
                     } else {
                         Lists { tools: lists.tools, ..Lists::default() }
@@ -402,4 +475,31 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
         Body::from_stream(events),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listen(filter: Value) -> Option<(Value, Lists, Vec<String>)> {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("mcp-protocol-version", HeaderValue::from_static("2026-07-28"));
+        headers.insert("mcp-method", HeaderValue::from_static("subscriptions/listen"));
+        let body = json!({ "jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen", "params": { "notifications": filter } });
+        subscription(&headers, body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn a_listen_filters_resources_are_kept_once_each_in_order_and_bounded() {
+        let long = "x".repeat(MAX_URI_BYTES + 1);
+        let (id, lists, uris) =
+            listen(json!({ "toolsListChanged": true, "resourceSubscriptions": ["b", "a", "b", "", long] })).unwrap();
+        assert_eq!(
+            (id, lists, uris),
+            (json!(7), Lists { tools: true, ..Lists::default() }, vec!["b".to_owned(), "a".to_owned()])
+        );
+        let many: Vec<String> = (0..MAX_URIS + 5).map(|i| format!("test://{i}")).collect();
+        assert_eq!(listen(json!({ "resourceSubscriptions": many })).unwrap().2.len(), MAX_URIS);
+        assert_eq!(listen(json!({ "resourceSubscriptions": "test://a" })), None, "not a list: rmcp judges it");
+    }
 }

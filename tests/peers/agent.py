@@ -28,14 +28,20 @@ GATEHOUSE_CHANGES (handshake mode), a comma-separated list of `tools` and `promp
 calls the agent waits (at most 20 s) until the server said each of those lists changed, then
 lists them again; the output's "changes" names the list changes heard in order, and
 "after" the tool and prompt names then listed.
+GATEHOUSE_WATCH (a 2026 mode), comma-separated resource URIs: the agent opens a
+`subscriptions/listen` stream subscribed to them before the calls, and after them waits (at
+most 20 s) for an update of each; the output's "honored" lists the URIs the server
+acknowledged, "updated" the updates heard in order (extra ones included, for 2 s after).
 """
 import asyncio
 import json
 import os
 import sys
 
+import anyio
 import httpx2
 from mcp import Client, ClientSession, types
+from mcp.client.subscriptions import ResourceUpdated
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 SEEN: list = []
@@ -145,7 +151,29 @@ async def modern(url: str, http, calls: list, mode: str) -> dict:
             info = client.server_info
             return (info.name if info is not None else None, client.protocol_version)
 
-        return await drive(client, streams, describe, calls)
+        watch = [u for u in os.environ.get("GATEHOUSE_WATCH", "").split(",") if u]
+        if not watch:
+            return await drive(client, streams, describe, calls)
+        async with client.listen(resource_subscriptions=watch) as sub:
+            out = await drive(client, streams, describe, calls)
+            updated: list = []
+
+            async def hear() -> None:
+                async for event in sub:
+                    if isinstance(event, ResourceUpdated):
+                        updated.append(event.uri)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hear)
+                with anyio.move_on_after(20):
+                    while not set(watch) <= set(updated):
+                        await anyio.sleep(0.1)
+                # Anything said after the awaited updates (a duplicate, another URI) is caught too.
+                await anyio.sleep(2)
+                tg.cancel_scope.cancel()
+            out["honored"] = sorted(sub.honored.resource_subscriptions or [])
+            out["updated"] = updated
+            return out
 
 
 async def main(url: str, calls: list, mode: str | None) -> None:

@@ -90,8 +90,10 @@ server = MCPServer(
     extensions=[Tasks()],
 )
 
-# What the client subscribed to (handshake era); the suite only checks the answers.
+# What the client subscribed to (handshake era), and the sessions that subscribed to each URI
+# (told when `test_touch_resource` updates it).
 subscribed: set[str] = set()
+subscribers: dict[str, list[Any]] = {}
 # The level each session set with logging/setLevel; log notifications below it are not sent.
 LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 min_levels: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
@@ -571,12 +573,31 @@ async def set_level(ctx: Any, params: SetLevelRequestParams) -> EmptyResult:
 
 async def subscribe(ctx: Any, params: SubscribeRequestParams) -> EmptyResult:
     subscribed.add(str(params.uri))
+    held = subscribers.setdefault(str(params.uri), [])
+    if ctx.session not in held:
+        held.append(ctx.session)
     return EmptyResult()
 
 
 async def unsubscribe(ctx: Any, params: UnsubscribeRequestParams) -> EmptyResult:
     subscribed.discard(str(params.uri))
+    held = subscribers.get(str(params.uri), [])
+    if ctx.session in held:
+        held.remove(ctx.session)
     return EmptyResult()
+
+
+@server.tool(description="Says the resource at uri was updated, to its subscribers of either revision")
+async def test_touch_resource(uri: str, ctx: Context) -> str:
+    await ctx.notify_resource_updated(uri)
+    told = 0
+    for session in list(subscribers.get(uri, ())):
+        try:
+            await session.send_resource_updated(uri)
+            told += 1
+        except Exception:
+            subscribers[uri].remove(session)
+    return f"touched {uri} ({told} handshake-era subscribers)"
 
 
 lowlevel = server._lowlevel_server  # the SDK's documented seam for handshake-era methods

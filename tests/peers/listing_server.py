@@ -11,6 +11,8 @@ for tools and prompts, and the tool `grow` adds a tool and a prompt named `grown
 it has seen, on that session's GET stream, as a server whose lists change for everyone does.
 The tool `ask_twice` asks the client to sample and then to fill a form while the call is open
 (on the call's response stream) and reports both answers and how many calls got both.
+It has one resource, `listing://watched`, that sessions may subscribe to (`resources/subscribe`);
+the tool `touch` sends `notifications/resources/updated` for it to every session subscribed.
 """
 import sys
 
@@ -85,6 +87,43 @@ async def grow() -> str:
             # A session that is gone is told nothing more.
             sessions.remove(session)
     return f"grew {n}"
+
+
+# The sessions subscribed to listing://watched (held until they are gone: a send then fails).
+watchers: list = []
+
+
+@server.resource("listing://watched", name="watched", description="A resource to subscribe to", mime_type="text/plain")
+def watched() -> str:
+    return "watched"
+
+
+async def subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
+    if str(params.uri) == "listing://watched" and ctx.session not in watchers:
+        watchers.append(ctx.session)
+    return types.EmptyResult()
+
+
+async def unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+    if ctx.session in watchers:
+        watchers.remove(ctx.session)
+    return types.EmptyResult()
+
+
+lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
+lowlevel.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
+
+
+@server.tool(description="Says listing://watched was updated, to every session subscribed to it")
+async def touch() -> str:
+    told = 0
+    for session in list(watchers):
+        try:
+            await session.send_resource_updated("listing://watched")
+            told += 1
+        except Exception:
+            watchers.remove(session)
+    return f"told {told}"
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ mod pool;
 mod session;
 mod watch;
 
-pub use watch::{Heard, Watch};
+pub use watch::{Heard, Wanting, Watch};
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 

@@ -8,9 +8,15 @@
 //! change. A broken stream is opened again, after a pause that grows while it keeps failing.
 //! A server that offers no such stream (405, or -32601 to `subscriptions/listen`) says
 //! nothing, and the watch stays quiet. Legacy HTTP+SSE connectors are not listened to.
+//!
+//! A watch also holds this replica's resource subscriptions at the downstream: the union of the
+//! URIs its agent streams want ([`Watch::want`]), subscribed on the watch's own session
+//! (`resources/subscribe`, handshake era) or named in its `subscriptions/listen` filter
+//! (`resourceSubscriptions`, 2026-07-28, where a changed set opens the stream again); the
+//! downstream's `notifications/resources/updated` is heard as [`Heard::Updated`].
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{Arc, Weak},
     time::{Duration, Instant},
 };
@@ -36,16 +42,67 @@ pub enum Heard {
     Tools,
     Prompts,
     Resources,
+    /// A resource this replica subscribed to changed (its URI, as the downstream said it).
+    Updated(String),
 }
 
 impl Heard {
-    fn of(method: &str) -> Option<Heard> {
-        match method {
+    fn of(message: &Value) -> Option<Heard> {
+        match message["method"].as_str()? {
             "notifications/tools/list_changed" => Some(Heard::Tools),
             "notifications/prompts/list_changed" => Some(Heard::Prompts),
             "notifications/resources/list_changed" => Some(Heard::Resources),
+            "notifications/resources/updated" => Some(Heard::Updated(message["params"]["uri"].as_str()?.to_owned())),
             _ => None,
         }
+    }
+}
+
+/// The most URIs one watch subscribes to at the downstream; what more streams want is not
+/// subscribed (and not acknowledged to them).
+pub const MAX_SUBSCRIPTIONS: usize = 256;
+
+/// The URIs a watch's agent streams want, each with how many want it; `set` is what the
+/// listening task subscribes at the downstream, with a version that grows at each change.
+struct Wanted {
+    counts: std::sync::Mutex<BTreeMap<String, usize>>,
+    set: watch::Sender<(u64, BTreeSet<String>)>,
+    /// The version of `set` the downstream has been told (`u64::MAX`: it says nothing, so
+    /// there is nothing to wait for).
+    applied: watch::Sender<u64>,
+}
+
+impl Wanted {
+    fn publish(&self, counts: &BTreeMap<String, usize>) {
+        let set: BTreeSet<String> = counts.keys().cloned().collect();
+        self.set.send_if_modified(|(version, current)| {
+            if *current == set {
+                return false;
+            }
+            (*version, *current) = (*version + 1, set);
+            true
+        });
+    }
+}
+
+/// URIs a stream wants of a watch; dropping it gives them up.
+pub struct Wanting {
+    wanted: Arc<Wanted>,
+    uris: Vec<String>,
+}
+
+impl Drop for Wanting {
+    fn drop(&mut self) {
+        let mut counts = self.wanted.counts.lock().unwrap_or_else(|p| p.into_inner());
+        for uri in &self.uris {
+            if let Some(n) = counts.get_mut(uri) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(uri);
+                }
+            }
+        }
+        self.wanted.publish(&counts);
     }
 }
 
@@ -60,6 +117,7 @@ pub struct Watch {
     /// fetch per change on this replica, however many agent streams heard it.
     heard_tools: std::sync::atomic::AtomicU64,
     refreshed: tokio::sync::Mutex<u64>,
+    wanted: Arc<Wanted>,
 }
 
 impl Drop for Watch {
@@ -77,6 +135,34 @@ impl Watch {
     pub async fn ready(&self, limit: Duration) {
         let mut ready = self.ready.clone();
         let _ = tokio::time::timeout(limit, ready.wait_for(|open| *open)).await;
+    }
+
+    /// Subscribes this replica to `uris` at the downstream for as long as the answer lives,
+    /// and waits (at most `limit`) until the downstream has been told. Answers the URIs
+    /// subscribed: those within [`MAX_SUBSCRIPTIONS`].
+    pub async fn want(&self, uris: &[String], limit: Duration) -> (Wanting, Vec<String>) {
+        let (taken, version) = {
+            let mut counts = self.wanted.counts.lock().unwrap_or_else(|p| p.into_inner());
+            let mut taken = Vec::new();
+            for uri in uris {
+                if taken.contains(uri) {
+                    continue;
+                }
+                if let Some(n) = counts.get_mut(uri) {
+                    *n += 1;
+                } else if counts.len() < MAX_SUBSCRIPTIONS {
+                    counts.insert(uri.clone(), 1);
+                } else {
+                    continue;
+                }
+                taken.push(uri.clone());
+            }
+            self.wanted.publish(&counts);
+            (taken, self.wanted.set.borrow().0)
+        };
+        let mut applied = self.wanted.applied.subscribe();
+        let _ = tokio::time::timeout(limit, applied.wait_for(|a| *a >= version)).await;
+        (Wanting { wanted: self.wanted.clone(), uris: taken.clone() }, taken)
     }
 
     /// Runs `refresh` once for the tool list changes heard so far: a caller that finds it
@@ -117,6 +203,11 @@ impl Downstreams {
         watches.retain(|_, w| w.strong_count() > 0);
         let (tx, _) = broadcast::channel(16);
         let (ready_tx, ready) = watch::channel(false);
+        let wanted = Arc::new(Wanted {
+            counts: std::sync::Mutex::new(BTreeMap::new()),
+            set: watch::channel((0, BTreeSet::new())).0,
+            applied: watch::channel(0).0,
+        });
         let listening = Listening {
             downstreams: Arc::downgrade(self),
             http,
@@ -126,6 +217,7 @@ impl Downstreams {
             credential: credential.cloned(),
             tx: tx.clone(),
             ready: ready_tx,
+            wanted: wanted.clone(),
         };
         let task = tokio::spawn(listening.run()).abort_handle();
         let watch = Arc::new(Watch {
@@ -134,6 +226,7 @@ impl Downstreams {
             task,
             heard_tools: std::sync::atomic::AtomicU64::new(0),
             refreshed: tokio::sync::Mutex::new(0),
+            wanted,
         });
         watches.insert(id, Arc::downgrade(&watch));
         Some(watch)
@@ -159,6 +252,7 @@ struct Listening {
     credential: Option<Credential>,
     tx: broadcast::Sender<Heard>,
     ready: watch::Sender<bool>,
+    wanted: Arc<Wanted>,
 }
 
 /// How one opening of the stream ended.
@@ -167,6 +261,8 @@ enum Ended {
     Silent,
     /// The stream ended or broke; open it again after a pause.
     Again,
+    /// The subscriptions wanted changed (2026-07-28): open it again at once with them.
+    Resubscribe,
 }
 
 impl Listening {
@@ -180,8 +276,10 @@ impl Listening {
                 Ok(Ended::Silent) => {
                     // Nobody waits for a stream that will never open.
                     let _ = self.ready.send(true);
+                    self.wanted.applied.send_replace(u64::MAX);
                     return;
                 }
+                Ok(Ended::Resubscribe) => continue,
                 Ok(Ended::Again) => {}
                 Err(f) => tracing::info!(failure = ?f, "a downstream's notification stream failed; opening it again"),
             }
@@ -201,28 +299,82 @@ impl Listening {
         let headers = session::headers(&self.connector, credential);
         if downstreams.modern(self.tenant, &self.key, &self.connector, credential).await {
             drop(downstreams);
-            let filter = json!({ "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true });
+            let mut filter = json!({ "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true });
+            let (version, uris) = self.wanted.set.borrow().clone();
+            if !uris.is_empty() {
+                filter["resourceSubscriptions"] = json!(uris);
+            }
             let mut params = modern::meta();
             params["notifications"] = filter;
             let Some(stream) = mcp_client::listen(self.http.clone(), url, headers, modern::REVISION, &params).await? else {
                 return Ok(Ended::Silent);
             };
-            return self.hear(stream, None).await;
+            return self.hear(stream, None, version).await;
         }
         drop(downstreams);
         let session = mcp_client::HttpSession::connect(self.http.clone(), url, headers).await?;
         let session = Closing(session);
         let Some(stream) = session.0.open_stream().await? else { return Ok(Ended::Silent) };
         let _ = self.ready.send(true);
-        self.hear(stream, Some(&session.0)).await
+        let mut subscribed = BTreeSet::new();
+        let version = self.subscribe(&session.0, &mut subscribed).await;
+        self.hear(stream, Some((&session.0, subscribed)), version).await
+    }
+
+    /// Brings the session's subscriptions at a handshake-era downstream to the wanted set
+    /// (`subscribed`: what it holds), and says that version is applied. A URI the downstream
+    /// refuses is not held; a downstream that declares no subscriptions is asked nothing.
+    async fn subscribe(&self, session: &mcp_client::HttpSession, subscribed: &mut BTreeSet<String>) -> u64 {
+        let (version, wanted) = self.wanted.set.borrow().clone();
+        if session.server()["capabilities"]["resources"]["subscribe"] == true {
+            for uri in subscribed.clone().difference(&wanted) {
+                let _ = session.relay("resources/unsubscribe", &json!({ "uri": uri }), None).await;
+                subscribed.remove(uri);
+            }
+            for uri in wanted.difference(&subscribed.clone()) {
+                if session.relay("resources/subscribe", &json!({ "uri": uri }), None).await.is_ok() {
+                    subscribed.insert(uri.clone());
+                }
+            }
+        }
+        self.wanted.applied.send_replace(version);
+        version
     }
 
     /// Reads the stream until it ends, passing on what is heard. `session`: the handshake
-    /// era's, where the server's requests are answered (a 2026-07-28 stream carries none).
-    async fn hear(&self, mut stream: reqwest::Response, session: Option<&mcp_client::HttpSession>) -> Result<Ended, Failure> {
+    /// era's, where the server's requests are answered (a 2026-07-28 stream carries none),
+    /// with the URIs it holds subscriptions to; `version`: that of the wanted set the stream
+    /// was opened with.
+    async fn hear(
+        &self,
+        mut stream: reqwest::Response,
+        mut session: Option<(&mcp_client::HttpSession, BTreeSet<String>)>,
+        version: u64,
+    ) -> Result<Ended, Failure> {
         let mut parser = EventParser::new(MAX_EVENT_BYTES);
         let mut events = std::collections::VecDeque::new();
-        while let Some(chunk) = stream.chunk().await.map_err(|e| Failure::Unavailable(e.without_url().to_string()))? {
+        let mut wanted = self.wanted.set.subscribe();
+        // A change made while the stream was opening is one to act on.
+        if wanted.borrow().0 != version {
+            wanted.mark_changed();
+        }
+        loop {
+            let chunk = tokio::select! {
+                chunk = stream.chunk() => chunk.map_err(|e| Failure::Unavailable(e.without_url().to_string()))?,
+                changed = wanted.changed() => {
+                    if changed.is_err() || wanted.borrow_and_update().0 == version {
+                        continue;
+                    }
+                    match &mut session {
+                        Some((session, subscribed)) => {
+                            self.subscribe(session, subscribed).await;
+                            continue;
+                        }
+                        None => return Ok(Ended::Resubscribe),
+                    }
+                }
+            };
+            let Some(chunk) = chunk else { return Ok(Ended::Again) };
             parser.feed(&chunk, &mut events).map_err(|e| Failure::Rejected(e.to_string()))?;
             while let Some(event) = events.pop_front() {
                 let Ok(message) = serde_json::from_str::<Value>(&event.data) else { continue };
@@ -234,16 +386,17 @@ impl Listening {
                     continue;
                 };
                 if message.get("id").is_some() {
-                    if let Some(session) = session {
+                    if let Some((session, _)) = &session {
                         session.answer_unattended(&message).await;
                     }
                     continue;
                 }
                 if method == "notifications/subscriptions/acknowledged" {
                     let _ = self.ready.send(true);
+                    self.wanted.applied.send_replace(version);
                     continue;
                 }
-                if let Some(heard) = Heard::of(method) {
+                if let Some(heard) = Heard::of(&message) {
                     if heard == Heard::Tools
                         && let Some(downstreams) = self.downstreams.upgrade()
                     {
@@ -253,7 +406,6 @@ impl Listening {
                 }
             }
         }
-        Ok(Ended::Again)
     }
 }
 

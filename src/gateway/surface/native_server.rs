@@ -27,12 +27,14 @@ pub(super) async fn declaring<'c>(state: &AppState, ctx: &'c GatewayCtx, capabil
     out
 }
 
-/// What a native pool declares at `initialize`: tools, plus prompts, resources, completions
-/// and logging where a pooled downstream declares them (subscriptions and `listChanged` are not
-/// relayed yet, so not declared); and the downstreams' own instructions instead of the
-/// six-tool guide. With several connectors each downstream's part says which connector it is
+/// What a native pool declares at `initialize` (`modern` false) or `server/discover`
+/// (`modern` true): tools, plus prompts, resources, completions and logging where a pooled
+/// downstream declares them, `listChanged` where it is relayed, and resource subscriptions
+/// where they are relayed (2026-07-28 only, through `subscriptions/listen`: a handshake-era
+/// agent's subscription would need its session to be known to every replica); and the
+/// downstreams' own instructions instead of the six-tool guide. With several connectors each downstream's part says which connector it is
 /// and how its names are shown here (its instructions name them without the prefix).
-pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option<String>) {
+pub async fn native_server(state: &AppState, ctx: &GatewayCtx, modern: bool) -> (Value, Option<String>) {
     // The tool list's changes are told whatever the downstreams: a change of configuration or
     // grants is one too.
     let mut capabilities = serde_json::json!({ "tools": { "listChanged": true } });
@@ -50,6 +52,9 @@ pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option
             if info["capabilities"][name]["listChanged"] == true && watchable(c) {
                 capabilities[name]["listChanged"] = Value::Bool(true);
             }
+        }
+        if modern && info["capabilities"]["resources"]["subscribe"] == true && watchable(c) {
+            capabilities["resources"]["subscribe"] = Value::Bool(true);
         }
         if let Some(text) = info["instructions"].as_str().filter(|t| !t.is_empty()) {
             instructions.push(if several { instructions_of(id, text) } else { text.to_owned() });
@@ -78,6 +83,27 @@ pub async fn native_watches(
         }
     }
     out
+}
+
+/// For each connector of a native pool that can hold resource subscriptions for this caller
+/// (it declares them and is listened to), the URIs of `uris` the caller may see there.
+pub async fn subscribable(state: &AppState, ctx: &GatewayCtx, uris: &[String]) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for (id, c) in declaring(state, ctx, "resources").await.into_iter().filter(|(_, c)| watchable(c)) {
+        if server_info(state, ctx, id, c).await["capabilities"]["resources"]["subscribe"] != true {
+            continue;
+        }
+        let seen: Vec<String> = uris.iter().filter(|u| may_see_resource(ctx, id, u)).cloned().collect();
+        if !seen.is_empty() {
+            out.push((id.clone(), seen));
+        }
+    }
+    out
+}
+
+/// Whether the caller may see the resource `uri` of connector `id` (ungranted looks missing).
+pub fn may_see_resource(ctx: &GatewayCtx, id: &str, uri: &str) -> bool {
+    ctx.visible_part(crate::workspaces::config::Part::Resource, id, Some(uri))
 }
 
 /// Asks the connector for its catalog again, for every replica (it said its tools changed).
