@@ -4,11 +4,14 @@
 //! shared cache says they are current. Every call runs under its connector's deadline, so a
 //! dead or slow downstream gives a typed, retryable error instead of a hang.
 
+mod failure;
 mod modern;
 mod pool;
 mod session;
 mod watch;
 
+use failure::cap;
+pub use failure::{ERROR_DATA_CAP, Failure};
 pub use watch::{Heard, Wanting, Watch};
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -84,79 +87,6 @@ pub mod fuzzing {
 /// A catalog and when the shared cache says it was fetched (`None`: built from configuration).
 type Catalog = (Option<chrono::DateTime<chrono::Utc>>, Arc<Vec<Tool>>);
 
-/// Why a downstream call did not produce a result.
-#[derive(Debug)]
-pub enum Failure {
-    /// Unreachable, refused, or the session broke: retryable.
-    Unavailable(String),
-    /// No answer within the connector's deadline: retryable.
-    Timeout(u64),
-    /// The downstream answered with a JSON-RPC error (its own message, capped).
-    Rejected(String),
-    /// The downstream answered with a JSON-RPC error carrying its code (message capped, data
-    /// kept when small): a native pool answers it as that error ([`Failure::json_rpc`]);
-    /// elsewhere it is a `downstream_error` like [`Failure::Rejected`].
-    JsonRpc(rmcp::ErrorData),
-    /// The tenant already has its share of downstream calls in flight on this replica.
-    RateLimited,
-    /// The connector's credential slot cannot be used (missing, unreadable, vault off).
-    Auth(super::credentials::Problem),
-    /// The downstream refused the request's credential (HTTP 401 or 403) after connecting:
-    /// `challenge` is its `WWW-Authenticate`, if any. The gateway turns it into `auth_required`
-    /// (marking an OAuth grant as needing repair), never `unavailable`.
-    Refused { status: u16, challenge: Option<String> },
-    /// The arguments cannot be turned into a request (they passed the schema, but e.g. a path
-    /// argument is `..`).
-    BadArguments(String),
-    /// A peer connector has no target to call (`not_installed`, `ambiguous`,
-    /// `bound_unavailable`, `peer_cycle`, `peer_depth_exceeded`, `workspace_suspended`).
-    Peer { code: &'static str, message: String },
-}
-
-impl Failure {
-    /// The failure of an answer with this HTTP status, if it is a refusal of the credential
-    /// (401, or 403): `challenge` from the response's `WWW-Authenticate` values.
-    pub fn refused(status: u16, headers: &axum::http::HeaderMap) -> Option<Failure> {
-        matches!(status, 401 | 403).then(|| {
-            let values: Vec<&str> =
-                headers.get_all(axum::http::header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()).collect();
-            let challenge = (!values.is_empty()).then(|| cap(&values.join(", ")));
-            Failure::Refused { status, challenge }
-        })
-    }
-
-    /// A downstream's JSON-RPC error, bounded: the message capped, `data` dropped when larger
-    /// than [`ERROR_DATA_CAP`] serialized.
-    pub fn json_rpc(code: i32, message: &str, data: Option<serde_json::Value>) -> Failure {
-        let data = data.filter(|d| serde_json::to_vec(d).is_ok_and(|b| b.len() <= ERROR_DATA_CAP));
-        Failure::JsonRpc(rmcp::ErrorData::new(rmcp::model::ErrorCode(code), cap(message), data))
-    }
-
-    /// The failure as an API error (all retryable but a rejection).
-    pub fn into_error(self) -> crate::error::Error {
-        let (code, message, retry_after_ms) = match self {
-            Failure::Unavailable(_) => {
-                ("unavailable", "the connector's server cannot be reached; retry shortly".to_owned(), None)
-            }
-            Failure::Timeout(ms) => ("timeout", format!("the connector's server did not answer within {ms} ms"), None),
-            Failure::RateLimited => {
-                ("rate_limited", "this tenant has too many calls in flight; retry shortly".to_owned(), Some(250))
-            }
-            Failure::Rejected(message) | Failure::BadArguments(message) => ("downstream_error", message, None),
-            Failure::JsonRpc(error) => ("downstream_error", error.message.into_owned(), None),
-            Failure::Auth(problem) => return problem.into_error(),
-            Failure::Refused { status, .. } => {
-                return crate::error::Error::Conflict {
-                    code: "auth_required",
-                    message: format!("the connector's server refused its credential (HTTP {status})"),
-                };
-            }
-            Failure::Peer { code, message } => return crate::error::Error::Conflict { code, message },
-        };
-        crate::error::Error::Unavailable { code, message, retry_after_ms }
-    }
-}
-
 /// The key of a session or catalog: who it serves and exactly which configuration.
 pub fn key(tenant: uuid::Uuid, workspace: uuid::Uuid, connector_id: &str, connector: &Connector) -> String {
     let config = serde_json::to_vec(connector).unwrap_or_default();
@@ -183,6 +113,9 @@ pub struct Downstreams {
     /// Per catalog key, whether the server speaks 2026-07-28, and then its `server/discover`
     /// result (see [`modern`]).
     revisions: std::sync::Mutex<HashMap<String, Option<Arc<serde_json::Value>>>>,
+    /// Catalog keys of 2026-07-28 servers that refused the handshake: spoken to only in
+    /// their own revision (see [`Downstreams::stateless_only`]).
+    handshake_refused: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Downstreams listened to for what they say outside any request ([`watch`]).
     watches: watch::Watches,
     /// Downstreams' requests to agents, waiting for their answers (handshake era).
@@ -193,13 +126,6 @@ impl std::fmt::Debug for Downstreams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Downstreams")
     }
-}
-
-/// The largest `data` of a downstream's JSON-RPC error relayed, serialized.
-pub const ERROR_DATA_CAP: usize = 4096;
-
-fn cap(text: &str) -> String {
-    text.chars().take(512).collect()
 }
 
 impl Downstreams {
@@ -306,8 +232,18 @@ impl Downstreams {
         if let Connector::HttpApi(api) = connector {
             return Ok((Arc::new(super::http_api_connector::catalog(api)), None));
         }
-        let _slot = self.admit(target.tenant.0)?;
         let deadline = Duration::from_millis(connector.timeout_ms());
+        // A 2026-07-28 server that refuses the handshake is asked in its own revision (each
+        // request takes its own slot).
+        if self.stateless_only(target.tenant.0, key, connector, credential).await {
+            let tools = match tokio::time::timeout(deadline, self.list_modern(target.tenant.0, connector, credential)).await {
+                Ok(tools) => tools?,
+                Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
+            };
+            within_bounds(&tools)?;
+            return self.store(db, target, key, Arc::new(tools), audit).await;
+        }
+        let _slot = self.admit(target.tenant.0)?;
         let listed = tokio::time::timeout(deadline, async {
             let lease = self.lease(key, connector, credential, false).await.map_err(SessionError::opening)?;
             match settle(lease.session.list_tools().await, &lease) {
@@ -327,6 +263,18 @@ impl Downstreams {
             Ok(Err(e)) => return Err(e.into_failure()),
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
+        self.store(db, target, key, tools, audit).await
+    }
+
+    /// Stores a fetched catalog for every replica, and remembers what is served of it.
+    async fn store(
+        &self,
+        db: &Db,
+        target: Target<'_>,
+        key: &str,
+        tools: Arc<Vec<Tool>>,
+        audit: Option<&crate::admin_log::Audit>,
+    ) -> Result<(Arc<Vec<Tool>>, Option<chrono::DateTime<chrono::Utc>>), Failure> {
         // What is served is what the pins allow, decided with the stored catalog: a catalog
         // that cannot be checked against its pins is not served (fail closed).
         let (fetched_at, tools) = match catalogs::store(db, target, &tools, audit).await {
@@ -372,7 +320,7 @@ impl Downstreams {
         call: ToolCall<'_>,
         credential: Option<&Credential>,
     ) -> Result<CallToolResult, Failure> {
-        let ToolCall { tool, args, upstream } = call;
+        let ToolCall { tool, args, schema, upstream } = call;
         let _slot = self.admit(tenant)?;
         let deadline = Duration::from_millis(connector.timeout_ms());
         if let Connector::HttpApi(api) = connector {
@@ -382,6 +330,18 @@ impl Downstreams {
                 Ok(result) => result,
                 Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
             };
+        }
+        // A 2026-07-28 server that refuses the handshake is called in its own revision (a
+        // 2026-07-28 agent's calls come through `input::relay` instead, with the agent's
+        // capabilities).
+        if self.stateless_only(tenant, key, connector, credential).await {
+            drop(_slot);
+            let params = serde_json::json!({ "name": tool, "arguments": args });
+            let headers = schema.map(|schema| super::param_headers::compute(schema, args)).unwrap_or_default();
+            let called =
+                self.request_modern(tenant, connector, credential, ("tools/call", Some(tool), &headers), params, upstream);
+            return serde_json::from_value(called.await?)
+                .map_err(|e| Failure::Unavailable(format!("a malformed tool result: {}", cap(&e.to_string()))));
         }
         // A call the downstream may ask the agent about holds a session of its own.
         let own = upstream.is_some_and(super::upstream::Upstream::can_ask);
@@ -411,6 +371,9 @@ impl Downstreams {
 pub struct ToolCall<'a> {
     pub tool: &'a str,
     pub args: &'a JsonObject,
+    /// The tool's input schema, whose `x-mcp-header` arguments go down as `Mcp-Param-*`
+    /// headers to a 2026-07-28 server.
+    pub schema: Option<&'a JsonObject>,
     pub upstream: Option<&'a super::upstream::Upstream>,
 }
 
@@ -432,6 +395,9 @@ impl Downstreams {
         let (method, params) = request;
         if !matches!(connector, Connector::RemoteMcp { .. }) {
             return Err(Failure::Rejected("only an MCP connector has more than tools".into()));
+        }
+        if self.stateless_only(tenant, key, connector, credential).await {
+            return self.relay_modern(tenant, connector, credential, (method, params), upstream).await;
         }
         let _slot = self.admit(tenant)?;
         let deadline = Duration::from_millis(connector.timeout_ms());

@@ -12,6 +12,8 @@ use crate::{
 };
 
 pub(super) const REVISION: &str = "2026-07-28";
+/// The most pages of a 2026-07-28 server's tool list read (as for the handshake era).
+const MAX_PAGES: usize = 64;
 
 /// The `_meta` every 2026-07-28 request of Gatehouse carries: revision, client, capabilities.
 pub(super) fn meta() -> Value {
@@ -50,6 +52,35 @@ impl Downstreams {
         modern
     }
 
+    /// Whether a request that may go either way goes to this server as a stateless
+    /// 2026-07-28 request: it speaks 2026-07-28 and refuses the handshake. A server that
+    /// speaks both eras keeps the handshake for the catalog, a handshake-era agent's calls
+    /// and relayed requests, so that what it asks the agent during them still reaches the
+    /// agent on its response stream. Learnt once per catalog key and replica, by opening a
+    /// pooled session (which then serves the request).
+    pub(super) async fn stateless_only(
+        &self,
+        tenant: uuid::Uuid,
+        key: &str,
+        connector: &Connector,
+        credential: Option<&Credential>,
+    ) -> bool {
+        if !self.modern(tenant, key, connector, credential).await {
+            return false;
+        }
+        if self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).contains(key) {
+            return true;
+        }
+        match self.lease(key, connector, credential, false).await {
+            Ok(_) => false,
+            Err(f) => {
+                tracing::info!(failure = ?f, "a 2026-07-28 downstream refused the handshake; speaking only its own revision");
+                self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned());
+                true
+            }
+        }
+    }
+
     /// What a 2026-07-28 server said of itself in its `server/discover` result (its
     /// capabilities and instructions as that revision states them); `None` for a server
     /// spoken to through the handshake, or not asked yet.
@@ -86,5 +117,107 @@ impl Downstreams {
             Ok(answer) => answer,
             Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
         }
+    }
+
+    /// One stateless request to a 2026-07-28 server with Gatehouse's own `_meta` (no agent
+    /// capabilities: the downstream must not ask for input), its `result`. A JSON-RPC error
+    /// is [`Failure::JsonRpc`] with the server's code; a result that asks for input, or of a
+    /// shape this gateway does not relay, is refused with a message saying so.
+    pub(super) async fn request_modern(
+        &self,
+        tenant: uuid::Uuid,
+        connector: &Connector,
+        credential: Option<&Credential>,
+        call: (&str, Option<&str>, &[(HeaderName, HeaderValue)]),
+        params: Value,
+        upstream: Option<&crate::gateway::upstream::Upstream>,
+    ) -> Result<Value, Failure> {
+        let mut params = if params.is_object() { params } else { json!({}) };
+        params["_meta"] = meta()["_meta"].take();
+        // The agent's progress token and log level go down with the request, as the
+        // handshake era's session sends them.
+        if let Some(upstream) = upstream {
+            if let Some(token) = upstream.progress_token() {
+                params["_meta"]["progressToken"] = serde_json::to_value(token).unwrap_or(Value::Null);
+            }
+            if let Some(level) = upstream.log_level() {
+                params["_meta"]["io.modelcontextprotocol/logLevel"] = serde_json::to_value(level).unwrap_or(Value::Null);
+            }
+        }
+        let mut message = self.stateless(tenant, connector, credential, call, &params, upstream).await?;
+        if let Some(error) = message.get("error") {
+            let code = error["code"].as_i64().and_then(|c| i32::try_from(c).ok()).unwrap_or(-32603);
+            return Err(Failure::json_rpc(code, error["message"].as_str().unwrap_or_default(), error.get("data").cloned()));
+        }
+        let result = message["result"].take();
+        match result.get("resultType").and_then(Value::as_str) {
+            None | Some("complete") => Ok(result),
+            Some("input_required") => Err(Failure::Rejected(
+                "the downstream asks the agent for input, which an agent on the handshake era (2025-11-25 or earlier) is not asked for by a 2026-07-28 downstream through this gateway".into(),
+            )),
+            Some(other) => Err(Failure::Rejected(format!(
+                "the downstream answered a `{}` result, which this gateway does not relay",
+                other.chars().take(32).collect::<String>()
+            ))),
+        }
+    }
+
+    /// A 2026-07-28 server's whole tool list: `tools/list`, page after page.
+    pub(super) async fn list_modern(
+        &self,
+        tenant: uuid::Uuid,
+        connector: &Connector,
+        credential: Option<&Credential>,
+    ) -> Result<Vec<rmcp::model::Tool>, Failure> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let params = match &cursor {
+                Some(cursor) => json!({ "cursor": cursor }),
+                None => json!({}),
+            };
+            let mut page = self.request_modern(tenant, connector, credential, ("tools/list", None, &[]), params, None).await?;
+            let listed: Vec<rmcp::model::Tool> = serde_json::from_value(page["tools"].take())
+                .map_err(|e| Failure::Unavailable(format!("a malformed tool list: {}", super::cap(&e.to_string()))))?;
+            tools.extend(listed);
+            match page["nextCursor"].as_str().filter(|c| !c.is_empty()) {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return Ok(tools),
+            }
+        }
+        Err(Failure::Rejected(format!("the tool list has more than {MAX_PAGES} pages")))
+    }
+
+    /// A request other than tools (prompts, resources, completion, logging) to a 2026-07-28
+    /// server, as [`Downstreams::relay`] sends it on the handshake era. `logging/setLevel`
+    /// does not exist there (the level travels with each request), so it is answered here;
+    /// `resources/subscribe` neither (subscriptions are a `subscriptions/listen` filter), so
+    /// it is refused -32601 as such a server would.
+    pub(super) async fn relay_modern(
+        &self,
+        tenant: uuid::Uuid,
+        connector: &Connector,
+        credential: Option<&Credential>,
+        request: (&str, &Value),
+        upstream: Option<&crate::gateway::upstream::Upstream>,
+    ) -> Result<Value, Failure> {
+        let (method, params) = request;
+        let name = match method {
+            "logging/setLevel" => return Ok(json!({})),
+            "resources/subscribe" | "resources/unsubscribe" => {
+                return Err(Failure::json_rpc(-32601, &format!("{method} is not a method of 2026-07-28"), None));
+            }
+            "prompts/get" => params["name"].as_str(),
+            "resources/read" => params["uri"].as_str(),
+            _ => None,
+        };
+        let mut result =
+            self.request_modern(tenant, connector, credential, (method, name, &[]), params.clone(), upstream).await?;
+        // What only 2026-07-28 says of a result; a handshake-era agent is given the result as
+        // its own revision has it (rmcp adds them again for a 2026-07-28 agent).
+        if let Some(result) = result.as_object_mut() {
+            result.remove("resultType");
+        }
+        Ok(result)
     }
 }

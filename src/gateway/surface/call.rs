@@ -203,7 +203,7 @@ async fn call_granted(
         None => {
             let replaying = replay.as_ref().and_then(|r| ctx.upstream.as_ref().map(|u| u.replaying(r.clone())));
             let upstream = replaying.as_ref().or(ctx.upstream.as_ref());
-            let call = downstream::ToolCall { tool: name, args: tool_args, upstream };
+            let call = downstream::ToolCall { tool: name, args: tool_args, schema: Some(&tool.input_schema), upstream };
             let called = state.downstreams.call(ctx.tenant.id.0, &key, c, call, credential.as_ref()).await;
             // The downstream asked for input no round answered: whatever it made of the
             // refusal, the agent is asked, and the call is made again with its answer.
