@@ -387,3 +387,12 @@ impl Db {
         })
     }
 }
+
+/// A column that is NOT NULL in its table but read from the outer side of a join (so the
+/// query macros type it `Option`), once its row is known to be there: a NULL is the decode
+/// error reading it as required always gave, never a default.
+pub fn required<T>(value: Option<T>, column: &str) -> Result<T> {
+    value.ok_or_else(|| {
+        sqlx::Error::ColumnDecode { index: format!("{column:?}"), source: Box::new(sqlx::error::UnexpectedNullError) }.into()
+    })
+}

@@ -23,7 +23,7 @@ pub struct Observation {
 }
 
 /// A finding as read back.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Finding {
     pub id: Uuid,
     pub kind: String,
@@ -42,7 +42,7 @@ pub struct Finding {
 }
 
 /// A suppress rule as read back.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Rule {
     pub id: Uuid,
     pub kind: Option<String>,
@@ -59,13 +59,20 @@ pub struct Rule {
     pub live: bool,
 }
 
-/// The live rules of the finding's tenant that cover it, as SQL over `o` (the observation) and
-/// `r` (a rule): every matcher a rule names must equal the finding's.
-macro_rules! covers {
-    () => {
-        "r.tenant_id = o.tenant_id AND r.revoked_at IS NULL AND r.expires_at > now()
+/// Runs `sqlx::query!` on `$before <covers> $after`, where `<covers>` is the one condition
+/// naming the live rules of the finding's tenant that cover it, as SQL over `o` (the
+/// observation) and `r` (a rule): every matcher a rule names must equal the finding's. (The
+/// query macros accept literals joined by `+`, never a `const` or `concat!`.)
+macro_rules! covering {
+    ($before:literal, $after:literal, $($arg:expr),+ $(,)?) => {
+        sqlx::query!(
+            $before
+                + "r.tenant_id = o.tenant_id AND r.revoked_at IS NULL AND r.expires_at > now()
          AND (r.kind IS NULL OR r.kind = o.kind) AND (r.operation IS NULL OR r.operation = o.operation)
          AND (r.code IS NULL OR r.code = o.code) AND (r.subject IS NULL OR r.subject = o.subject)"
+                + $after,
+            $($arg),+
+        )
     };
 }
 
@@ -74,8 +81,17 @@ macro_rules! covers {
 /// one is flagged `regressed`) and leaves an open or acked one as it is. Rows go in key order so
 /// concurrent writers lock findings in the same order. Callers pass unique keys. An unknown
 /// tenant is skipped rather than refused: the failures around it must still be written.
-const OBSERVE: &str = concat!(
-    "WITH o AS (
+pub async fn observe(conn: &mut PgConnection, obs: &[Observation]) -> Result<()> {
+    if obs.is_empty() {
+        return Ok(());
+    }
+    let texts = |f: &dyn Fn(&Observation) -> String| obs.iter().map(f).collect::<Vec<_>>();
+    let tenants: Vec<Uuid> = obs.iter().map(|o| o.tenant).collect();
+    let counts: Vec<i64> = obs.iter().map(|o| o.count).collect();
+    let firsts: Vec<DateTime<Utc>> = obs.iter().map(|o| o.first).collect();
+    let lasts: Vec<DateTime<Utc>> = obs.iter().map(|o| o.last).collect();
+    covering!(
+        "WITH o AS (
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
                               $7::timestamptz[], $8::timestamptz[], $9::text[])
              AS o(tenant_id, kind, subject, operation, code, n, first_seen, last_seen, message))
@@ -85,8 +101,7 @@ const OBSERVE: &str = concat!(
             CASE WHEN r.id IS NULL THEN 'open' ELSE 'suppressed' END, o.n, o.first_seen, o.last_seen, o.message, r.id
      FROM o JOIN tenants t ON t.id = o.tenant_id
      LEFT JOIN LATERAL (SELECT r.id FROM ops_suppress_rules r WHERE ",
-    covers!(),
-    " ORDER BY r.expires_at DESC LIMIT 1) r ON true
+        " ORDER BY r.expires_at DESC LIMIT 1) r ON true
      ORDER BY o.tenant_id, o.kind, o.subject
      ON CONFLICT (tenant_id, kind, subject) DO UPDATE SET
          occurrences = f.occurrences + EXCLUDED.occurrences,
@@ -98,26 +113,19 @@ const OBSERVE: &str = concat!(
          suppressed_by = EXCLUDED.suppressed_by,
          resolved_at = CASE WHEN EXCLUDED.status <> 'suppressed' AND f.status = 'resolved' THEN NULL ELSE f.resolved_at END,
          resolution = CASE WHEN EXCLUDED.status <> 'suppressed' AND f.status = 'resolved' THEN NULL ELSE f.resolution END,
-         updated_at = now()"
-);
-
-pub async fn observe(conn: &mut PgConnection, obs: &[Observation]) -> Result<()> {
-    if obs.is_empty() {
-        return Ok(());
-    }
-    let texts = |f: &dyn Fn(&Observation) -> String| obs.iter().map(f).collect::<Vec<_>>();
-    sqlx::query(OBSERVE)
-        .bind(obs.iter().map(|o| o.tenant).collect::<Vec<_>>())
-        .bind(texts(&|o| o.kind.to_owned()))
-        .bind(texts(&|o| o.subject.clone()))
-        .bind(texts(&|o| o.operation.clone()))
-        .bind(texts(&|o| o.code.clone()))
-        .bind(obs.iter().map(|o| o.count).collect::<Vec<_>>())
-        .bind(obs.iter().map(|o| o.first).collect::<Vec<_>>())
-        .bind(obs.iter().map(|o| o.last).collect::<Vec<_>>())
-        .bind(texts(&|o| o.message.clone()))
-        .execute(conn)
-        .await?;
+         updated_at = now()",
+        &tenants,
+        &texts(&|o| o.kind.to_owned()),
+        &texts(&|o| o.subject.clone()),
+        &texts(&|o| o.operation.clone()),
+        &texts(&|o| o.code.clone()),
+        &counts,
+        &firsts,
+        &lasts,
+        &texts(&|o| o.message.clone()),
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -138,23 +146,21 @@ pub async fn stale(conn: &mut PgConnection, days: i32, limit: i64) -> Result<Vec
     Ok(sqlx::query_as::<_, Staled>(STALE).bind(days).bind(limit).fetch_all(conn).await?)
 }
 
-macro_rules! finding_columns {
-    () => {
-        "id, kind, subject, operation, code, status, regressed, occurrences, first_seen, last_seen, last_message, \
-         suppressed_by, resolved_at, resolution"
+/// Runs `query_as!` into a [`Finding`] with the one column list of a finding pasted between
+/// the literals `[$before…]` and `$after` (the query macros accept literals joined by `+`).
+macro_rules! finding {
+    ([$($before:literal),+] $after:literal, $($arg:expr),+ $(,)?) => {
+        sqlx::query_as!(
+            Finding,
+            $($before +)+ "id, kind, subject, operation, code, status, regressed, occurrences, first_seen, last_seen, last_message, \
+         suppressed_by, resolved_at, resolution" + $after,
+            $($arg),+
+        )
     };
 }
 
 pub async fn get(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Result<Option<Finding>> {
-    Ok(sqlx::query_as::<_, Finding>(concat!(
-        "SELECT ",
-        finding_columns!(),
-        " FROM ops_findings WHERE tenant_id = $1 AND id = $2"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(conn)
-    .await?)
+    Ok(finding!(["SELECT "] " FROM ops_findings WHERE tenant_id = $1 AND id = $2", tenant.0, id).fetch_optional(conn).await?)
 }
 
 /// A tenant's findings, most recently seen first, optionally of one status, and only those
@@ -166,18 +172,16 @@ pub async fn list(
     cursor: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> Result<Vec<Finding>> {
-    Ok(sqlx::query_as::<_, Finding>(concat!(
-        "SELECT ",
-        finding_columns!(),
-        " FROM ops_findings WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2)
+    Ok(finding!(
+        ["SELECT "] " FROM ops_findings WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2)
             AND ($4::timestamptz IS NULL OR last_seen < $4 OR (last_seen = $4 AND id > $5))
-          ORDER BY last_seen DESC, id LIMIT $3"
-    ))
-    .bind(tenant)
-    .bind(status)
-    .bind(limit)
-    .bind(cursor.map(|c| c.0))
-    .bind(cursor.map(|c| c.1))
+          ORDER BY last_seen DESC, id LIMIT $3",
+        tenant.0,
+        status,
+        limit,
+        cursor.map(|c| c.0),
+        cursor.map(|c| c.1),
+    )
     .fetch_all(conn)
     .await?)
 }
@@ -185,27 +189,32 @@ pub async fn list(
 /// Compare-and-set a member's verdict: `to` only from one of `from`. `resolved` records the
 /// time and clears the regressed flag; `acked` keeps it. None: the finding was not in `from`.
 pub async fn transition(conn: &mut PgConnection, tenant: TenantId, id: Uuid, from: &[&str], to: &str) -> Result<Option<Finding>> {
-    Ok(sqlx::query_as::<_, Finding>(concat!(
-        "UPDATE ops_findings SET status = $4,
+    let from: Vec<String> = from.iter().map(|s| s.to_string()).collect();
+    Ok(finding!(
+        ["UPDATE ops_findings SET status = $4,
              resolved_at = CASE WHEN $4 = 'resolved' THEN now() END,
              resolution = CASE WHEN $4 = 'resolved' THEN 'manual' END,
              regressed = CASE WHEN $4 = 'resolved' THEN false ELSE regressed END,
              suppressed_by = NULL, updated_at = now()
-         WHERE tenant_id = $1 AND id = $2 AND status = ANY($3) RETURNING ",
-        finding_columns!()
-    ))
-    .bind(tenant)
-    .bind(id)
-    .bind(from.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-    .bind(to)
+         WHERE tenant_id = $1 AND id = $2 AND status = ANY($3) RETURNING "] "",
+        tenant.0,
+        id,
+        &from,
+        to,
+    )
     .fetch_optional(conn)
     .await?)
 }
 
-macro_rules! rule_columns {
-    () => {
-        "id, kind, operation, code, subject, reason, expires_at, created_by, created_at, revoked_at, revoked_by, \
-         (revoked_at IS NULL AND expires_at > now()) AS live"
+/// Runs `query_as!` into a [`Rule`] with the one column list of a rule pasted between the
+/// literals `[$before…]` and `$after`.
+macro_rules! rule {
+    ([$($before:literal),+] $after:literal, $($arg:expr),+ $(,)?) => {
+        sqlx::query_as!(
+            Rule,
+            $($before +)+ r#"id, kind, operation, code, subject, reason, expires_at, created_by, created_at, revoked_at, revoked_by, (revoked_at IS NULL AND expires_at > now()) AS "live!""# + $after,
+            $($arg),+
+        )
     };
 }
 
@@ -220,76 +229,65 @@ pub async fn insert_rule(
     created_by: &str,
 ) -> Result<Option<Rule>> {
     let [kind, operation, code, subject] = matchers;
-    Ok(sqlx::query_as::<_, Rule>(concat!(
-        "INSERT INTO ops_suppress_rules (tenant_id, id, kind, operation, code, subject, reason, expires_at, created_by)
+    Ok(rule!(
+        ["INSERT INTO ops_suppress_rules (tenant_id, id, kind, operation, code, subject, reason, expires_at, created_by)
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
-         WHERE $8 > now() AND $8 <= now() + interval '90 days' RETURNING ",
-        rule_columns!()
-    ))
-    .bind(tenant)
-    .bind(Uuid::now_v7())
-    .bind(kind)
-    .bind(operation)
-    .bind(code)
-    .bind(subject)
-    .bind(reason)
-    .bind(expires_at)
-    .bind(created_by)
+         WHERE $8 > now() AND $8 <= now() + interval '90 days' RETURNING "] "",
+        tenant.0,
+        Uuid::now_v7(),
+        kind,
+        operation,
+        code,
+        subject,
+        reason,
+        expires_at,
+        created_by,
+    )
     .fetch_optional(conn)
     .await?)
 }
 
 /// Suppresses at once the open and acked findings a new rule covers; returns how many.
 pub async fn suppress_covered(conn: &mut PgConnection, tenant: TenantId, rule: Uuid) -> Result<u64> {
-    Ok(sqlx::query(concat!(
+    Ok(covering!(
         "UPDATE ops_findings o SET status = 'suppressed', suppressed_by = r.id, updated_at = now()
          FROM ops_suppress_rules r
          WHERE o.tenant_id = $1 AND r.id = $2 AND o.status IN ('open', 'acked') AND ",
-        covers!()
-    ))
-    .bind(tenant)
-    .bind(rule)
+        "",
+        tenant.0,
+        rule,
+    )
     .execute(conn)
     .await?
     .rows_affected())
 }
 
 pub async fn rules(conn: &mut PgConnection, tenant: TenantId, include_dead: bool) -> Result<Vec<Rule>> {
-    Ok(sqlx::query_as::<_, Rule>(concat!(
-        "SELECT ",
-        rule_columns!(),
-        " FROM ops_suppress_rules WHERE tenant_id = $1 AND ($2 OR (revoked_at IS NULL AND expires_at > now()))
-          ORDER BY created_at DESC, id LIMIT 1000"
-    ))
-    .bind(tenant)
-    .bind(include_dead)
+    Ok(rule!(
+        ["SELECT "] " FROM ops_suppress_rules WHERE tenant_id = $1 AND ($2 OR (revoked_at IS NULL AND expires_at > now()))
+          ORDER BY created_at DESC, id LIMIT 1000",
+        tenant.0,
+        include_dead,
+    )
     .fetch_all(conn)
     .await?)
 }
 
 /// Revokes a rule (idempotent: a revoked rule keeps its first revocation). None: no such rule.
 pub async fn revoke_rule(conn: &mut PgConnection, tenant: TenantId, id: Uuid, by: &str) -> Result<Option<(Rule, bool)>> {
-    let changed = sqlx::query_as::<_, Rule>(concat!(
-        "UPDATE ops_suppress_rules SET revoked_at = now(), revoked_by = $3
-         WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL RETURNING ",
-        rule_columns!()
-    ))
-    .bind(tenant)
-    .bind(id)
-    .bind(by)
+    let changed = rule!(
+        ["UPDATE ops_suppress_rules SET revoked_at = now(), revoked_by = $3
+         WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL RETURNING "] "",
+        tenant.0,
+        id,
+        by,
+    )
     .fetch_optional(&mut *conn)
     .await?;
     if let Some(rule) = changed {
         return Ok(Some((rule, true)));
     }
-    let existing = sqlx::query_as::<_, Rule>(concat!(
-        "SELECT ",
-        rule_columns!(),
-        " FROM ops_suppress_rules WHERE tenant_id = $1 AND id = $2"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(conn)
-    .await?;
+    let existing =
+        rule!(["SELECT "] " FROM ops_suppress_rules WHERE tenant_id = $1 AND id = $2", tenant.0, id).fetch_optional(conn).await?;
     Ok(existing.map(|r| (r, false)))
 }

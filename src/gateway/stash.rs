@@ -20,26 +20,26 @@ pub async fn put(db: &Db, tenant: TenantId, workspace: Uuid, actor: &str, addres
     let id = Uuid::now_v7();
     db.single_decision(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            sqlx::query(
+            sqlx::query!(
                 "INSERT INTO result_stash (tenant_id, id, workspace_id, actor_id, address, body, expires_at)
                  VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))",
+                tenant.0,
+                id,
+                workspace,
+                actor,
+                address,
+                body,
+                TTL_SECS,
             )
-            .bind(tenant)
-            .bind(id)
-            .bind(workspace)
-            .bind(actor)
-            .bind(address)
-            .bind(body)
-            .bind(TTL_SECS)
             .execute(&mut *conn)
             .await?;
             // Bounded per tenant, expired ones first: delete everything past the newest 64 or expired.
-            sqlx::query(
+            sqlx::query!(
                 "DELETE FROM result_stash WHERE tenant_id = $1 AND (expires_at <= now() OR id IN (
                      SELECT id FROM result_stash WHERE tenant_id = $1 ORDER BY created_at DESC OFFSET $2))",
+                tenant.0,
+                PER_TENANT,
             )
-            .bind(tenant)
-            .bind(PER_TENANT)
             .execute(&mut *conn)
             .await?;
             Ok(id)
@@ -52,16 +52,17 @@ pub async fn put(db: &Db, tenant: TenantId, workspace: Uuid, actor: &str, addres
 pub async fn get(db: &Db, tenant: TenantId, workspace: Uuid, actor: &str, id: Uuid) -> Result<Option<(String, String)>> {
     db.single_decision(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            Ok(sqlx::query_as::<_, (String, String)>(
+            let row = sqlx::query!(
                 "SELECT address, body FROM result_stash
                  WHERE tenant_id = $1 AND id = $2 AND workspace_id = $3 AND actor_id = $4 AND expires_at > now()",
+                tenant.0,
+                id,
+                workspace,
+                actor,
             )
-            .bind(tenant)
-            .bind(id)
-            .bind(workspace)
-            .bind(actor)
             .fetch_optional(&mut *conn)
-            .await?)
+            .await?;
+            Ok(row.map(|r| (r.address, r.body)))
         })
     })
     .await

@@ -39,37 +39,39 @@ pub async fn utc(conn: &mut PgConnection) -> Result<()> {
 
 /// Switches the caller's transaction to `tenant`'s scope (`platform` on or off with it).
 pub async fn scope(conn: &mut PgConnection, tenant: TenantId, platform: bool) -> Result<()> {
-    sqlx::query("SELECT set_config('gatehouse.platform', $1, true), set_config('gatehouse.tenant_id', $2, true)")
-        .bind(if platform { "on" } else { "" })
-        .bind(tenant.0.to_string())
-        .execute(conn)
-        .await?;
+    // A SELECT run for its effect: its one row (the settings' new values) is dropped.
+    sqlx::query!(
+        "SELECT set_config('gatehouse.platform', $1, true) AS platform, set_config('gatehouse.tenant_id', $2, true) AS tenant",
+        if platform { "on" } else { "" },
+        tenant.0.to_string(),
+    )
+    .fetch_one(conn)
+    .await?;
     Ok(())
 }
 
 /// The newest migration applied: an export imports only into the same schema.
 pub async fn schema(conn: &mut PgConnection) -> Result<i64> {
-    Ok(sqlx::query_scalar::<_, Option<i64>>("SELECT max(version) FROM _sqlx_migrations WHERE success")
-        .fetch_one(conn)
-        .await?
-        .unwrap_or(0))
+    Ok(sqlx::query_scalar!("SELECT max(version) FROM _sqlx_migrations WHERE success").fetch_one(conn).await?.unwrap_or(0))
 }
 
 /// The database clock.
 pub async fn now(conn: &mut PgConnection) -> Result<chrono::DateTime<chrono::Utc>> {
-    Ok(sqlx::query_scalar("SELECT now()").fetch_one(conn).await?)
+    Ok(sqlx::query_scalar!(r#"SELECT now() AS "now!""#).fetch_one(conn).await?)
 }
 
 /// A table's primary-key columns, in key order (the order rows are read and digested in).
 pub async fn primary_key(conn: &mut PgConnection, table: &Table) -> Result<Vec<String>> {
-    let columns: Vec<String> = sqlx::query_scalar(
-        "SELECT a.attname::text FROM pg_index i
+    // `$1::text::regclass`: the name is sent as text and cast, as a bound `&str` always was
+    // (the macros know no Rust type for a `regclass` parameter).
+    let columns = sqlx::query_scalar!(
+        r#"SELECT a.attname::text AS "attname!" FROM pg_index i
            JOIN unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) ON true
            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-          WHERE i.indrelid = $1::regclass AND i.indisprimary
-          ORDER BY k.n",
+          WHERE i.indrelid = $1::text::regclass AND i.indisprimary
+          ORDER BY k.n"#,
+        table.name,
     )
-    .bind(table.name)
     .fetch_all(conn)
     .await?;
     if columns.is_empty() {
@@ -101,14 +103,16 @@ pub async fn insert(conn: &mut PgConnection, table: &Table, rows: &[serde_json::
 
 /// Moves that are not settled (an export waits for them: a lease would expire at both ends).
 pub async fn unsettled(conn: &mut PgConnection, tenant: TenantId) -> Result<(i64, i64)> {
-    let copies: i64 = sqlx::query_scalar("SELECT count(*) FROM copies WHERE tenant_id = $1 AND state = 'pending'")
-        .bind(tenant)
-        .fetch_one(&mut *conn)
-        .await?;
-    let revocations: i64 = sqlx::query_scalar("SELECT count(*) FROM oauth_revocations WHERE tenant_id = $1 AND outcome IS NULL")
-        .bind(tenant)
-        .fetch_one(&mut *conn)
-        .await?;
+    let copies =
+        sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM copies WHERE tenant_id = $1 AND state = 'pending'"#, tenant.0)
+            .fetch_one(&mut *conn)
+            .await?;
+    let revocations = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM oauth_revocations WHERE tenant_id = $1 AND outcome IS NULL"#,
+        tenant.0,
+    )
+    .fetch_one(&mut *conn)
+    .await?;
     Ok((copies, revocations))
 }
 

@@ -2,7 +2,7 @@
 //! statement each.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 mod revocations;
@@ -11,6 +11,7 @@ pub use revocations::{Intent, Stale, claim_stale, insert_intent, prune_settled, 
 
 use super::issuer::IssCheck;
 use crate::{
+    db::required,
     error::Result,
     ids::TenantId,
     vault::{Owner, slots::Slot},
@@ -71,31 +72,30 @@ pub struct NewFlow<'a> {
 pub async fn insert_flow(conn: &mut PgConnection, slot: &Slot<'_>, flow: NewFlow<'_>) -> Result<()> {
     let Slot { tenant, workspace, connector, owner } = *slot;
     let NewFlow { state_hash, started_by, link_id, verifier, client, iss } = flow;
-    sqlx::query("DELETE FROM oauth_flows WHERE tenant_id = $1 AND expires_at <= now() - interval '1 hour'")
-        .bind(tenant)
+    sqlx::query!("DELETE FROM oauth_flows WHERE tenant_id = $1 AND expires_at <= now() - interval '1 hour'", tenant.0)
         .execute(&mut *conn)
         .await?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO oauth_flows (tenant_id, state_hash, workspace_id, connector_id, owner, started_by, link_id, verifier,
                                   token_endpoint, expires_at, client_id, client_auth, resource, issuer, iss_required, scopes)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10::float8), $11, $12, $13, $14, $15, $16)",
+        tenant.0,
+        state_hash,
+        workspace,
+        connector,
+        owner.as_text(),
+        started_by,
+        link_id,
+        verifier,
+        client.token_endpoint,
+        FLOW_TTL_SECS as f64,
+        client.client_id,
+        client.client_auth,
+        client.resource,
+        iss.issuer.as_deref(),
+        iss.required,
+        client.scopes,
     )
-    .bind(tenant)
-    .bind(state_hash)
-    .bind(workspace)
-    .bind(connector)
-    .bind(owner.as_text())
-    .bind(started_by)
-    .bind(link_id)
-    .bind(verifier)
-    .bind(client.token_endpoint)
-    .bind(FLOW_TTL_SECS as f64)
-    .bind(client.client_id)
-    .bind(client.client_auth)
-    .bind(client.resource)
-    .bind(iss.issuer.as_deref())
-    .bind(iss.required)
-    .bind(client.scopes)
     .execute(conn)
     .await?;
     Ok(())
@@ -110,35 +110,32 @@ pub async fn claim_flow(
     state_hash: &[u8],
     member: Option<Uuid>,
 ) -> Result<Option<Flow>> {
-    let row = sqlx::query(
+    let row = sqlx::query!(
         "UPDATE oauth_flows SET claimed_at = now()
           WHERE tenant_id = $1 AND state_hash = $2 AND claimed_at IS NULL AND expires_at > now()
             AND (started_by IS NULL OR started_by = $3)
           RETURNING workspace_id, connector_id, owner, started_by, link_id, verifier, client_id, token_endpoint, client_auth, resource,
                     issuer, iss_required, scopes",
+        tenant.0,
+        state_hash,
+        member,
     )
-    .bind(tenant)
-    .bind(state_hash)
-    .bind(member)
     .fetch_optional(conn)
     .await?;
-    row.map(|r| {
-        Ok(Flow {
-            workspace: r.try_get("workspace_id")?,
-            connector: r.try_get("connector_id")?,
-            owner: r.try_get("owner")?,
-            started_by: r.try_get("started_by")?,
-            link_id: r.try_get("link_id")?,
-            verifier: r.try_get("verifier")?,
-            client_id: r.try_get("client_id")?,
-            token_endpoint: r.try_get("token_endpoint")?,
-            client_auth: r.try_get("client_auth")?,
-            resource: r.try_get("resource")?,
-            iss: IssCheck { issuer: r.try_get("issuer")?, required: r.try_get("iss_required")? },
-            scopes: r.try_get("scopes")?,
-        })
-    })
-    .transpose()
+    Ok(row.map(|r| Flow {
+        workspace: r.workspace_id,
+        connector: r.connector_id,
+        owner: r.owner,
+        started_by: r.started_by,
+        link_id: r.link_id,
+        verifier: r.verifier,
+        client_id: r.client_id,
+        token_endpoint: r.token_endpoint,
+        client_auth: r.client_auth,
+        resource: r.resource,
+        iss: IssCheck { issuer: r.issuer, required: r.iss_required },
+        scopes: r.scopes,
+    }))
 }
 
 /// A grant's state and its sealed tokens, with the epoch that labels them.
@@ -174,40 +171,43 @@ pub async fn grant(
     connector: &str,
     owner: Owner,
 ) -> Result<(Option<Grant>, i64)> {
-    let row = sqlx::query(
-        "SELECT (SELECT epoch FROM tenants WHERE id = $1) AS epoch, g.status, g.access_expires_at, g.client_id, g.token_endpoint,
-                g.client_auth, g.resource, g.scopes, g.account_label, g.connected_at, g.refreshed_at, c.envelope, c.version, c.updated_at
+    // Both joins are outer, so every column is read as nullable ("?"); the grant's NOT NULL
+    // columns are then required once its row is there.
+    let row = sqlx::query!(
+        r#"SELECT (SELECT epoch FROM tenants WHERE id = $1) AS "epoch?", g.status AS "status?",
+                g.access_expires_at AS "access_expires_at?", g.client_id AS "client_id?", g.token_endpoint AS "token_endpoint?",
+                g.client_auth AS "client_auth?", g.resource AS "resource?", g.scopes AS "scopes?", g.account_label AS "account_label?",
+                g.connected_at AS "connected_at?", g.refreshed_at AS "refreshed_at?", c.envelope AS "envelope?",
+                c.version AS "version?", c.updated_at AS "updated_at?"
            FROM (SELECT 1) one
            LEFT JOIN oauth_grants g ON g.tenant_id = $1 AND g.workspace_id = $2 AND g.connector_id = $3 AND g.owner = $4
-           LEFT JOIN credentials c ON c.tenant_id = $1 AND c.workspace_id = $2 AND c.connector_id = $3 AND c.owner = $4",
+           LEFT JOIN credentials c ON c.tenant_id = $1 AND c.workspace_id = $2 AND c.connector_id = $3 AND c.owner = $4"#,
+        tenant.0,
+        workspace,
+        connector,
+        owner.as_text(),
     )
-    .bind(tenant)
-    .bind(workspace)
-    .bind(connector)
-    .bind(owner.as_text())
     .fetch_one(conn)
     .await?;
-    let epoch: Option<i64> = row.try_get("epoch")?;
-    let status: Option<String> = row.try_get("status")?;
-    let grant = match status {
+    let grant = match row.status {
         None => None,
         Some(status) => Some(Grant {
             status,
-            access_expires_at: row.try_get("access_expires_at")?,
-            client_id: row.try_get("client_id")?,
-            token_endpoint: row.try_get("token_endpoint")?,
-            client_auth: row.try_get("client_auth")?,
-            resource: row.try_get("resource")?,
-            scopes: row.try_get("scopes")?,
-            account_label: row.try_get("account_label")?,
-            connected_at: row.try_get("connected_at")?,
-            refreshed_at: row.try_get("refreshed_at")?,
-            envelope: row.try_get("envelope")?,
-            version: row.try_get("version")?,
-            updated_at: row.try_get("updated_at")?,
+            access_expires_at: row.access_expires_at,
+            client_id: required(row.client_id, "client_id")?,
+            token_endpoint: required(row.token_endpoint, "token_endpoint")?,
+            client_auth: required(row.client_auth, "client_auth")?,
+            resource: row.resource,
+            scopes: row.scopes,
+            account_label: row.account_label,
+            connected_at: required(row.connected_at, "connected_at")?,
+            refreshed_at: row.refreshed_at,
+            envelope: row.envelope,
+            version: row.version,
+            updated_at: row.updated_at,
         }),
     };
-    Ok((grant, epoch.unwrap_or(0)))
+    Ok((grant, row.epoch.unwrap_or(0)))
 }
 
 /// Creates or replaces a grant after a successful authorization (lease and spent mark cleared).
@@ -221,7 +221,7 @@ pub async fn upsert_grant(
     by: &str,
 ) -> Result<()> {
     let Slot { tenant, workspace, connector, owner } = *slot;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO oauth_grants AS g (tenant_id, workspace_id, connector_id, owner, member_id, access_expires_at,
                                        token_endpoint, account_label, connected_by, client_id, client_auth, resource, scopes)
          VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8), $7, $8, $9, $10, $11, $12, $13)
@@ -231,20 +231,20 @@ pub async fn upsert_grant(
                 scopes = EXCLUDED.scopes, step_up_scopes = NULL,
                 account_label = EXCLUDED.account_label, connected_by = EXCLUDED.connected_by, connected_at = now(),
                 lease_holder = NULL, lease_until = NULL, spent_refresh = NULL, refreshed_at = NULL",
+        tenant.0,
+        workspace,
+        connector,
+        owner.as_text(),
+        owner.member_id(),
+        expires_in_secs.map(|s| s as f64),
+        client.token_endpoint,
+        account_label,
+        by,
+        client.client_id,
+        client.client_auth,
+        client.resource,
+        client.scopes,
     )
-    .bind(tenant)
-    .bind(workspace)
-    .bind(connector)
-    .bind(owner.as_text())
-    .bind(owner.member_id())
-    .bind(expires_in_secs.map(|s| s as f64))
-    .bind(client.token_endpoint)
-    .bind(account_label)
-    .bind(by)
-    .bind(client.client_id)
-    .bind(client.client_auth)
-    .bind(client.resource)
-    .bind(client.scopes)
     .execute(conn)
     .await?;
     Ok(())
@@ -259,15 +259,15 @@ pub async fn step_up(
     owner: Owner,
     scopes: &[String],
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE oauth_grants SET step_up_scopes = $5
           WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4",
+        tenant.0,
+        workspace,
+        connector,
+        owner.as_text(),
+        scopes,
     )
-    .bind(tenant)
-    .bind(workspace)
-    .bind(connector)
-    .bind(owner.as_text())
-    .bind(scopes)
     .execute(conn)
     .await?;
     Ok(())
@@ -281,14 +281,14 @@ pub async fn step_up_scopes(
     connector: &str,
     owner: Owner,
 ) -> Result<Option<Vec<String>>> {
-    let scopes: Option<Option<Vec<String>>> = sqlx::query_scalar(
+    let scopes = sqlx::query_scalar!(
         "SELECT step_up_scopes FROM oauth_grants
           WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4",
+        tenant.0,
+        workspace,
+        connector,
+        owner.as_text(),
     )
-    .bind(tenant)
-    .bind(workspace)
-    .bind(connector)
-    .bind(owner.as_text())
     .fetch_optional(conn)
     .await?;
     Ok(scopes.flatten())
@@ -306,21 +306,21 @@ pub async fn take_lease(
     holder: Uuid,
     refresh_digest: &[u8],
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE oauth_grants SET lease_holder = $5, lease_until = now() + make_interval(secs => $7::float8), spent_refresh = $6
           WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 AND status = 'active'
             AND (lease_until IS NULL OR lease_until <= now())
             AND spent_refresh IS DISTINCT FROM $6
             AND (access_expires_at IS NULL OR access_expires_at <= now() + make_interval(secs => $8::float8))",
+        tenant.0,
+        workspace,
+        connector,
+        owner.as_text(),
+        holder,
+        refresh_digest,
+        LEASE_SECS as f64,
+        EXPIRY_MARGIN_SECS as f64,
     )
-    .bind(tenant)
-    .bind(workspace)
-    .bind(connector)
-    .bind(owner.as_text())
-    .bind(holder)
-    .bind(refresh_digest)
-    .bind(LEASE_SECS as f64)
-    .bind(EXPIRY_MARGIN_SECS as f64)
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -337,18 +337,18 @@ pub async fn refreshed(
     keep_spent: bool,
 ) -> Result<bool> {
     let Slot { tenant, workspace, connector, owner } = *slot;
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE oauth_grants SET access_expires_at = now() + make_interval(secs => $6::float8), lease_holder = NULL,
                 lease_until = NULL, refreshed_at = now(), spent_refresh = CASE WHEN $7 THEN spent_refresh END
           WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 AND lease_holder = $5 AND status = 'active'",
+        tenant.0,
+        workspace,
+        connector,
+        owner.as_text(),
+        holder,
+        expires_in_secs.map(|s| s as f64),
+        keep_spent,
     )
-    .bind(tenant)
-    .bind(workspace)
-    .bind(connector)
-    .bind(owner.as_text())
-    .bind(holder)
-    .bind(expires_in_secs.map(|s| s as f64))
-    .bind(keep_spent)
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -356,30 +356,45 @@ pub async fn refreshed(
 
 /// Marks a grant dead (`auth_required`) and deletes its tokens.
 pub async fn kill(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, connector: &str, owner: Owner) -> Result<bool> {
-    let sql = "UPDATE oauth_grants SET status = 'auth_required', lease_holder = NULL, lease_until = NULL
-                WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 AND status = 'active'";
-    on_grant_then_tokens(conn, sql, tenant, workspace, connector, owner).await
+    let done = sqlx::query!(
+        "UPDATE oauth_grants SET status = 'auth_required', lease_holder = NULL, lease_until = NULL
+          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4 AND status = 'active'",
+        tenant.0,
+        workspace,
+        connector,
+        owner.as_text(),
+    )
+    .execute(&mut *conn)
+    .await?;
+    then_tokens(conn, done.rows_affected(), tenant, workspace, connector, owner).await
 }
 
 /// Deletes a grant and its tokens; whether there was one.
 pub async fn delete(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, connector: &str, owner: Owner) -> Result<bool> {
-    let sql = "DELETE FROM oauth_grants WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4";
-    on_grant_then_tokens(conn, sql, tenant, workspace, connector, owner).await
+    let done = sqlx::query!(
+        "DELETE FROM oauth_grants WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND owner = $4",
+        tenant.0,
+        workspace,
+        connector,
+        owner.as_text(),
+    )
+    .execute(&mut *conn)
+    .await?;
+    then_tokens(conn, done.rows_affected(), tenant, workspace, connector, owner).await
 }
 
-/// Runs `sql` on one grant (tenant, workspace, connector and owner bound as $1 to $4), then
-/// deletes the grant's tokens from the vault; whether the statement touched the grant.
-async fn on_grant_then_tokens(
+/// After a statement on one grant (`affected` rows): deletes the grant's tokens from the
+/// vault; whether the statement touched the grant.
+async fn then_tokens(
     conn: &mut PgConnection,
-    sql: &'static str,
+    affected: u64,
     tenant: TenantId,
     workspace: Uuid,
     connector: &str,
     owner: Owner,
 ) -> Result<bool> {
-    let done = sqlx::query(sql).bind(tenant).bind(workspace).bind(connector).bind(owner.as_text()).execute(&mut *conn).await?;
     crate::vault::slots::tx::delete(conn, tenant, workspace, connector, owner).await?;
-    Ok(done.rows_affected() == 1)
+    Ok(affected == 1)
 }
 
 /// The client registered for this connector at `issuer`, if any: its id and how it
@@ -391,16 +406,17 @@ pub async fn registered_client(
     connector: &str,
     issuer: &str,
 ) -> Result<Option<(String, String)>> {
-    Ok(sqlx::query_as(
+    let row = sqlx::query!(
         "SELECT client_id, client_auth FROM oauth_clients
           WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND issuer = $4",
+        tenant.0,
+        workspace,
+        connector,
+        issuer,
     )
-    .bind(tenant)
-    .bind(workspace)
-    .bind(connector)
-    .bind(issuer)
     .fetch_optional(conn)
-    .await?)
+    .await?;
+    Ok(row.map(|r| (r.client_id, r.client_auth)))
 }
 
 /// Keeps a registration unless another replica's came first: the one kept, and whether it is
@@ -414,17 +430,17 @@ pub async fn keep_client(
     client_id: &str,
     client_auth: &str,
 ) -> Result<((String, String), bool)> {
-    let kept: Option<String> = sqlx::query_scalar(
+    let kept = sqlx::query_scalar!(
         "INSERT INTO oauth_clients (tenant_id, workspace_id, connector_id, issuer, client_id, client_auth)
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT DO NOTHING RETURNING client_id",
+        tenant.0,
+        workspace,
+        connector,
+        issuer,
+        client_id,
+        client_auth,
     )
-    .bind(tenant)
-    .bind(workspace)
-    .bind(connector)
-    .bind(issuer)
-    .bind(client_id)
-    .bind(client_auth)
     .fetch_optional(&mut *conn)
     .await?;
     match kept {
