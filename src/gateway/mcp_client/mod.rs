@@ -101,7 +101,7 @@ impl HttpSession {
         session.headers.insert(PROTOCOL_VERSION, revision);
         session.server = result;
         let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-        let r = session.post(&note).await?;
+        let r = session.post(&note, Some("notifications/initialized")).await?;
         if let Some(refused) = Failure::refused(r.status().as_u16(), r.headers()) {
             return Err(refused);
         }
@@ -111,9 +111,16 @@ impl HttpSession {
         Ok(session)
     }
 
-    async fn post(&self, body: &impl Serialize) -> Result<reqwest::Response, Failure> {
+    /// One POST of the session; `method`: the request's or notification's, sent as the
+    /// `Mcp-Method` header too (SEP-2243 asks it of every POST; servers of earlier revisions
+    /// ignore it), none for a response.
+    async fn post(&self, body: &impl Serialize, method: Option<&str>) -> Result<reqwest::Response, Failure> {
         let body = serde_json::to_vec(body).map_err(|e| Failure::Unavailable(e.to_string()))?;
-        self.http.post(self.url.clone()).headers(self.headers.clone()).body(body).send().await.map_err(unavailable)
+        let mut headers = self.headers.clone();
+        if let Some(method) = method.and_then(|m| HeaderValue::from_str(m).ok()) {
+            headers.insert(reqwest::header::HeaderName::from_static("mcp-method"), method);
+        }
+        self.http.post(self.url.clone()).headers(headers).body(body).send().await.map_err(unavailable)
     }
 
     /// One request and its response's `result` (as `R`; `what` names it in the error when it
@@ -126,7 +133,7 @@ impl HttpSession {
         upstream: Option<&Upstream>,
     ) -> Result<(R, Option<HeaderValue>), Trouble> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let r = self.post(&Outgoing { jsonrpc: "2.0", id, method, params }).await?;
+        let r = self.post(&Outgoing { jsonrpc: "2.0", id, method, params }, Some(method)).await?;
         let status = r.status();
         // The specification says 404; some servers (the TypeScript SDK's among them) answer 400
         // to a session id they do not know. Either way the request was refused, not processed,
@@ -209,7 +216,7 @@ impl HttpSession {
                         Some(upstream) => upstream.downstream_request(message).await,
                         None => super::asks::refusal(&asked, -32601, "Method not found: no agent is waiting on this request"),
                     };
-                    match session.post(&answer).await {
+                    match session.post(&answer, None).await {
                         Ok(r) if r.status().is_success() => {}
                         Ok(r) => tracing::info!(status = r.status().as_u16(), "the downstream refused the agent's answer"),
                         Err(f) => tracing::info!(failure = ?f, "the agent's answer could not be sent to the downstream"),
@@ -313,7 +320,7 @@ impl HttpSession {
             Some("ping") => json!({ "jsonrpc": "2.0", "id": id, "result": {} }),
             _ => super::asks::refusal(id, -32601, "Method not found: no agent is waiting on this stream"),
         };
-        if let Err(f) = self.post(&answer).await {
+        if let Err(f) = self.post(&answer, None).await {
             tracing::debug!(failure = ?f, "could not answer a downstream's request on its GET stream");
         }
     }

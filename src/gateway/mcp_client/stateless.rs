@@ -9,13 +9,19 @@ use crate::gateway::{downstream::Failure, upstream::Upstream};
 
 /// Sends one stateless request (id 1; `request`: revision, method, `Mcp-Name`) with the
 /// revision and routing headers added to `headers`.
+/// The id of the next stateless request: unique across this process, so a retry (a
+/// 2026-07-28 agent's answer to an `InputRequiredResult`) never reuses its first request's id,
+/// as SEP-2322 asks.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// One stateless POST; answers the response and the request's id.
 async fn stateless_post(
     http: reqwest::Client,
     url: &str,
     headers: &mut HeaderMap,
     request: (&str, &str, Option<&str>),
     params: &Value,
-) -> Result<reqwest::Response, Failure> {
+) -> Result<(reqwest::Response, u64), Failure> {
     let (revision, method, name) = request;
     let url = reqwest::Url::parse(url).map_err(|_| Failure::Unavailable("the connector's URL is not a URL".into()))?;
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
@@ -28,9 +34,11 @@ async fn stateless_post(
         let name = crate::gateway::param_headers::encode(name);
         headers.insert(HeaderName::from_static("mcp-name"), HeaderValue::from_str(&name).map_err(|_| bad())?);
     }
-    let body = serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id: 1, method, params })
-        .map_err(|e| Failure::Unavailable(e.to_string()))?;
-    http.post(url).headers(headers.clone()).body(body).send().await.map_err(unavailable)
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body =
+        serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id, method, params }).map_err(|e| Failure::Unavailable(e.to_string()))?;
+    let r = http.post(url).headers(headers.clone()).body(body).send().await.map_err(unavailable)?;
+    Ok((r, id))
 }
 
 /// A `subscriptions/listen` request (2026-07-28) to a server, `params` carrying its `_meta`
@@ -44,7 +52,7 @@ pub async fn listen(
     revision: &str,
     params: &Value,
 ) -> Result<Option<reqwest::Response>, Failure> {
-    let r = stateless_post(http, url, &mut headers, (revision, "subscriptions/listen", None), params).await?;
+    let (r, _) = stateless_post(http, url, &mut headers, (revision, "subscriptions/listen", None), params).await?;
     if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED || r.status() == reqwest::StatusCode::NOT_FOUND {
         return Ok(None);
     }
@@ -71,9 +79,7 @@ pub async fn stateless(
     params: &Value,
     upstream: Option<&Upstream>,
 ) -> Result<Value, Failure> {
-    // One request per POST, so its id needs only be unique within it.
-    let id = 1;
-    let r = stateless_post(http, url, &mut headers, request, params).await?;
+    let (r, id) = stateless_post(http, url, &mut headers, request, params).await?;
     let status = r.status();
     if let Some(refused) = Failure::refused(status.as_u16(), r.headers()) {
         return Err(refused);
