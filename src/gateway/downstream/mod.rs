@@ -113,9 +113,9 @@ pub struct Downstreams {
     /// Per catalog key, whether the server speaks 2026-07-28, and then its `server/discover`
     /// result (see [`modern`]).
     revisions: std::sync::Mutex<HashMap<String, Option<Arc<serde_json::Value>>>>,
-    /// Catalog keys of 2026-07-28 servers that refused the handshake: spoken to only in
-    /// their own revision (see [`Downstreams::stateless_only`]).
-    handshake_refused: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Per catalog key of a 2026-07-28 server, whether it refused the handshake (then it is
+    /// spoken to only in its own revision; see [`Downstreams::stateless_only`]).
+    handshake_refused: std::sync::Mutex<HashMap<String, bool>>,
     /// Downstreams listened to for what they say outside any request ([`watch`]).
     watches: watch::Watches,
     /// Downstreams' requests to agents, waiting for their answers (handshake era).

@@ -57,7 +57,7 @@ impl Downstreams {
     /// speaks both eras keeps the handshake for the catalog, a handshake-era agent's calls
     /// and relayed requests, so that what it asks the agent during them still reaches the
     /// agent on its response stream. Learnt once per catalog key and replica, by opening a
-    /// pooled session (which then serves the request).
+    /// pooled session (which then serves the request); after that, one map lookup.
     pub(super) async fn stateless_only(
         &self,
         tenant: uuid::Uuid,
@@ -68,17 +68,18 @@ impl Downstreams {
         if !self.modern(tenant, key, connector, credential).await {
             return false;
         }
-        if self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).contains(key) {
-            return true;
+        if let Some(refused) = self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).get(key) {
+            return *refused;
         }
-        match self.lease(key, connector, credential, false).await {
+        let refused = match self.lease(key, connector, credential, false).await {
             Ok(_) => false,
             Err(f) => {
                 tracing::info!(failure = ?f, "a 2026-07-28 downstream refused the handshake; speaking only its own revision");
-                self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned());
                 true
             }
-        }
+        };
+        self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), refused);
+        refused
     }
 
     /// What a 2026-07-28 server said of itself in its `server/discover` result (its
