@@ -282,20 +282,7 @@ pub async fn relay(
     if !state.downstreams.modern(tenant, call.key, call.c, call.credential).await {
         return Ok(None);
     }
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": ProtocolVersion::V_2026_07_28.as_str(),
-        "io.modelcontextprotocol/clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
-        CAPABILITIES_KEY: without_tasks(&agent.capabilities),
-    });
-    // The agent's progress token and log level go down as the streams relay expects them.
-    if let Some(upstream) = &ctx.upstream {
-        if let Some(token) = upstream.progress_token() {
-            params["_meta"]["progressToken"] = serde_json::to_value(token).unwrap_or(Value::Null);
-        }
-        if let Some(level) = upstream.log_level() {
-            params["_meta"]["io.modelcontextprotocol/logLevel"] = serde_json::to_value(level).unwrap_or(Value::Null);
-        }
-    }
+    params["_meta"] = super::downstream::request_meta(without_tasks(&agent.capabilities), ctx.upstream.as_ref());
     if let Some(responses) = agent.responses.as_ref().filter(|_| !agent.program) {
         params["inputResponses"] = responses.clone();
     }

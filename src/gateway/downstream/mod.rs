@@ -12,6 +12,7 @@ mod watch;
 
 use failure::cap;
 pub use failure::{ERROR_DATA_CAP, Failure};
+pub use modern::request_meta;
 pub use watch::{Heard, Wanting, Watch};
 
 use std::{collections::HashMap, sync::Arc, time::Duration};

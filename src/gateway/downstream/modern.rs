@@ -17,11 +17,27 @@ const MAX_PAGES: usize = 64;
 
 /// The `_meta` every 2026-07-28 request of Gatehouse carries: revision, client, capabilities.
 pub(super) fn meta() -> Value {
-    json!({ "_meta": {
+    json!({ "_meta": request_meta(json!({}), None) })
+}
+
+/// A 2026-07-28 request's `_meta`: the revision, Gatehouse as the client, the `capabilities`
+/// declared for the agent, and the agent's progress token and log level from its response
+/// stream (`upstream`), as the streams relay expects them.
+pub fn request_meta(capabilities: Value, upstream: Option<&crate::gateway::upstream::Upstream>) -> Value {
+    let mut meta = json!({
         "io.modelcontextprotocol/protocolVersion": REVISION,
         "io.modelcontextprotocol/clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
-        "io.modelcontextprotocol/clientCapabilities": {},
-    } })
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    });
+    if let Some(upstream) = upstream {
+        if let Some(token) = upstream.progress_token() {
+            meta["progressToken"] = serde_json::to_value(token).unwrap_or(Value::Null);
+        }
+        if let Some(level) = upstream.log_level() {
+            meta["io.modelcontextprotocol/logLevel"] = serde_json::to_value(level).unwrap_or(Value::Null);
+        }
+    }
+    meta
 }
 
 impl Downstreams {
@@ -134,17 +150,7 @@ impl Downstreams {
         upstream: Option<&crate::gateway::upstream::Upstream>,
     ) -> Result<Value, Failure> {
         let mut params = if params.is_object() { params } else { json!({}) };
-        params["_meta"] = meta()["_meta"].take();
-        // The agent's progress token and log level go down with the request, as the
-        // handshake era's session sends them.
-        if let Some(upstream) = upstream {
-            if let Some(token) = upstream.progress_token() {
-                params["_meta"]["progressToken"] = serde_json::to_value(token).unwrap_or(Value::Null);
-            }
-            if let Some(level) = upstream.log_level() {
-                params["_meta"]["io.modelcontextprotocol/logLevel"] = serde_json::to_value(level).unwrap_or(Value::Null);
-            }
-        }
+        params["_meta"] = request_meta(json!({}), upstream);
         let mut message = self.stateless(tenant, connector, credential, call, &params, upstream).await?;
         if let Some(error) = message.get("error") {
             let code = error["code"].as_i64().and_then(|c| i32::try_from(c).ok()).unwrap_or(-32603);
