@@ -127,14 +127,26 @@ async fn rounds(db: Db) {
                     // One tenant (every round at low concurrency): the plain primary-key
                     // lookup, cheaper for PostgreSQL than the array form.
                     let rows: Vec<(TenantId, i64, DateTime<Utc>)> = match ids.as_slice() {
-                        [one] => {
-                            sqlx::query_as("SELECT id, epoch, now() FROM tenants WHERE id = $1").bind(one).fetch_all(conn).await?
-                        }
+                        [one] => sqlx::query!(
+                            r#"SELECT id AS "id: TenantId", epoch, now() AS "at!" FROM tenants WHERE id = $1"#,
+                            one.0
+                        )
+                        .fetch_all(conn)
+                        .await?
+                        .into_iter()
+                        .map(|r| (r.id, r.epoch, r.at))
+                        .collect(),
                         _ => {
-                            sqlx::query_as("SELECT id, epoch, now() FROM tenants WHERE id = ANY($1)")
-                                .bind(&ids)
-                                .fetch_all(conn)
-                                .await?
+                            let ids: Vec<uuid::Uuid> = ids.iter().map(|t| t.0).collect();
+                            sqlx::query!(
+                                r#"SELECT id AS "id: TenantId", epoch, now() AS "at!" FROM tenants WHERE id = ANY($1)"#,
+                                &ids
+                            )
+                            .fetch_all(conn)
+                            .await?
+                            .into_iter()
+                            .map(|r| (r.id, r.epoch, r.at))
+                            .collect()
                         }
                     };
                     Ok(rows)
@@ -177,7 +189,10 @@ pub async fn read_by_slug(db: &Db, slug: &str) -> Result<Option<(TenantId, i64)>
     db.on_lane(|conn| {
         let slug = slug.clone();
         Box::pin(async move {
-            Ok(sqlx::query_as("SELECT id, epoch FROM tenants WHERE slug = $1").bind(slug).fetch_optional(conn).await?)
+            let row = sqlx::query!(r#"SELECT id AS "id: TenantId", epoch FROM tenants WHERE slug = $1"#, slug)
+                .fetch_optional(conn)
+                .await?;
+            Ok(row.map(|r| (r.id, r.epoch)))
         })
     })
     .await

@@ -222,18 +222,18 @@ impl Cluster {
             }
         };
         let password = self.password.expose();
-        let owner_exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)")
-            .bind(OWNER_ROLE)
-            .fetch_one(&mut conn)
-            .await?;
+        let owner_exists =
+            sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1) AS "exists!""#, OWNER_ROLE)
+                .fetch_one(&mut conn)
+                .await?;
         if !owner_exists {
             // Role DDL cannot take bind parameters; the password is our own alphanumeric string.
             conn.execute(AssertSqlSafe(format!("CREATE ROLE {OWNER_ROLE} LOGIN CREATEROLE PASSWORD '{password}'"))).await?;
         }
-        let app_exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)")
-            .bind(crate::db::APP_ROLE)
-            .fetch_one(&mut conn)
-            .await?;
+        let app_exists =
+            sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1) AS "exists!""#, crate::db::APP_ROLE)
+                .fetch_one(&mut conn)
+                .await?;
         if !app_exists {
             conn.execute(AssertSqlSafe(format!(
                 "CREATE ROLE {} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS NOINHERIT",
@@ -242,10 +242,10 @@ impl Cluster {
             .await?;
             conn.execute(AssertSqlSafe(format!("GRANT {} TO {OWNER_ROLE}", crate::db::APP_ROLE))).await?;
         }
-        let db_exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(DATABASE)
-            .fetch_one(&mut conn)
-            .await?;
+        let db_exists =
+            sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS "exists!""#, DATABASE)
+                .fetch_one(&mut conn)
+                .await?;
         if !db_exists {
             conn.execute(AssertSqlSafe(format!("CREATE DATABASE {DATABASE} OWNER {OWNER_ROLE}"))).await?;
         }

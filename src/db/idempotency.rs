@@ -114,21 +114,22 @@ pub(super) async fn claim(conn: &mut PgConnection, scope: Scope) -> Result<()> {
         return Ok(());
     }
     // A transaction that wrote nothing (a read before the mutation) has no transaction id.
-    let wrote: bool = sqlx::query_scalar("SELECT pg_current_xact_id_if_assigned() IS NOT NULL").fetch_one(&mut *conn).await?;
+    let wrote =
+        sqlx::query_scalar!(r#"SELECT pg_current_xact_id_if_assigned() IS NOT NULL AS "wrote!""#).fetch_one(&mut *conn).await?;
     if !wrote {
         return Ok(());
     }
-    let claimed: Option<bool> = sqlx::query_scalar(
-        "INSERT INTO idempotency_keys AS k (tenant_id, key, request_digest, created_at) VALUES ($1, $2, $3, clock_timestamp())
-         ON CONFLICT (tenant_id, key) DO UPDATE
-            SET request_digest = EXCLUDED.request_digest, created_at = clock_timestamp(), status = NULL, content_type = NULL, body = NULL
-          WHERE k.created_at < now() - make_interval(secs => $4)
-         RETURNING true",
+    let claimed = sqlx::query_scalar!(
+        r#"INSERT INTO idempotency_keys AS k (tenant_id, key, request_digest, created_at) VALUES ($1, $2, $3, clock_timestamp())
+           ON CONFLICT (tenant_id, key) DO UPDATE
+              SET request_digest = EXCLUDED.request_digest, created_at = clock_timestamp(), status = NULL, content_type = NULL, body = NULL
+            WHERE k.created_at < now() - make_interval(secs => $4)
+           RETURNING true AS "claimed!""#,
+        tenant.0,
+        &pending.key,
+        pending.digest(),
+        KEPT.as_secs_f64(),
     )
-    .bind(tenant)
-    .bind(&pending.key)
-    .bind(pending.digest())
-    .bind(KEPT.as_secs_f64())
     .fetch_optional(&mut *conn)
     .await?;
     if claimed.is_none() {

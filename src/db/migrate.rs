@@ -24,7 +24,7 @@ pub async fn is_current(db: &super::Db) -> Result<bool> {
     let applied: Vec<i64> = db
         .probe(|conn, _| {
             Box::pin(async move {
-                Ok(sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+                Ok(sqlx::query_scalar!("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
                     .fetch_all(conn)
                     .await?)
             })

@@ -178,17 +178,19 @@ async fn listen(db: &Db, pool: &sqlx::PgPool, lease: Duration, renew: Duration, 
 
     // Catch up: LISTEN is in force, so whatever this snapshot misses will be notified.
     let asked = replica.now_ns();
-    let caught: Vec<(TenantId, i64)> = tokio::time::timeout(
+    let caught = tokio::time::timeout(
         lease,
-        sqlx::query_as("SELECT tenant_id, epoch FROM gatehouse_replica_register($1, $2)")
-            .bind(replica.id)
-            .bind(lease_ms)
-            .fetch_all(&mut listener),
+        sqlx::query!(
+            r#"SELECT tenant_id AS "tenant_id!: TenantId", epoch AS "epoch!" FROM gatehouse_replica_register($1, $2)"#,
+            replica.id,
+            lease_ms
+        )
+        .fetch_all(&mut listener),
     )
     .await
     .map_err(within("registration"))??;
-    for (tenant, epoch) in caught {
-        replica.learn(tenant, epoch);
+    for row in caught {
+        replica.learn(row.tenant_id, row.epoch);
     }
     let lease_ns = u64::try_from(lease.as_nanos()).unwrap_or(u64::MAX);
     // The database started the lease after `asked`, so this deadline falls before its own.
@@ -202,15 +204,18 @@ async fn listen(db: &Db, pool: &sqlx::PgPool, lease: Duration, renew: Duration, 
             Err(_due) => {
                 let asked = replica.now_ns();
                 let asked_at = chrono::Utc::now();
-                let (renewed, database): (bool, chrono::DateTime<chrono::Utc>) = tokio::time::timeout(
+                let renewal = tokio::time::timeout(
                     lease,
-                    sqlx::query_as("SELECT gatehouse_replica_renew($1, $2), now()")
-                        .bind(replica.id)
-                        .bind(lease_ms)
-                        .fetch_one(&mut listener),
+                    sqlx::query!(
+                        r#"SELECT gatehouse_replica_renew($1, $2) AS "renewed!", now() AS "database!""#,
+                        replica.id,
+                        lease_ms
+                    )
+                    .fetch_one(&mut listener),
                 )
                 .await
                 .map_err(within("renewal"))??;
+                let (renewed, database) = (renewal.renewed, renewal.database);
                 if !renewed {
                     return Err(Error::Internal(anyhow::anyhow!("the replica's lease lapsed before it renewed it")));
                 }
@@ -235,13 +240,10 @@ async fn listen(db: &Db, pool: &sqlx::PgPool, lease: Duration, renew: Duration, 
                     replica.learn(*tenant, *epoch);
                 }
                 replica.notifications.fetch_add(moved.len() as u64, Ordering::Relaxed);
-                let (tenants, epochs): (Vec<TenantId>, Vec<i64>) = moved.into_iter().unzip();
+                let (tenants, epochs): (Vec<Uuid>, Vec<i64>) = moved.into_iter().map(|(t, e)| (t.0, e)).unzip();
                 tokio::time::timeout(
                     lease,
-                    sqlx::query("SELECT gatehouse_replica_ack($1, $2, $3)")
-                        .bind(replica.id)
-                        .bind(&tenants)
-                        .bind(&epochs)
+                    sqlx::query!("SELECT gatehouse_replica_ack($1, $2, $3)", replica.id, &tenants, &epochs)
                         .execute(&mut listener),
                 )
                 .await
@@ -258,9 +260,7 @@ pub async fn leave(db: &Db) {
     db.replica().distrust();
     let id = db.replica().id;
     let left = db
-        .read(|conn, _| {
-            Box::pin(async move { Ok(sqlx::query("SELECT gatehouse_replica_leave($1)").bind(id).execute(conn).await?) })
-        })
+        .read(|conn, _| Box::pin(async move { Ok(sqlx::query!("SELECT gatehouse_replica_leave($1)", id).execute(conn).await?) }))
         .await;
     if let Err(e) = left {
         tracing::warn!(error = %e, "could not leave the replica registry; changes wait for its lease");
@@ -294,7 +294,7 @@ pub(crate) async fn wait_for_acks(db: &Db, moved: &[(TenantId, i64)], within: Du
     for (tenant, epoch) in moved {
         db.replica().learn(*tenant, *epoch);
     }
-    let (tenants, epochs): (Vec<TenantId>, Vec<i64>) = moved.iter().copied().unzip();
+    let (tenants, epochs): (Vec<Uuid>, Vec<i64>) = moved.iter().map(|(t, e)| (t.0, *e)).unzip();
     let deadline = Instant::now() + within;
     let mut pause = Duration::from_millis(1);
     loop {
@@ -302,9 +302,7 @@ pub(crate) async fn wait_for_acks(db: &Db, moved: &[(TenantId, i64)], within: Du
         let behind: i64 = db
             .read(|conn, _| {
                 Box::pin(async move {
-                    Ok(sqlx::query_scalar("SELECT gatehouse_replicas_behind($1, $2)")
-                        .bind(tenants)
-                        .bind(epochs)
+                    Ok(sqlx::query_scalar!(r#"SELECT gatehouse_replicas_behind($1, $2) AS "behind!""#, tenants, epochs)
                         .fetch_one(conn)
                         .await?)
                 })

@@ -18,7 +18,6 @@ use openidconnect::{
 };
 use serde::Deserialize;
 use serde_json::json;
-use sqlx::Row;
 use subtle::ConstantTimeEq;
 
 use super::{CLIENT_ID, DevIdp};
@@ -132,19 +131,19 @@ async fn authorize_submit(State(state): State<AppState>, Form(f): Form<Authorize
             let (hash, f_nonce, challenge, email, name) = (hash.clone(), f.nonce.clone(), f.code_challenge.clone(), email.clone(), name.clone());
             let redirect = idp.redirect_uri.clone();
             Box::pin(async move {
-                sqlx::query("DELETE FROM dev_idp_codes WHERE expires_at <= now() - interval '1 hour'").execute(&mut *conn).await?;
-                sqlx::query(
+                sqlx::query!("DELETE FROM dev_idp_codes WHERE expires_at <= now() - interval '1 hour'").execute(&mut *conn).await?;
+                sqlx::query!(
                     "INSERT INTO dev_idp_codes (code_hash, redirect_uri, code_challenge, nonce, subject, email, display_name, expires_at)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8))",
+                    hash,
+                    redirect,
+                    challenge,
+                    f_nonce,
+                    format!("dev|{email}"),
+                    &email,
+                    name,
+                    CODE_TTL_SECS,
                 )
-                .bind(hash)
-                .bind(redirect)
-                .bind(challenge)
-                .bind(f_nonce)
-                .bind(format!("dev|{email}"))
-                .bind(&email)
-                .bind(name)
-                .bind(CODE_TTL_SECS)
                 .execute(&mut *conn)
                 .await?;
                 Ok(())
@@ -205,37 +204,37 @@ async fn token(State(state): State<AppState>, headers: HeaderMap, Form(form): Fo
         .serializable(Scope::Global, |conn, _| {
             let hash = hash.clone();
             Box::pin(async move {
-                Ok(sqlx::query(
+                Ok(sqlx::query!(
                     "UPDATE dev_idp_codes SET used_at = now() WHERE code_hash = $1 AND used_at IS NULL AND expires_at > now()
                      RETURNING redirect_uri, code_challenge, nonce, subject, email, display_name",
+                    hash,
                 )
-                .bind(hash)
                 .fetch_optional(&mut *conn)
                 .await?)
             })
         })
         .await?;
     let Some(row) = row else { return Ok(oauth_error(StatusCode::BAD_REQUEST, "invalid_grant")) };
-    let challenge: String = row.try_get("code_challenge")?;
-    let verifier_ok =
-        form.code_verifier.as_deref().is_some_and(|v| bool::from(secrets::s256(v).as_bytes().ct_eq(challenge.as_bytes())));
-    if row.try_get::<String, _>("redirect_uri")? != form.redirect_uri || !verifier_ok {
+    let verifier_ok = form
+        .code_verifier
+        .as_deref()
+        .is_some_and(|v| bool::from(secrets::s256(v).as_bytes().ct_eq(row.code_challenge.as_bytes())));
+    if row.redirect_uri != form.redirect_uri || !verifier_ok {
         return Ok(oauth_error(StatusCode::BAD_REQUEST, "invalid_grant"));
     }
     let now = Utc::now();
-    let nonce: Option<String> = row.try_get("nonce")?;
     let claims = CoreIdTokenClaims::new(
         IssuerUrl::new(idp.issuer.clone()).map_err(anyhow::Error::from)?,
         vec![Audience::new(CLIENT_ID.into())],
         now + Duration::minutes(ID_TOKEN_TTL_MINUTES),
         now,
-        StandardClaims::new(SubjectIdentifier::new(row.try_get("subject")?))
-            .set_email(Some(EndUserEmail::new(row.try_get("email")?)))
+        StandardClaims::new(SubjectIdentifier::new(row.subject))
+            .set_email(Some(EndUserEmail::new(row.email)))
             .set_email_verified(Some(true))
-            .set_name(Some(LocalizedClaim::from(EndUserName::new(row.try_get("display_name")?)))),
+            .set_name(Some(LocalizedClaim::from(EndUserName::new(row.display_name)))),
         EmptyAdditionalClaims {},
     )
-    .set_nonce(nonce.filter(|n| !n.is_empty()).map(Nonce::new));
+    .set_nonce(row.nonce.filter(|n| !n.is_empty()).map(Nonce::new));
     let id_token =
         CoreIdToken::new(claims, &idp.key, CoreJwsSigningAlgorithm::EdDsa, None, None).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut response = Json(json!({

@@ -44,16 +44,16 @@ pub async fn insert_fork(
 /// Copies the source's stored connector catalogs (the connector state) to the fork, with its
 /// pinned tool definitions (a fork must not accept a definition its source quarantined).
 pub async fn copy_catalogs(conn: &mut PgConnection, tenant: TenantId, source: Uuid, fork: Uuid) -> Result<u64> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO tool_pins (tenant_id, workspace_id, connector_id, tool_name, digest, definition, pending_digest, pending,
                                 pinned_at, changed_at, approved_at, approved_by)
          SELECT tenant_id, $3, connector_id, tool_name, digest, definition, pending_digest, pending,
                 pinned_at, changed_at, approved_at, approved_by
            FROM tool_pins WHERE tenant_id = $1 AND workspace_id = $2",
+        tenant.0,
+        source,
+        fork,
     )
-    .bind(tenant)
-    .bind(source)
-    .bind(fork)
     .execute(&mut *conn)
     .await?;
     let done = sqlx::query!(

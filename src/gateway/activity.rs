@@ -190,35 +190,36 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
         Box::pin(async move {
             // Activity is telemetry: a crash may lose the last moment of it, like a full
             // queue would, so its commits need not wait for the WAL flush.
-            sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *conn).await?;
+            sqlx::query!("SET LOCAL synchronous_commit = off").execute(&mut *conn).await?;
             let col = |f: &dyn Fn(&Row) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
-            sqlx::query(
+            let text = |f: &dyn Fn(&Row) -> String| rows.iter().map(f).collect::<Vec<_>>();
+            sqlx::query!(
                 "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, request_id, actor_kind, actor_id, connector, tool,
                      source, outcome, duration_ms, error_code, classification, result_bytes, client_name, client_version, pool,
                      redactions)
                  SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[],
                      $8::text[], $9::text[], $10::text[], $11::text[], $12::int[], $13::text[], $14::text[], $15::int[], $16::text[],
                      $17::text[], $18::text[], $19::int[])",
+                &rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>(),
+                &rows.iter().map(|r| r.occurred_at).collect::<Vec<_>>(),
+                &rows.iter().map(|r| r.id).collect::<Vec<_>>(),
+                &rows.iter().map(|r| r.workspace_id).collect::<Vec<_>>(),
+                &col(&|r| r.request_id.clone()) as &[Option<String>],
+                &text(&|r| r.actor_kind.to_owned()),
+                &text(&|r| r.actor_id.clone()),
+                &col(&|r| r.connector.clone()) as &[Option<String>],
+                &text(&|r| r.tool.clone()),
+                &text(&|r| r.source.to_owned()),
+                &text(&|r| r.outcome.to_owned()),
+                &rows.iter().map(|r| r.duration_ms).collect::<Vec<_>>(),
+                &col(&|r| r.error_code.clone()) as &[Option<String>],
+                &col(&|r| r.classification.map(str::to_owned)) as &[Option<String>],
+                &rows.iter().map(|r| r.result_bytes).collect::<Vec<_>>(),
+                &col(&|r| r.client_name.clone()) as &[Option<String>],
+                &col(&|r| r.client_version.clone()) as &[Option<String>],
+                &col(&|r| r.pool.clone()) as &[Option<String>],
+                &rows.iter().map(|r| r.redactions).collect::<Vec<_>>(),
             )
-            .bind(rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.occurred_at).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.workspace_id).collect::<Vec<_>>())
-            .bind(col(&|r| r.request_id.clone()))
-            .bind(rows.iter().map(|r| r.actor_kind).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.actor_id.clone()).collect::<Vec<_>>())
-            .bind(col(&|r| r.connector.clone()))
-            .bind(rows.iter().map(|r| r.tool.clone()).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.source).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.outcome).collect::<Vec<_>>())
-            .bind(rows.iter().map(|r| r.duration_ms).collect::<Vec<_>>())
-            .bind(col(&|r| r.error_code.clone()))
-            .bind(col(&|r| r.classification.map(str::to_owned)))
-            .bind(rows.iter().map(|r| r.result_bytes).collect::<Vec<_>>())
-            .bind(col(&|r| r.client_name.clone()))
-            .bind(col(&|r| r.client_version.clone()))
-            .bind(col(&|r| r.pool.clone()))
-            .bind(rows.iter().map(|r| r.redactions).collect::<Vec<_>>())
             .execute(&mut *conn)
             .await?;
             // Retention, pruned on write (every 16th batch) in a bounded batch served by
@@ -246,7 +247,6 @@ pub mod http {
     use chrono::{DateTime, Utc};
     use serde::Deserialize;
     use serde_json::{Value, json};
-    use sqlx::Row;
     use uuid::Uuid;
 
     use crate::{
@@ -312,26 +312,29 @@ pub mod http {
         let rows = db
             .single_decision(Scope::Tenant(tenant), move |conn, _| {
                 Box::pin(async move {
-                    Ok(sqlx::query(
-                        "SELECT a.*, w.slug AS workspace FROM activity a
-                         JOIN workspaces w ON w.tenant_id = a.tenant_id AND w.id = a.workspace_id
-                         WHERE a.tenant_id = $1
-                           AND ($2::timestamptz IS NULL OR (a.occurred_at, a.id) < ($2, $3::uuid))
-                           AND ($4::text IS NULL OR w.slug = $4) AND ($5::text IS NULL OR a.connector = $5)
-                           AND ($6::text IS NULL OR a.outcome = $6) AND ($7::text IS NULL OR a.actor_id = $7)
-                           AND ($8::timestamptz IS NULL OR a.occurred_at >= $8) AND ($9::timestamptz IS NULL OR a.occurred_at < $9)
-                         ORDER BY a.occurred_at DESC, a.id DESC LIMIT $10",
+                    Ok(sqlx::query!(
+                        "SELECT a.occurred_at, a.id, w.slug AS workspace, a.request_id, a.actor_kind, a.actor_id, a.connector,
+                                a.tool, a.source, a.outcome, a.duration_ms, a.error_code, a.classification, a.result_bytes,
+                                a.client_name, a.client_version, a.pool, a.redactions
+                           FROM activity a
+                           JOIN workspaces w ON w.tenant_id = a.tenant_id AND w.id = a.workspace_id
+                          WHERE a.tenant_id = $1
+                            AND ($2::timestamptz IS NULL OR (a.occurred_at, a.id) < ($2, $3::uuid))
+                            AND ($4::text IS NULL OR w.slug = $4) AND ($5::text IS NULL OR a.connector = $5)
+                            AND ($6::text IS NULL OR a.outcome = $6) AND ($7::text IS NULL OR a.actor_id = $7)
+                            AND ($8::timestamptz IS NULL OR a.occurred_at >= $8) AND ($9::timestamptz IS NULL OR a.occurred_at < $9)
+                          ORDER BY a.occurred_at DESC, a.id DESC LIMIT $10",
+                        tenant.0,
+                        cursor.map(|c| c.0),
+                        cursor.map(|c| c.1),
+                        f.workspace.as_deref(),
+                        f.connector.as_deref(),
+                        f.outcome.as_deref(),
+                        f.actor.as_deref(),
+                        f.since,
+                        f.until,
+                        limit,
                     )
-                    .bind(tenant)
-                    .bind(cursor.map(|c| c.0))
-                    .bind(cursor.map(|c| c.1))
-                    .bind(&f.workspace)
-                    .bind(&f.connector)
-                    .bind(&f.outcome)
-                    .bind(&f.actor)
-                    .bind(f.since)
-                    .bind(f.until)
-                    .bind(limit)
                     .fetch_all(&mut *conn)
                     .await?)
                 })
@@ -339,27 +342,25 @@ pub mod http {
             .await?;
         let mut items = Vec::with_capacity(rows.len());
         let mut next = None;
-        for row in &rows {
-            let at: DateTime<Utc> = row.try_get("occurred_at")?;
-            let id: Uuid = row.try_get("id")?;
-            next = Some(format!("{}_{id}", at.timestamp_micros()));
+        for row in rows.iter() {
+            next = Some(format!("{}_{}", row.occurred_at.timestamp_micros(), row.id));
             items.push(json!({
-                "id": id,
-                "occurred_at": at,
-                "workspace": row.try_get::<String, _>("workspace")?,
-                "request_id": row.try_get::<Option<String>, _>("request_id")?,
-                "actor": { "kind": row.try_get::<String, _>("actor_kind")?, "id": row.try_get::<String, _>("actor_id")? },
-                "connector": row.try_get::<Option<String>, _>("connector")?,
-                "tool": row.try_get::<String, _>("tool")?,
-                "source": row.try_get::<String, _>("source")?,
-                "outcome": row.try_get::<String, _>("outcome")?,
-                "duration_ms": row.try_get::<i32, _>("duration_ms")?,
-                "error_code": row.try_get::<Option<String>, _>("error_code")?,
-                "classification": row.try_get::<Option<String>, _>("classification")?,
-                "result_bytes": row.try_get::<i32, _>("result_bytes")?,
-                "client": { "name": row.try_get::<Option<String>, _>("client_name")?, "version": row.try_get::<Option<String>, _>("client_version")? },
-                "pool": row.try_get::<Option<String>, _>("pool")?,
-                "redactions": row.try_get::<Option<i32>, _>("redactions")?,
+                "id": row.id,
+                "occurred_at": row.occurred_at,
+                "workspace": row.workspace,
+                "request_id": row.request_id,
+                "actor": { "kind": row.actor_kind, "id": row.actor_id },
+                "connector": row.connector,
+                "tool": row.tool,
+                "source": row.source,
+                "outcome": row.outcome,
+                "duration_ms": row.duration_ms,
+                "error_code": row.error_code,
+                "classification": row.classification,
+                "result_bytes": row.result_bytes,
+                "client": { "name": row.client_name, "version": row.client_version },
+                "pool": row.pool,
+                "redactions": row.redactions,
             }));
         }
         let next = if rows.len() as i64 == limit { next } else { None };

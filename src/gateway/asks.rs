@@ -348,9 +348,9 @@ pub async fn answered(state: &AppState, parts: &Parts, body: &[u8]) -> Option<Re
             // A read that meets a lost connection runs again (a notification is only sent at
             // commit), so each run has its own copy.
             let payload = payload.clone();
-            Box::pin(async move {
-                Ok(sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(conn).await.map(|_| ())?)
-            })
+            Box::pin(
+                async move { Ok(sqlx::query!("SELECT pg_notify($1, $2)", CHANNEL, payload).execute(conn).await.map(|_| ())?) },
+            )
         })
         .await;
     Some(match notified {

@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use rmcp::model::Tool;
 use serde_json::json;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::{
@@ -29,20 +29,19 @@ pub struct Target<'a> {
 }
 
 async fn load_row(conn: &mut PgConnection, t: Target<'_>) -> Result<Option<(DateTime<Utc>, Vec<Tool>)>> {
-    let row = sqlx::query(
+    let row = sqlx::query!(
         "SELECT fetched_at, tools FROM connector_catalogs
           WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND config_key = $4",
+        t.tenant.0,
+        t.workspace,
+        t.connector_id,
+        t.config_key,
     )
-    .bind(t.tenant)
-    .bind(t.workspace)
-    .bind(t.connector_id)
-    .bind(t.config_key)
     .fetch_optional(conn)
     .await?;
     let Some(row) = row else { return Ok(None) };
-    let tools: serde_json::Value = row.try_get("tools")?;
-    let tools = serde_json::from_value(tools).map_err(|e| anyhow::anyhow!("stored catalog unreadable: {e}"))?;
-    Ok(Some((row.try_get("fetched_at")?, tools)))
+    let tools = serde_json::from_value(row.tools).map_err(|e| anyhow::anyhow!("stored catalog unreadable: {e}"))?;
+    Ok(Some((row.fetched_at, tools)))
 }
 
 /// The stored catalog of `t`, if the shared cache holds one for this configuration.
@@ -50,40 +49,34 @@ pub async fn load(db: &Db, t: Target<'_>) -> Result<Option<(DateTime<Utc>, Vec<T
     db.single_decision(Scope::Tenant(t.tenant), move |conn, _| Box::pin(load_row(conn, t))).await
 }
 
-/// A catalog's tools in name order, so a server listing the same tools in another order is
-/// not a change.
-macro_rules! sorted_tools {
-    ($e:literal) => {
-        concat!("(SELECT coalesce(jsonb_agg(x ORDER BY x->>'name', x::text), '[]') FROM jsonb_array_elements(", $e, ") x)")
-    };
-}
-
 /// Upserts the catalog; also answers, for drift, the previous tool count when the same
-/// configuration now lists different tools (the downstream changed under us).
+/// configuration now lists different tools (the downstream changed under us). A catalog's
+/// tools are compared in name order, so a server listing the same tools in another order is
+/// not a change.
 async fn store_row(conn: &mut PgConnection, t: Target<'_>, tools: &serde_json::Value) -> Result<(DateTime<Utc>, Option<i64>)> {
-    let row = sqlx::query(concat!(
-        "WITH old AS (SELECT config_key, tools FROM connector_catalogs
-                       WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3)
-         INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools)
-         VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT (tenant_id, workspace_id, connector_id)
-         DO UPDATE SET config_key = EXCLUDED.config_key, tools = EXCLUDED.tools, fetched_at = clock_timestamp()
-         RETURNING fetched_at,
-             (SELECT jsonb_array_length(old.tools)::bigint FROM old
-               WHERE old.config_key = $4 AND ",
-        sorted_tools!("old.tools"),
-        " IS DISTINCT FROM ",
-        sorted_tools!("$5"),
-        ") AS drifted_from"
-    ))
-    .bind(t.tenant)
-    .bind(t.workspace)
-    .bind(t.connector_id)
-    .bind(t.config_key)
-    .bind(tools)
+    let row = sqlx::query!(
+        r#"WITH old AS (SELECT config_key, tools FROM connector_catalogs
+                         WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3)
+           INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools)
+           VALUES ($1, $2, $3, $4, $5)
+           ON CONFLICT (tenant_id, workspace_id, connector_id)
+           DO UPDATE SET config_key = EXCLUDED.config_key, tools = EXCLUDED.tools, fetched_at = clock_timestamp()
+           RETURNING fetched_at,
+               (SELECT jsonb_array_length(old.tools)::bigint FROM old
+                 WHERE old.config_key = $4
+                   AND (SELECT coalesce(jsonb_agg(x ORDER BY x->>'name', x::text), '[]') FROM jsonb_array_elements(old.tools) x)
+                       IS DISTINCT FROM
+                       (SELECT coalesce(jsonb_agg(x ORDER BY x->>'name', x::text), '[]') FROM jsonb_array_elements($5) x))
+               AS "drifted_from?""#,
+        t.tenant.0,
+        t.workspace,
+        t.connector_id,
+        t.config_key,
+        tools,
+    )
     .fetch_one(conn)
     .await?;
-    Ok((row.try_get("fetched_at")?, row.try_get("drifted_from")?))
+    Ok((row.fetched_at, row.drifted_from))
 }
 
 /// The tenant's `drift` finding for a connector whose catalog changed under an unchanged
@@ -110,7 +103,7 @@ pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], audit: Option<&Audit>
     let listed = &listed;
     db.serializable(Scope::Tenant(t.tenant), move |conn, _| {
         Box::pin(async move {
-            let now: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&mut *conn).await?;
+            let now = sqlx::query_scalar!(r#"SELECT clock_timestamp() AS "now!""#).fetch_one(&mut *conn).await?;
             let applied = super::pins::apply(&mut *conn, t, listed, now).await?;
             let served = serde_json::Value::Array(applied.served);
             let (fetched_at, drifted_from) = store_row(&mut *conn, t, &served).await?;
@@ -145,11 +138,13 @@ pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], audit: Option<&Audit>
 /// tenant's epoch moves, every replica reads its configuration again, and the next call
 /// fetches the catalog afresh.
 pub(crate) async fn forget(conn: &mut PgConnection, tenant: TenantId, workspace: Uuid, connector: &str) -> Result<()> {
-    sqlx::query("DELETE FROM connector_catalogs WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3")
-        .bind(tenant)
-        .bind(workspace)
-        .bind(connector)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "DELETE FROM connector_catalogs WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3",
+        tenant.0,
+        workspace,
+        connector
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }

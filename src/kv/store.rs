@@ -90,40 +90,29 @@ pub enum Decision<'a> {
 // as when it was a statement of its own; the log row exists iff `swapped` returned a row.
 // Parameters: $1 tenant, $2 key, $3 prune batch, $4–$9 the log row, $10… the decision's.
 macro_rules! cas {
-    ($decision:literal) => {
-        concat!(
-            "WITH doomed AS MATERIALIZED (
-                 SELECT key FROM kv_entries WHERE tenant_id = $1 AND expires_at <= now() AND key <> $2
-                 ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED),
-             pruned AS (DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = $1 AND k.key = doomed.key),
-             swapped AS (",
-            $decision,
-            "),
-             logged AS (INSERT INTO admin_log (id, tenant_id, actor, action, target, before, after, request_id)
-                        SELECT $4, $1, $5, 'kv.compare_and_set', $6, $7, $8, $9 FROM swapped)
-             SELECT EXISTS (SELECT 1 FROM swapped)"
+    ($decision:literal, $tenant:expr, $key:expr, $log:expr, $($arg:expr),+) => {
+        sqlx::query_scalar!(
+            r#"WITH doomed AS MATERIALIZED (
+                   SELECT key FROM kv_entries WHERE tenant_id = $1 AND expires_at <= now() AND key <> $2
+                   ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED),
+               pruned AS (DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = $1 AND k.key = doomed.key),
+               swapped AS ("# + $decision + r#"),
+               logged AS (INSERT INTO admin_log (id, tenant_id, actor, action, target, before, after, request_id)
+                          SELECT $4, $1, $5, 'kv.compare_and_set', $6, $7, $8, $9 FROM swapped)
+               SELECT EXISTS (SELECT 1 FROM swapped) AS "won!""#,
+            $tenant.0,
+            $key,
+            PRUNE_BATCH,
+            $log.id,
+            &$log.audit.actor,
+            &$log.target,
+            $log.before.as_ref(),
+            $log.after.as_ref(),
+            $log.audit.request_id.as_deref(),
+            $($arg),+
         )
     };
 }
-
-const INSERT_IF_ABSENT: &str = cas!(
-    "INSERT INTO kv_entries (tenant_id, key, value, expires_at)
-     VALUES ($1, $2, $10, now() + $11::bigint * interval '1 millisecond')
-     ON CONFLICT (tenant_id, key) DO UPDATE
-         SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
-         WHERE kv_entries.expires_at IS NOT NULL AND kv_entries.expires_at <= now()
-     RETURNING 1"
-);
-const UPDATE_IF_EQUAL: &str = cas!(
-    "UPDATE kv_entries SET value = $11, expires_at = now() + $12::bigint * interval '1 millisecond', updated_at = now()
-     WHERE tenant_id = $1 AND key = $2 AND value = $10 AND (expires_at IS NULL OR expires_at > now())
-     RETURNING 1"
-);
-const DELETE_IF_EQUAL: &str = cas!(
-    "DELETE FROM kv_entries
-     WHERE tenant_id = $1 AND key = $2 AND value = $10 AND (expires_at IS NULL OR expires_at > now())
-     RETURNING 1"
-);
 
 /// Prunes, decides and logs a win in one statement; true when this call won.
 pub async fn compare_and_set(
@@ -133,27 +122,54 @@ pub async fn compare_and_set(
     decision: Decision<'_>,
     log: Logged<'_>,
 ) -> Result<bool> {
-    let sql = match decision {
-        Decision::InsertIfAbsent { .. } => INSERT_IF_ABSENT,
-        Decision::UpdateIfEqual { .. } => UPDATE_IF_EQUAL,
-        Decision::DeleteIfEqual { .. } => DELETE_IF_EQUAL,
+    let won = match decision {
+        Decision::InsertIfAbsent { value, ttl_ms } => {
+            cas!(
+                "INSERT INTO kv_entries (tenant_id, key, value, expires_at)
+             VALUES ($1, $2, $10, now() + $11::bigint * interval '1 millisecond')
+             ON CONFLICT (tenant_id, key) DO UPDATE
+                 SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
+                 WHERE kv_entries.expires_at IS NOT NULL AND kv_entries.expires_at <= now()
+             RETURNING 1",
+                tenant,
+                key,
+                log,
+                value,
+                ttl_ms
+            )
+            .fetch_one(conn)
+            .await?
+        }
+        Decision::UpdateIfEqual { expected, next, ttl_ms } => {
+            cas!(
+            "UPDATE kv_entries SET value = $11, expires_at = now() + $12::bigint * interval '1 millisecond', updated_at = now()
+             WHERE tenant_id = $1 AND key = $2 AND value = $10 AND (expires_at IS NULL OR expires_at > now())
+             RETURNING 1",
+            tenant,
+            key,
+            log,
+            expected,
+            next,
+            ttl_ms
+        )
+            .fetch_one(conn)
+            .await?
+        }
+        Decision::DeleteIfEqual { expected } => {
+            cas!(
+                "DELETE FROM kv_entries
+             WHERE tenant_id = $1 AND key = $2 AND value = $10 AND (expires_at IS NULL OR expires_at > now())
+             RETURNING 1",
+                tenant,
+                key,
+                log,
+                expected
+            )
+            .fetch_one(conn)
+            .await?
+        }
     };
-    let query = sqlx::query_scalar(sql)
-        .bind(tenant)
-        .bind(key)
-        .bind(PRUNE_BATCH)
-        .bind(log.id)
-        .bind(&log.audit.actor)
-        .bind(&log.target)
-        .bind(&log.before)
-        .bind(&log.after)
-        .bind(&log.audit.request_id);
-    let query = match decision {
-        Decision::InsertIfAbsent { value, ttl_ms } => query.bind(value).bind(ttl_ms),
-        Decision::UpdateIfEqual { expected, next, ttl_ms } => query.bind(expected).bind(next).bind(ttl_ms),
-        Decision::DeleteIfEqual { expected } => query.bind(expected),
-    };
-    Ok(query.fetch_one(conn).await?)
+    Ok(won)
 }
 
 /// Deletes the live row (only when it equals `expected`, if given); returns its value.

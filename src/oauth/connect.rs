@@ -20,7 +20,7 @@ async fn db_now(state: &AppState) -> Result<i64> {
         .db
         .single_decision(Scope::Global, |conn, _| {
             Box::pin(async move {
-                Ok(sqlx::query_scalar::<_, i64>("SELECT extract(epoch FROM now())::bigint").fetch_one(conn).await?)
+                Ok(sqlx::query_scalar!(r#"SELECT extract(epoch FROM now())::bigint AS "now!""#).fetch_one(conn).await?)
             })
         })
         .await

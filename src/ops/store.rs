@@ -48,7 +48,7 @@ impl Row {
 }
 
 /// An issue as read back.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Issue {
     pub fingerprint: String,
     pub operation: String,
@@ -63,28 +63,6 @@ pub struct Issue {
     pub resolved_version: Option<String>,
     pub resolved_at: Option<DateTime<Utc>>,
 }
-
-/// Inserts the failures and, in the same statement, adds them to their issues: one upsert row
-/// per fingerprint, so concurrent writers (tasks, replicas) add under the row lock and counts
-/// stay exact. Rows go in fingerprint order, so two writers lock issues in the same order.
-/// An occurrence after a resolution makes the issue `regressed`; `ignored` stays `ignored`.
-const WRITE: &str = "WITH f AS (
-         INSERT INTO ops_failures (id, tenant_id, workspace_id, operation, stage, status, code, message, reference, fingerprint, at)
-         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-             $9::text[], $10::text[], $11::timestamptz[])
-         RETURNING fingerprint, operation, stage, code, message, tenant_id, at)
-     INSERT INTO ops_issues AS i (fingerprint, operation, stage, code, seen, first_seen, last_seen, last_message, last_tenant_id)
-     SELECT fingerprint, min(operation), min(stage), min(code), count(*), min(at), max(at),
-            (array_agg(message ORDER BY at DESC))[1], (array_agg(tenant_id ORDER BY at DESC))[1]
-     FROM f GROUP BY fingerprint ORDER BY fingerprint
-     ON CONFLICT (fingerprint) DO UPDATE SET
-         seen = i.seen + EXCLUDED.seen,
-         first_seen = least(i.first_seen, EXCLUDED.first_seen),
-         last_seen = greatest(i.last_seen, EXCLUDED.last_seen),
-         last_message = CASE WHEN EXCLUDED.last_seen >= i.last_seen THEN EXCLUDED.last_message ELSE i.last_message END,
-         last_tenant_id = CASE WHEN EXCLUDED.last_seen >= i.last_seen THEN EXCLUDED.last_tenant_id ELSE i.last_tenant_id END,
-         status = CASE WHEN i.status = 'resolved' AND EXCLUDED.last_seen > i.resolved_at THEN 'regressed' ELSE i.status END,
-         updated_at = now()";
 
 /// Deletes at most `$2` failures older than `$1` days, oldest first, through
 /// `ops_failures_retention`. MATERIALIZED: the sub-select runs once, so the batch stays
@@ -104,22 +82,44 @@ pub const PRUNE_ISSUES: &str = "WITH doomed AS MATERIALIZED (
 /// One batch: evidence and issues, then the bounded prunes. Platform context.
 pub async fn write(conn: &mut PgConnection, rows: &[Row]) -> Result<()> {
     // Telemetry: a crash may lose the last moment of it, like a full queue would.
-    sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *conn).await?;
+    sqlx::query!("SET LOCAL synchronous_commit = off").execute(&mut *conn).await?;
     let texts = |f: &dyn Fn(&Row) -> String| rows.iter().map(f).collect::<Vec<_>>();
-    sqlx::query(WRITE)
-        .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.workspace_id).collect::<Vec<_>>())
-        .bind(texts(&|r| r.operation.clone()))
-        .bind(texts(&|r| r.stage.clone()))
-        .bind(texts(&|r| r.status.to_owned()))
-        .bind(texts(&|r| r.code.clone()))
-        .bind(texts(&|r| r.message.clone()))
-        .bind(rows.iter().map(|r| r.reference.clone()).collect::<Vec<_>>())
-        .bind(texts(&|r| r.fingerprint.clone()))
-        .bind(rows.iter().map(|r| r.at).collect::<Vec<_>>())
-        .execute(&mut *conn)
-        .await?;
+    // The failures go in and, in the same statement, are added to their issues: one upsert
+    // row per fingerprint, so concurrent writers (tasks, replicas) add under the row lock and
+    // counts stay exact. Rows go in fingerprint order, so two writers lock issues in the same
+    // order. An occurrence after a resolution makes the issue `regressed`; `ignored` stays.
+    sqlx::query!(
+        "WITH f AS (
+             INSERT INTO ops_failures (id, tenant_id, workspace_id, operation, stage, status, code, message, reference, fingerprint, at)
+             SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+                 $9::text[], $10::text[], $11::timestamptz[])
+             RETURNING fingerprint, operation, stage, code, message, tenant_id, at)
+         INSERT INTO ops_issues AS i (fingerprint, operation, stage, code, seen, first_seen, last_seen, last_message, last_tenant_id)
+         SELECT fingerprint, min(operation), min(stage), min(code), count(*), min(at), max(at),
+                (array_agg(message ORDER BY at DESC))[1], (array_agg(tenant_id ORDER BY at DESC))[1]
+         FROM f GROUP BY fingerprint ORDER BY fingerprint
+         ON CONFLICT (fingerprint) DO UPDATE SET
+             seen = i.seen + EXCLUDED.seen,
+             first_seen = least(i.first_seen, EXCLUDED.first_seen),
+             last_seen = greatest(i.last_seen, EXCLUDED.last_seen),
+             last_message = CASE WHEN EXCLUDED.last_seen >= i.last_seen THEN EXCLUDED.last_message ELSE i.last_message END,
+             last_tenant_id = CASE WHEN EXCLUDED.last_seen >= i.last_seen THEN EXCLUDED.last_tenant_id ELSE i.last_tenant_id END,
+             status = CASE WHEN i.status = 'resolved' AND EXCLUDED.last_seen > i.resolved_at THEN 'regressed' ELSE i.status END,
+             updated_at = now()",
+        &rows.iter().map(|r| r.id).collect::<Vec<_>>(),
+        &rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>() as &[Option<Uuid>],
+        &rows.iter().map(|r| r.workspace_id).collect::<Vec<_>>() as &[Option<Uuid>],
+        &texts(&|r| r.operation.clone()),
+        &texts(&|r| r.stage.clone()),
+        &texts(&|r| r.status.to_owned()),
+        &texts(&|r| r.code.clone()),
+        &texts(&|r| r.message.clone()),
+        &rows.iter().map(|r| r.reference.clone()).collect::<Vec<_>>() as &[Option<String>],
+        &texts(&|r| r.fingerprint.clone()),
+        &rows.iter().map(|r| r.at).collect::<Vec<_>>(),
+    )
+    .execute(&mut *conn)
+    .await?;
     crate::findings::observe(&mut *conn, &recurring(rows)).await?;
     prune(&mut *conn).await?;
     crate::findings::sweep_stale(conn).await?;
@@ -162,33 +162,35 @@ pub async fn prune(conn: &mut PgConnection) -> Result<(u64, u64)> {
     Ok((failures, issues))
 }
 
-macro_rules! columns {
-    () => {
-        "fingerprint, operation, stage, code, status, seen, first_seen, last_seen, last_message, last_tenant_id, \
-         resolved_version, resolved_at"
+/// Runs `query_as!` into an [`Issue`] with the one column list of an issue pasted between
+/// the literals `[$before…]` and `$after` (the query macros accept literals joined by `+`).
+macro_rules! issue {
+    ([$($before:literal),+] $after:literal, $($arg:expr),+ $(,)?) => {
+        sqlx::query_as!(
+            Issue,
+            $($before +)+ "fingerprint, operation, stage, code, status, seen, first_seen, last_seen, last_message, last_tenant_id, \
+         resolved_version, resolved_at" + $after,
+            $($arg),+
+        )
     };
 }
 
 pub async fn get(conn: &mut PgConnection, fingerprint: &str) -> Result<Option<Issue>> {
-    Ok(sqlx::query_as::<_, Issue>(concat!("SELECT ", columns!(), " FROM ops_issues WHERE fingerprint = $1"))
-        .bind(fingerprint)
-        .fetch_optional(conn)
-        .await?)
+    Ok(issue!(["SELECT "] " FROM ops_issues WHERE fingerprint = $1", fingerprint).fetch_optional(conn).await?)
 }
 
 /// Sets the status; resolving records the version and the time, anything else clears them.
 pub async fn set_status(conn: &mut PgConnection, fingerprint: &str, status: &str, version: Option<&str>) -> Result<Issue> {
-    Ok(sqlx::query_as::<_, Issue>(concat!(
-        "UPDATE ops_issues SET status = $2,
+    Ok(issue!(
+        ["UPDATE ops_issues SET status = $2,
              resolved_version = CASE WHEN $2 = 'resolved' THEN $3 END,
              resolved_at = CASE WHEN $2 = 'resolved' THEN now() END,
              updated_at = now()
-         WHERE fingerprint = $1 RETURNING ",
-        columns!()
-    ))
-    .bind(fingerprint)
-    .bind(status)
-    .bind(version)
+         WHERE fingerprint = $1 RETURNING "] "",
+        fingerprint,
+        status,
+        version,
+    )
     .fetch_one(conn)
     .await?)
 }
@@ -200,17 +202,15 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<Issue>> {
     let (at, key) = after.unzip();
-    Ok(sqlx::query_as::<_, Issue>(concat!(
-        "SELECT ",
-        columns!(),
-        " FROM ops_issues WHERE ($1::text IS NULL OR status = $1)
+    Ok(issue!(
+        ["SELECT "] " FROM ops_issues WHERE ($1::text IS NULL OR status = $1)
             AND ($3::timestamptz IS NULL OR last_seen < $3 OR (last_seen = $3 AND fingerprint > $4))
-          ORDER BY last_seen DESC, fingerprint LIMIT $2"
-    ))
-    .bind(status)
-    .bind(limit)
-    .bind(at)
-    .bind(key)
+          ORDER BY last_seen DESC, fingerprint LIMIT $2",
+        status,
+        limit,
+        at,
+        key,
+    )
     .fetch_all(conn)
     .await?)
 }

@@ -146,8 +146,7 @@ pub async fn resolve_labelled(
 ) -> Result<(Resolution, i64)> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            let epoch: i64 =
-                sqlx::query_scalar("SELECT epoch FROM tenants WHERE id = $1").bind(tenant).fetch_one(&mut *conn).await?;
+            let epoch = sqlx::query_scalar!("SELECT epoch FROM tenants WHERE id = $1", tenant.0).fetch_one(&mut *conn).await?;
             Ok((resolve_in(conn, tenant, workspace, connector, blueprint).await?, epoch))
         })
     })

@@ -19,7 +19,7 @@ use crate::{
 pub const ROW_CAP: i64 = 10_000;
 
 /// A report: its view's name and what it shows.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Report {
     pub name: String,
     pub description: String,
@@ -55,9 +55,10 @@ impl Format {
 }
 
 async fn list_in(conn: &mut PgConnection) -> Result<Vec<Report>> {
-    Ok(sqlx::query_as::<_, Report>(
-        "SELECT c.relname::text AS name, coalesce(obj_description(c.oid, 'pg_class'), '') AS description
-         FROM pg_class c WHERE c.relnamespace = 'report'::regnamespace AND c.relkind = 'v' ORDER BY 1",
+    Ok(sqlx::query_as!(
+        Report,
+        r#"SELECT c.relname::text AS "name!", coalesce(obj_description(c.oid, 'pg_class'), '') AS "description!"
+           FROM pg_class c WHERE c.relnamespace = 'report'::regnamespace AND c.relkind = 'v' ORDER BY 1"#,
     )
     .fetch_all(conn)
     .await?)
@@ -73,11 +74,11 @@ async fn run_in(conn: &mut PgConnection, name: &str) -> Result<Output> {
     if !list_in(&mut *conn).await?.iter().any(|r| r.name == name) {
         return Err(Error::NotFound { what: "report" });
     }
-    let columns: Vec<String> = sqlx::query_scalar(
-        "SELECT attname::text FROM pg_attribute
-         WHERE attrelid = format('report.%I', $1::text)::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+    let columns = sqlx::query_scalar!(
+        r#"SELECT attname::text AS "column!" FROM pg_attribute
+           WHERE attrelid = format('report.%I', $1::text)::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"#,
+        name,
     )
-    .bind(name)
     .fetch_all(&mut *conn)
     .await?;
     let sql = format!("SELECT row_to_json(r)::text FROM report.\"{name}\" r LIMIT $1");

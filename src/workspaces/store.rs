@@ -1,6 +1,6 @@
 //! Workspace SQL.
 
-use sqlx::{PgConnection, Row, postgres::PgRow};
+use sqlx::PgConnection;
 
 use super::{Bound, Document, Workspace};
 use crate::ids::WorkspaceId;
@@ -23,20 +23,8 @@ macro_rules! workspace {
     };
 }
 
-/// Reads a workspace from a row of every column of the table: the lifecycle's transition and
-/// bind (`RETURNING w.*`) stay runtime statements read by this.
-pub(crate) fn workspace(row: &PgRow) -> Result<Workspace> {
-    Ok(Workspace {
-        id: WorkspaceId(row.try_get("id")?),
-        slug: row.try_get("slug")?,
-        name: row.try_get("name")?,
-        status: row.try_get("status")?,
-        bound_version: row.try_get("bound_version")?,
-        revision: row.try_get("revision")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
+/// The lifecycle's statements (`workspaces::lifecycle::store`) read a workspace with it too.
+pub(crate) use workspace;
 
 pub async fn insert(conn: &mut PgConnection, tenant: TenantId, id: WorkspaceId, slug: &str, name: &str) -> Result<Workspace> {
     Ok(workspace!(

@@ -46,22 +46,18 @@ pub async fn transition(
     from: &[&str],
     to: &str,
 ) -> Result<Option<Workspace>> {
-    // `w.*`: the columns the workspace reader takes, whatever other columns the table grows
-    // (so this and `bind` stay runtime statements, read by that shared reader).
-    sqlx::query(
-        "UPDATE workspaces AS w SET status = $4, revision = revision + 1, updated_at = now()
+    let from: Vec<String> = from.iter().map(|s| (*s).to_owned()).collect();
+    Ok(workspace!(
+        ["UPDATE workspaces AS w SET status = $4, revision = revision + 1, updated_at = now()
           WHERE tenant_id = $1 AND slug = $2 AND status = ANY($3) AND reap_claimed_at IS NULL
-         RETURNING w.*",
+         RETURNING "] "",
+        tenant.0,
+        slug,
+        &from,
+        to,
     )
-    .bind(tenant)
-    .bind(slug)
-    .bind(from)
-    .bind(to)
     .fetch_optional(conn)
-    .await?
-    .as_ref()
-    .map(workspace)
-    .transpose()
+    .await?)
 }
 
 /// What a bind expects to still hold, and what it sets.
@@ -77,23 +73,20 @@ pub struct BindCas {
 /// The bind's compare-and-set: only if the workspace still runs the version read, its erasure
 /// epoch is the one read, no reap is claimed and it is active or suspended.
 pub async fn bind(conn: &mut PgConnection, tenant: TenantId, cas: &BindCas) -> Result<Option<Workspace>> {
-    sqlx::query(
-        "UPDATE workspaces AS w
+    Ok(workspace!(
+        ["UPDATE workspaces AS w
             SET bound_version = $5, blueprint_id = $6, blueprint_version = $7, revision = revision + 1, updated_at = now()
           WHERE tenant_id = $1 AND id = $2 AND bound_version = $3 AND erasure_epoch = $4
             AND reap_claimed_at IS NULL AND status IN ('active', 'suspended')
-         RETURNING w.*",
+         RETURNING "] "",
+        tenant.0,
+        cas.id.0,
+        cas.from_version,
+        cas.erasure_epoch,
+        cas.to_version,
+        cas.blueprint_id,
+        cas.blueprint_version,
     )
-    .bind(tenant)
-    .bind(cas.id)
-    .bind(cas.from_version)
-    .bind(cas.erasure_epoch)
-    .bind(cas.to_version)
-    .bind(cas.blueprint_id)
-    .bind(cas.blueprint_version)
     .fetch_optional(conn)
-    .await?
-    .as_ref()
-    .map(workspace)
-    .transpose()
+    .await?)
 }
