@@ -1,5 +1,6 @@
 //! The one error type. Client errors carry a stable `code`; internal errors are logged once
-//! with their context and answered as a bare 500 that leaks nothing.
+//! with their context and answered as a bare 500 that leaks nothing (a database error is
+//! logged where it happened, naming its operation: see `db::report`).
 
 use axum::{
     http::{HeaderValue, StatusCode, header},
@@ -161,6 +162,12 @@ impl Error {
         matches!(self.sqlstate().as_deref(), Some("40001" | "40P01"))
     }
 
+    /// A database error answered 503: the database is unreachable, dropped the connection, or
+    /// is a read-only node. Anything else from the database is a bug or a broken invariant.
+    pub fn is_database_unavailable(&self) -> bool {
+        matches!(self, Error::Database(e) if connection_lost(e) || read_only(e))
+    }
+
     /// The connection this error came on is no use any more, nor are its pool's siblings
     /// opened before it: the server went away (I/O error, 08xxx, an administrator's or the
     /// postmaster's shutdown, 57P01/57P02/57P03), or it is a read-only node (25006: a demoted
@@ -219,8 +226,11 @@ impl IntoResponse for Error {
                 tracing::warn!(error = %e, "database unavailable");
                 problem(status, self.code(), "the database is unavailable; retry shortly", Some(json!({ "retryAfterMs": 500 })))
             }
+            // Logged at ERROR once already, with the operation that failed and inside its
+            // spans, by the database entry point the work ran through (`db::report`): every
+            // request reaches the database through one. Here only the answer is noted.
             Error::Database(e) => {
-                tracing::error!(error = %e, "database error");
+                tracing::debug!(error = %e, "database error answered as 500");
                 problem(status, "internal", "internal error", None)
             }
             Error::Internal(e) => {

@@ -597,3 +597,34 @@ async fn under_load_no_request_after_a_revocation_is_served() {
     assert_eq!(a.terminate().await, 0);
     assert_eq!(b.terminate().await, 0);
 }
+
+/// A refused credential is traced (its span and error at DEBUG) and never written: neither
+/// the wrong token presented with real machine credentials, nor their secret, nor a forged
+/// MCP OAuth access token appears in a log written at DEBUG.
+#[tokio::test]
+async fn a_refused_credential_is_traced_without_its_value() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    let machine = provision(&t.url, "acme").await;
+    let served = Served::start_logging(gatehouse(Some(&t.url)), free_port(), "debug").await;
+    // Well formed (so it is looked up, not refused on sight) and wrong: its last character.
+    let last = if machine.token.ends_with('A') { "B" } else { "A" };
+    let wrong = Machine { token: format!("{}{last}", &machine.token[..machine.token.len() - 1]), ..machine.clone() };
+    let forged = format!("{}{}", gatehouse::mcp_auth::ACCESS_PREFIX, "Q".repeat(gatehouse::mcp_auth::SECRET_CHARS));
+    for secret in [&machine.client_secret, &machine.token, &wrong.token, &forged] {
+        common::leaks::record(secret);
+    }
+    let endpoint = format!("{}/t/acme/w/default/mcp", served.base);
+    let refused = wrong.headers(http().post(&endpoint)).json(&json!({})).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let refused = http().post(&endpoint).bearer_auth(&forged).json(&json!({})).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+
+    let logs = served.logs();
+    // The spans were there to leak into: both refusals are logged inside them.
+    assert!(logs.contains("auth::machine"), "no auth::machine span in the log:\n{logs}");
+    assert!(logs.contains("mcp_auth::authenticate"), "no mcp_auth::authenticate span in the log:\n{logs}");
+    for secret in [&machine.client_secret, &machine.token, &wrong.token, &forged] {
+        assert!(!logs.contains(secret.as_str()), "a credential reached the log");
+    }
+}

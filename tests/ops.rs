@@ -532,3 +532,65 @@ async fn issue_pages_visit_every_issue_once_in_order() {
                 > (w[1].last_seen, std::cmp::Reverse(&w[1].fingerprint)))
     );
 }
+
+/// Everything a test subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// A database error is logged once, at ERROR, inside the caller's spans, naming the operation
+/// that failed (the `file:line` that asked for the transaction) and its SQLSTATE; the 500 it
+/// is answered with does not log it at ERROR a second time.
+#[tokio::test]
+async fn a_database_error_is_logged_once_naming_its_operation() {
+    use axum::response::IntoResponse;
+    use tracing::{Instrument, instrument::WithSubscriber};
+
+    let t = TestDb::new().await;
+    let out = Captured::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let dispatch = tracing::Dispatch::new(subscriber);
+    let line = line!() + 1;
+    let failing = t.db.serializable(Scope::Global, |conn, _| {
+        Box::pin(async move {
+            sqlx::query("SELECT 1 / 0").execute(conn).await?;
+            Ok(())
+        })
+    });
+    // Made under the test's subscriber (a span made under none is disabled, not entered).
+    let span = tracing::dispatcher::with_default(&dispatch, || {
+        tracing::info_span!("gateway::call_tool", tenant = "acme", tool = "search")
+    });
+    let e = failing.instrument(span).with_subscriber(dispatch.clone()).await.unwrap_err();
+    assert_eq!(e.sqlstate().as_deref(), Some("22012"), "{e}");
+    tracing::dispatcher::with_default(&dispatch, || drop(e.into_response()));
+
+    let logged = out.text();
+    let errors: Vec<&str> = logged.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "one ERROR line, not {}:\n{logged}", errors.len());
+    let error = errors[0];
+    assert!(error.contains(&format!("operation=tests/ops.rs:{line}")), "{error}");
+    assert!(error.contains("sqlstate=\"22012\""), "{error}");
+    assert!(error.contains("gateway::call_tool{tenant=\"acme\" tool=\"search\"}"), "{error}");
+    assert!(logged.contains("database error answered as 500"), "{logged}");
+}

@@ -142,6 +142,7 @@ fn has_machine_credentials(headers: &HeaderMap) -> bool {
 /// Checks both machine credentials in one round trip. Every failure is the same 401. A
 /// replica remembers a success, labelled with the tenant's epoch, and then only reads the
 /// epoch (see [`crate::epochs`]); anything that could change the answer moves the epoch.
+#[tracing::instrument(name = "auth::machine", skip_all, fields(tenant), err(level = "debug"))]
 async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(MachineRow, i64)> {
     let client_id = header(headers, CLIENT_ID_HEADER).ok_or(Error::Unauthorized)?;
     let client_secret = header(headers, CLIENT_SECRET_HEADER).ok_or(Error::Unauthorized)?;
@@ -168,6 +169,7 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
         h.finalize().into()
     };
     if let Some((machine, label)) = state.machines.get(&key) {
+        tracing::Span::current().record("tenant", tracing::field::display(machine.tenant.id));
         match crate::epochs::read(&state.db, machine.tenant.id).await? {
             Some(epoch) if epoch == label => {
                 state.machines.count(true);
@@ -210,6 +212,7 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
         role: row.member_role.as_deref().map(Role::parse).transpose()?,
     };
     let epoch = row.epoch;
+    tracing::Span::current().record("tenant", tracing::field::display(machine.tenant.id));
     state.db.replica().learn(machine.tenant.id, epoch);
     state.machines.put(key, machine.clone(), epoch);
     Ok((machine, epoch))

@@ -6,10 +6,12 @@ pub mod embedded;
 pub mod idempotency;
 pub mod migrate;
 pub mod replica;
+mod report;
 mod tx;
 
-use std::{marker::PhantomData, time::Duration};
+use std::{future::Future, marker::PhantomData, time::Duration};
 
+use report::Operation;
 use tx::{BEGIN_READ_COMMITTED_POOLED, OpenTx};
 
 use futures::future::BoxFuture;
@@ -234,21 +236,26 @@ impl Db {
     /// connection as it is, or, behind a transaction pooler (where a statement outside a
     /// transaction is not pinned to one server session), inside a transaction of its own.
     /// A read that meets a lost connection runs again on a fresh one, with backoff, for up to
-    /// [`LOSS_RETRY_BUDGET`].
-    pub async fn read<'a, T, F>(&self, mut work: F) -> Result<T>
+    /// [`LOSS_RETRY_BUDGET`]. A database error it ends with is logged with the caller's
+    /// `file:line` (see [`report`]).
+    #[track_caller]
+    pub fn read<'a, T, F>(&self, mut work: F) -> impl Future<Output = Result<T>>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + 'a,
     {
-        let started = std::time::Instant::now();
-        let mut attempt = 1;
-        loop {
-            match self.read_once(&mut work).await {
-                Err(e) if e.is_connection_loss() && loss_retry_fits(started, loss_backoff(attempt)) => {
-                    tracing::debug!(attempt, "read met a lost connection; retrying on a fresh one");
-                    tokio::time::sleep(loss_backoff(attempt)).await;
-                    attempt += 1;
+        let operation = Operation::caller();
+        async move {
+            let started = std::time::Instant::now();
+            let mut attempt = 1;
+            loop {
+                match self.read_once(&mut work).await {
+                    Err(e) if e.is_connection_loss() && loss_retry_fits(started, loss_backoff(attempt)) => {
+                        tracing::debug!(attempt, "read met a lost connection; retrying on a fresh one");
+                        tokio::time::sleep(loss_backoff(attempt)).await;
+                        attempt += 1;
+                    }
+                    outcome => return outcome.inspect_err(|e| report::ended(operation, e)),
                 }
-                outcome => return outcome,
             }
         }
     }
@@ -257,17 +264,21 @@ impl Db {
     /// [`PROBE_WAIT`] whatever the database does. A probe must say "not ready" promptly while
     /// the database is gone, and must not still be sleeping in a retry's backoff (or the
     /// pool's reconnect backoff) when it comes back: the next probe then sees it at once.
-    pub async fn probe<'a, T, F>(&self, mut work: F) -> Result<T>
+    #[track_caller]
+    pub fn probe<'a, T, F>(&self, mut work: F) -> impl Future<Output = Result<T>>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + 'a,
     {
-        match tokio::time::timeout(PROBE_WAIT, self.read_once(&mut work)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(Error::Unavailable {
-                code: "database_unavailable",
-                message: format!("the database did not answer within {} ms", PROBE_WAIT.as_millis()),
-                retry_after_ms: None,
-            }),
+        let operation = Operation::caller();
+        async move {
+            match tokio::time::timeout(PROBE_WAIT, self.read_once(&mut work)).await {
+                Ok(outcome) => outcome.inspect_err(|e| report::ended(operation, e)),
+                Err(_) => Err(Error::Unavailable {
+                    code: "database_unavailable",
+                    message: format!("the database did not answer within {} ms", PROBE_WAIT.as_millis()),
+                    retry_after_ms: None,
+                }),
+            }
         }
     }
 
@@ -308,8 +319,18 @@ impl Db {
     /// every request makes; everything else uses the pool. `work` must be an idempotent read:
     /// one that meets a lost connection runs once more, at once, on a fresh one (the loss
     /// condemned every connection opened before it), so a database restart costs the hot path
-    /// no failed request.
-    pub async fn on_lane<T, F>(&self, mut work: F) -> Result<T>
+    /// no failed request. A database error it ends with is logged with the caller's
+    /// `file:line` (see [`report`]).
+    #[track_caller]
+    pub fn on_lane<T, F>(&self, work: F) -> impl Future<Output = Result<T>>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection) -> BoxFuture<'c, Result<T>>,
+    {
+        let operation = Operation::caller();
+        async move { self.lane(work).await.inspect_err(|e| report::ended(operation, e)) }
+    }
+
+    async fn lane<T, F>(&self, mut work: F) -> Result<T>
     where
         F: for<'c> FnMut(&'c mut PgConnection) -> BoxFuture<'c, Result<T>>,
     {

@@ -1,14 +1,19 @@
 //! The one transaction helper every multi-statement decision runs through
 //! ([`Db::serializable`], [`Db::single_decision`]): BEGIN with the scope in one round trip,
 //! retries on serialization failures and lost connections before COMMIT, never after it.
+//! Each entry point is `#[track_caller]`: a database error the transaction ends with is logged
+//! once, naming the caller's `file:line` (see [`super::report`]).
 
-use std::{marker::PhantomData, time::Duration};
+use std::{future::Future, marker::PhantomData, time::Duration};
 
 use futures::future::BoxFuture;
 use rand::Rng;
 use sqlx::{Executor, PgConnection};
 
-use super::{Borrow, Db, Isolation, MAX_ATTEMPTS, Scope, idempotency, loss_backoff, loss_retry_fits, replica};
+use super::{
+    Borrow, Db, Isolation, MAX_ATTEMPTS, Scope, idempotency, loss_backoff, loss_retry_fits, replica,
+    report::{self, Operation},
+};
 use crate::{
     config::Pooler,
     error::{Error, Result},
@@ -18,21 +23,25 @@ impl Db {
     /// Runs `work` in one `SERIALIZABLE` transaction with `scope` applied, retrying on
     /// serialization failures (40001) and deadlocks (40P01) with jittered exponential
     /// backoff. Anything `work` returns as `Err` rolls the transaction back.
-    pub async fn serializable<'a, T, F>(&self, scope: Scope, work: F) -> Result<T>
+    #[track_caller]
+    pub fn serializable<'a, T, F>(&self, scope: Scope, work: F) -> impl Future<Output = Result<T>>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
         T: Send + 'a,
     {
-        self.run(scope, Isolation::Serializable, work).await.map(|(value, _)| value)
+        let operation = Operation::caller();
+        async move { self.run(scope, Isolation::Serializable, work, operation).await.map(|(value, _)| value) }
     }
 
     /// [`Db::serializable`], also returning how many attempts it took.
-    pub async fn serializable_counted<'a, T, F>(&self, scope: Scope, work: F) -> Result<(T, u32)>
+    #[track_caller]
+    pub fn serializable_counted<'a, T, F>(&self, scope: Scope, work: F) -> impl Future<Output = Result<(T, u32)>>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
         T: Send + 'a,
     {
-        self.run(scope, Isolation::Serializable, work).await
+        let operation = Operation::caller();
+        async move { self.run(scope, Isolation::Serializable, work, operation).await }
     }
 
     /// The same helper at READ COMMITTED, for transactions whose only decision is one
@@ -40,16 +49,18 @@ impl Db {
     /// `DELETE … RETURNING`), whose outcome PostgreSQL re-checks on the latest row version
     /// under the row lock. Serializable would add only false conflicts between unrelated rows
     /// that share an index page. Anything that reads and then decides uses [`Db::serializable`].
-    pub async fn single_decision<'a, T, F>(&self, scope: Scope, work: F) -> Result<T>
+    #[track_caller]
+    pub fn single_decision<'a, T, F>(&self, scope: Scope, work: F) -> impl Future<Output = Result<T>>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
         T: Send + 'a,
     {
-        self.run(scope, Isolation::ReadCommitted, work).await.map(|(value, _)| value)
+        let operation = Operation::caller();
+        async move { self.run(scope, Isolation::ReadCommitted, work, operation).await.map(|(value, _)| value) }
     }
 
     #[tracing::instrument(skip_all, fields(attempts))]
-    async fn run<'a, T, F>(&self, scope: Scope, isolation: Isolation, mut work: F) -> Result<(T, u32)>
+    async fn run<'a, T, F>(&self, scope: Scope, isolation: Isolation, mut work: F, operation: Operation) -> Result<(T, u32)>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
         T: Send + 'a,
@@ -99,7 +110,10 @@ impl Db {
                     tokio::time::sleep(loss_backoff(attempt)).await;
                     attempt += 1;
                 }
-                Err(Failed::BeforeCommit(e) | Failed::AtCommit(e)) => return Err(e),
+                Err(Failed::BeforeCommit(e) | Failed::AtCommit(e)) => {
+                    report::ended(operation, &e);
+                    return Err(e);
+                }
             }
         }
     }

@@ -87,11 +87,13 @@ pub struct Caller<'a> {
 }
 
 /// The connector's credential for this caller: `Ok(None)` when it takes none.
+#[tracing::instrument(name = "gateway::credential", skip_all, fields(tenant = %at.tenant, workspace = at.workspace_slug, connector = id, slot))]
 pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Connector) -> Result<Option<Credential>, Problem> {
     if let Some(o) = connector.auth().oauth() {
         return crate::oauth::resolve(state, at, id, o).await;
     }
     let Some(kind) = connector.auth().slot() else { return Ok(None) };
+    tracing::Span::current().record("slot", kind.as_str());
     let how = || how_to_set(at.tenant_slug, at.workspace_slug, id, kind);
     let Some(ring) = state.config.vault_keys.as_ref() else {
         return Err(Problem {

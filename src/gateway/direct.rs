@@ -162,6 +162,7 @@ fn plain(headers: &HeaderMap) -> bool {
 /// The endpoint: a plain `tools/call` here, everything else by rmcp (`rmcp` makes its service).
 /// A JSON body that is no JSON-RPC message is answered here too, as the protocol says
 /// ([`super::jsonrpc`]); rmcp would answer it 415.
+#[tracing::instrument(name = "gateway::endpoint", skip_all, fields(tenant, workspace))]
 pub async fn endpoint<S, B>(state: AppState, rmcp: impl FnOnce() -> S, request: Request) -> Response
 where
     S: tower::Service<Request, Response = axum::http::Response<B>, Error = std::convert::Infallible>,
@@ -169,6 +170,11 @@ where
     B::Error: Into<axum::BoxError>,
 {
     use tower::ServiceExt;
+    if let Some(ctx) = request.extensions().get::<GatewayCtx>() {
+        let span = tracing::Span::current();
+        span.record("tenant", tracing::field::display(ctx.tenant.id));
+        span.record("workspace", ctx.bound.workspace.slug.as_str());
+    }
     if request.method() == Method::GET && event_stream_wanted(request.headers()) {
         let (mut parts, _) = request.into_parts();
         let Some(ctx) = parts.extensions.remove::<GatewayCtx>() else {

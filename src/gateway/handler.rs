@@ -281,6 +281,7 @@ pub async fn call_tool(
 }
 
 /// [`call_tool`]'s outcome, which on 2026-07-28 may be an interim answer.
+#[tracing::instrument(name = "gateway::call_tool", skip_all, fields(tenant = %ctx.tenant.id, workspace = %ctx.bound.workspace.slug, tool = name))]
 async fn call_outcome(state: &AppState, ctx: GatewayCtx, name: &str, args: rmcp::model::JsonObject) -> surface::Outcome {
     let started = Instant::now();
     let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);

@@ -108,6 +108,7 @@ fn dot_segment(segment: &str) -> bool {
 }
 
 /// Sends the request under no deadline of its own (the caller holds the connector's).
+#[tracing::instrument(name = "http_api::call", skip_all, fields(tool = name))]
 pub async fn call(
     http: &reqwest::Client,
     api: &HttpApi,

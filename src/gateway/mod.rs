@@ -230,6 +230,7 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
 
 /// The workspace's bound configuration: this replica's copy while the tenant's epoch (read by
 /// machine authentication for this very request) still matches, else read again.
+#[tracing::instrument(name = "gateway::bound", skip_all, fields(tenant = %ctx.tenant.id, workspace = %slug))]
 async fn bound(state: &AppState, ctx: &TenantCtx, slug: String) -> crate::error::Result<Arc<Bound>> {
     let key = (ctx.tenant.id, slug);
     if let (Some(epoch), Some((bound, label))) = (ctx.epoch, state.bound.get(&key))

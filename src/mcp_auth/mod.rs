@@ -166,10 +166,12 @@ pub struct Checked {
 /// A replica reuses its last check of the same token while the tenant's epoch is unchanged
 /// and the token unexpired: one primary-key read instead of the lookups, with no staleness,
 /// because every change that could end the token bumps the epoch in its own transaction.
+#[tracing::instrument(name = "mcp_auth::authenticate", skip_all, fields(tenant), err(level = "debug"))]
 pub async fn authenticate(state: &AppState, parts: &mut Parts, token: &str) -> Result<TenantCtx> {
     let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| Error::NotFound { what: "tenant" })?;
     let get = |name: &str| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_owned());
     let (slug, workspace, pool) = (get("tenant").unwrap_or_default(), get("workspace").unwrap_or_default(), get("pool"));
+    tracing::Span::current().record("tenant", slug.as_str());
     if !secrets::well_formed(token, ACCESS_PREFIX, SECRET_CHARS) {
         return Err(Error::Unauthorized);
     }

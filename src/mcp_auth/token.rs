@@ -50,6 +50,7 @@ pub async fn exchange(State(state): State<AppState>, Path(slug): Path<String>, h
     }
 }
 
+#[tracing::instrument(name = "mcp_auth::token", skip_all, fields(tenant = slug), err(level = "debug"))]
 async fn exchange_form(state: &AppState, slug: &str, headers: &HeaderMap, f: &HashMap<String, String>) -> Result<Response> {
     let tenant = tenants::by_slug(&state.db, slug).await?;
     if tenant.status != tenants::Status::Active {

@@ -135,6 +135,7 @@ enum Refreshed {
 
 /// One refresh attempt: the lease and the spent mark by one compare-and-set, then (only for
 /// the winner) the request, then the outcome.
+#[tracing::instrument(name = "oauth::refresh", skip_all, fields(tenant = %at.tenant, workspace = at.workspace_slug, connector = id))]
 async fn refresh_once(
     state: &AppState,
     ring: &KeyRing,

@@ -43,6 +43,7 @@ pub struct Created {
     pub client_secret: String,
 }
 
+#[tracing::instrument(name = "service_credentials::create", skip_all, fields(tenant = %tenant))]
 pub async fn create(db: &Db, tenant: TenantId, audit: &Audit, name: &str) -> Result<Created> {
     let name = normalize_name(name)?;
     let client_id = format!("{CLIENT_ID_PREFIX}{}", secrets::random_b64(16));
@@ -72,11 +73,13 @@ pub async fn create(db: &Db, tenant: TenantId, audit: &Audit, name: &str) -> Res
     Ok(Created { credential, client_secret })
 }
 
+#[tracing::instrument(name = "service_credentials::list", skip_all, fields(tenant = %tenant))]
 pub async fn list(db: &Db, tenant: TenantId) -> Result<Vec<ServiceCredential>> {
     db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant))).await
 }
 
 /// Revokes (idempotent); effective on the next request on every replica.
+#[tracing::instrument(name = "service_credentials::revoke", skip_all, fields(tenant = %tenant, credential = %id))]
 pub async fn revoke(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid) -> Result<ServiceCredential> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {

@@ -69,6 +69,7 @@ pub async fn create(
 
 /// The live session for a raw cookie value, its idle expiry extended when it is more than a
 /// minute old. Malformed values are simply unknown.
+#[tracing::instrument(name = "sessions::lookup", skip_all)]
 pub async fn lookup(db: &Db, raw: &str) -> Result<Option<Session>> {
     if !secrets::well_formed(raw, "", 43) {
         return Ok(None);

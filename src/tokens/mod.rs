@@ -61,6 +61,7 @@ pub fn normalize_name(raw: &str) -> Result<String> {
 /// Creates a token, reserving a live slot by compare-and-set on the tenant's quota, so
 /// concurrent creates never exceed the cap. `principal` is the person creating it from the
 /// console (their grants then apply on every request); `None` for CLI-provisioned tokens.
+#[tracing::instrument(name = "tokens::create", skip_all, fields(tenant = %tenant))]
 pub async fn create(
     db: &Db,
     tenant: TenantId,
@@ -103,10 +104,12 @@ pub async fn create(
     Ok(Created { token, secret })
 }
 
+#[tracing::instrument(name = "tokens::list", skip_all, fields(tenant = %tenant))]
 pub async fn list(db: &Db, tenant: TenantId) -> Result<Vec<Token>> {
     db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant))).await
 }
 
+#[tracing::instrument(name = "tokens::rename", skip_all, fields(tenant = %tenant, token = %id))]
 pub async fn rename(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid, name: &str) -> Result<Token> {
     let name = normalize_name(name)?;
     db.serializable(Scope::Tenant(tenant), |conn, _| {
@@ -137,6 +140,7 @@ pub async fn rename(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid, name: &s
 
 /// Revokes a token (idempotent) and releases its live slot. Takes effect on the next
 /// request on every replica: machine authentication reads the row every time.
+#[tracing::instrument(name = "tokens::revoke", skip_all, fields(tenant = %tenant, token = %id))]
 pub async fn revoke(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid) -> Result<Token> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {

@@ -228,6 +228,7 @@ pub async fn show(db: &Db, slot: Slot<'_>, kind: SlotKind) -> Result<Metadata> {
 }
 
 /// The slot's sealed row and the epoch that labels it.
+#[tracing::instrument(name = "vault::load", skip_all, fields(tenant = %slot.tenant, workspace = %slot.workspace, connector = slot.connector))]
 pub async fn load(db: &Db, slot: Slot<'_>) -> Result<(Option<Stored>, i64)> {
     db.single_decision(Scope::Tenant(slot.tenant), move |conn, _| {
         Box::pin(store::get(conn, slot.tenant, slot.workspace, slot.connector, slot.owner))
@@ -236,6 +237,7 @@ pub async fn load(db: &Db, slot: Slot<'_>) -> Result<(Option<Stored>, i64)> {
 }
 
 /// Opens a sealed row for its slot.
+#[tracing::instrument(name = "vault::unseal", skip_all, fields(tenant = %slot.tenant, workspace = %slot.workspace, connector = slot.connector, slot = %slot.owner.as_text()))]
 pub fn open(ring: &KeyRing, slot: Slot<'_>, row: &Stored) -> Result<Fields, Unreadable> {
     let plaintext = ring.open(&slot.aad(), &row.envelope)?;
     serde_json::from_slice(&plaintext).map(Fields).map_err(|_| Unreadable)

@@ -101,6 +101,7 @@ pub fn display_name(name: Option<&str>, slug: &str) -> Result<String> {
 }
 
 /// Creates a workspace bound to version 1, an empty configuration.
+#[tracing::instrument(name = "workspaces::create", skip_all, fields(tenant = %tenant, workspace = slug))]
 pub async fn create(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, name: Option<&str>) -> Result<Workspace> {
     validate_slug(slug)?;
     let name = display_name(name, slug)?;
@@ -136,17 +137,20 @@ pub async fn create(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, name: 
     .await
 }
 
+#[tracing::instrument(name = "workspaces::list", skip_all, fields(tenant = %tenant))]
 pub async fn list(db: &Db, tenant: TenantId) -> Result<Vec<Workspace>> {
     db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::list(conn, tenant))).await
 }
 
 /// [`bound`], by the workspace's id.
+#[tracing::instrument(name = "workspaces::bound", skip_all, fields(tenant = %tenant, workspace = %id))]
 pub async fn bound_by_id(db: &Db, tenant: TenantId, id: Uuid) -> Result<Bound> {
     let slug = db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::slug_of(conn, tenant, id))).await?;
     bound(db, tenant, &slug.ok_or(Error::NotFound { what: "workspace" })?).await
 }
 
 /// The workspace and the configuration it runs; another tenant's answers `not_found`.
+#[tracing::instrument(name = "workspaces::bound", skip_all, fields(tenant = %tenant, workspace = slug))]
 pub async fn bound(db: &Db, tenant: TenantId, slug: &str) -> Result<Bound> {
     db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::bound(conn, tenant, slug)))
         .await?
@@ -156,6 +160,7 @@ pub async fn bound(db: &Db, tenant: TenantId, slug: &str) -> Result<Bound> {
 /// Edits the configuration: `change` turns the bound document into the next one, which is
 /// stored as version n+1 and bound only if the workspace still runs version n (the one read,
 /// or `expected` when the editor says which version it read). A lost race answers 412.
+#[tracing::instrument(name = "workspaces::edit", skip_all, fields(tenant = %tenant, workspace = slug, action = action))]
 pub async fn edit<F>(
     db: &Db,
     tenant: TenantId,
@@ -216,6 +221,7 @@ fn binding_changed() -> Error {
 }
 
 /// Adds a connector (a new configuration version); an existing id is a conflict.
+#[tracing::instrument(name = "workspaces::add_connector", skip_all, fields(tenant = %tenant, workspace = slug, connector = id))]
 pub async fn add_connector(
     db: &Db,
     tenant: TenantId,
@@ -239,6 +245,7 @@ pub async fn add_connector(
 }
 
 /// Removes a connector (a new configuration version) and its classification overrides.
+#[tracing::instrument(name = "workspaces::remove_connector", skip_all, fields(tenant = %tenant, workspace = slug, connector = id))]
 pub async fn remove_connector(
     db: &Db,
     tenant: TenantId,
@@ -261,6 +268,7 @@ pub async fn remove_connector(
 /// Replaces the classification overrides, grants, pools and/or pinning (a new configuration version).
 /// In `patch`, a present `classification` replaces the map; a present `grants` replaces the
 /// list, and `null` removes it (everything granted again).
+#[tracing::instrument(name = "workspaces::configure", skip_all, fields(tenant = %tenant, workspace = slug))]
 pub async fn configure(
     db: &Db,
     tenant: TenantId,

@@ -281,12 +281,17 @@ impl Served {
     }
 
     /// [`Served::start`] on a chosen port (when a peer must know the URL in advance).
-    pub async fn start_on(mut cmd: Command, port: u16) -> Served {
+    pub async fn start_on(cmd: Command, port: u16) -> Served {
+        Self::start_logging(cmd, port, "info").await
+    }
+
+    /// [`Served::start_on`], logging at `level` (`RUST_LOG`).
+    pub async fn start_logging(mut cmd: Command, port: u16, level: &str) -> Served {
         let log = std::env::temp_dir().join(format!("gatehouse-serve-{}.log", Uuid::new_v4().simple()));
         let log_file = std::fs::File::create(&log).unwrap();
         cmd.arg("serve")
             .env("GATEHOUSE_LISTEN", format!("127.0.0.1:{port}"))
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", level)
             .stdout(Stdio::null())
             .stderr(log_file);
         let child = cmd.spawn().expect("spawn gatehouse serve");

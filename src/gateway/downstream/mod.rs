@@ -88,6 +88,10 @@ pub mod fuzzing {
 /// A catalog and when the shared cache says it was fetched (`None`: built from configuration).
 type Catalog = (Option<chrono::DateTime<chrono::Utc>>, Arc<Vec<Tool>>);
 
+/// A catalog asked of the server: the tools served, and when the shared cache stored them
+/// (`None`: an HTTP API's, which is its configuration).
+pub type Fetched = (Arc<Vec<Tool>>, Option<chrono::DateTime<chrono::Utc>>);
+
 /// The key of a session or catalog: who it serves and exactly which configuration.
 pub fn key(tenant: uuid::Uuid, workspace: uuid::Uuid, connector_id: &str, connector: &Connector) -> String {
     let config = serde_json::to_vec(connector).unwrap_or_default();
@@ -179,6 +183,7 @@ impl Downstreams {
     /// from this replica's memory when the shared cache says that copy is current (`stamp`,
     /// read with the request's configuration), else from the shared cache, else from the
     /// server itself, stored for every replica.
+    #[tracing::instrument(name = "downstream::catalog", skip_all, fields(tenant = %target.tenant, workspace = %target.workspace, connector = target.connector_id))]
     pub async fn catalog(
         &self,
         db: &Db,
@@ -221,6 +226,7 @@ impl Downstreams {
 
     /// Asks the server for its catalog now and stores it for every replica (`audit`: an
     /// operator asked, and the admin log records it).
+    #[tracing::instrument(name = "downstream::fetch", skip_all, fields(tenant = %target.tenant, workspace = %target.workspace, connector = target.connector_id))]
     pub async fn fetch(
         &self,
         db: &Db,
@@ -229,7 +235,7 @@ impl Downstreams {
         connector: &Connector,
         credential: Option<&Credential>,
         audit: Option<&crate::admin_log::Audit>,
-    ) -> Result<(Arc<Vec<Tool>>, Option<chrono::DateTime<chrono::Utc>>), Failure> {
+    ) -> Result<Fetched, Failure> {
         if let Connector::HttpApi(api) = connector {
             return Ok((Arc::new(super::http_api_connector::catalog(api)), None));
         }
@@ -275,7 +281,7 @@ impl Downstreams {
         key: &str,
         tools: Arc<Vec<Tool>>,
         audit: Option<&crate::admin_log::Audit>,
-    ) -> Result<(Arc<Vec<Tool>>, Option<chrono::DateTime<chrono::Utc>>), Failure> {
+    ) -> Result<Fetched, Failure> {
         // What is served is what the pins allow, decided with the stored catalog: a catalog
         // that cannot be checked against its pins is not served (fail closed).
         let (fetched_at, tools) = match catalogs::store(db, target, &tools, audit).await {
@@ -313,6 +319,7 @@ impl Downstreams {
 
     /// Calls one tool under the connector's deadline. A broken session is dropped so the
     /// next call reconnects.
+    #[tracing::instrument(name = "downstream::call", skip_all, fields(tenant = %tenant, tool = call.tool))]
     pub async fn call(
         &self,
         tenant: uuid::Uuid,
@@ -384,6 +391,7 @@ impl Downstreams {
     /// `request`: the method and its params. With `upstream` (the agent's response stream,
     /// handshake era), what the server sends on the request's stream reaches the agent: its
     /// progress and log notifications, and its sampling, elicitation and roots requests.
+    #[tracing::instrument(name = "downstream::relay", skip_all, fields(tenant = %tenant, method = request.0))]
     pub async fn relay(
         &self,
         tenant: uuid::Uuid,

@@ -76,6 +76,7 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
 }
 
 /// [`call_with`] for a granted tool of a visible connector.
+#[tracing::instrument(name = "gateway::relay_call", skip_all, fields(connector = id, tool = name))]
 async fn call_granted(
     state: &AppState,
     ctx: &GatewayCtx,

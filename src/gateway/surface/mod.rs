@@ -273,6 +273,7 @@ pub(crate) fn target<'a>(ctx: &'a GatewayCtx, id: &'a str, key: &'a str) -> Targ
     }
 }
 
+#[tracing::instrument(name = "gateway::catalog", skip_all, fields(tenant = %ctx.tenant.id, workspace = %ctx.bound.workspace.slug, connector = id))]
 pub(crate) async fn catalog(
     state: &AppState,
     ctx: &GatewayCtx,

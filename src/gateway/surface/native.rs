@@ -70,6 +70,7 @@ fn owner<'c>(
 /// The list is sorted by name, so every replica, before and after a restart, lists the same
 /// tools in the same order whatever order the downstreams list theirs in (a client that caches
 /// the list, or a prompt cache keyed on it, sees no change where nothing changed).
+#[tracing::instrument(name = "gateway::list_tools", skip_all, fields(tenant = %ctx.tenant.id, workspace = %ctx.bound.workspace.slug))]
 pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Vec<Tool> {
     let mut tools: Vec<Tool> = native_index(state, ctx, None).await.into_iter().map(|(_, _, t)| t).collect();
     tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -147,6 +148,7 @@ pub(super) fn relayed(ctx: &GatewayCtx) -> Vec<(&String, &Connector)> {
 /// One relayed request to one connector, with the caller's credential for it; what the
 /// downstream sends on the request's stream reaches the agent's when the request has one
 /// (the direct path's, handshake era).
+#[tracing::instrument(name = "gateway::relay", skip_all, fields(connector = id, method = method))]
 async fn relay(
     state: &AppState,
     ctx: &GatewayCtx,
@@ -203,6 +205,7 @@ impl Hints {
 /// several connectors each item's name carries its connector id (`id.name`); URIs stay the
 /// downstreams' own. `hinted`: the caller is on 2026-07-28, so the list carries its caching
 /// hints ([`Hints`]).
+#[tracing::instrument(name = "gateway::list", skip_all, fields(tenant = %ctx.tenant.id, workspace = %ctx.bound.workspace.slug, method = method))]
 pub async fn native_list(state: &AppState, ctx: &GatewayCtx, method: &str, field: &str, hinted: bool) -> Value {
     let mut hints = Hints::new(per_caller(ctx));
     let capability = if field == "prompts" { "prompts" } else { "resources" };
@@ -267,6 +270,7 @@ fn granted_resource<'c>(
 /// connector it concerns with the prefix taken off: a prompt by its name; a resource by
 /// asking each connector that declares resources in turn (URIs are the downstreams' own);
 /// a completion by its reference; a level to every connector that declares logging.
+#[tracing::instrument(name = "gateway::request", skip_all, fields(tenant = %ctx.tenant.id, workspace = %ctx.bound.workspace.slug, method = method))]
 pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mut params: Value) -> Result<Value, ErrorData> {
     let refused = |f: Failure| match f {
         Failure::Rejected(message) => ErrorData::invalid_params(message, None),
