@@ -52,9 +52,10 @@ pub struct Event {
     pub data: String,
 }
 
-/// An incremental `text/event-stream` parser (the WHATWG algorithm, less `id` and `retry`,
-/// which only serve reconnection). Lines end in CR, LF or CRLF, even when a CRLF is split
-/// across chunks, so how the bytes are chunked never changes the events.
+/// An incremental `text/event-stream` parser (the WHATWG algorithm). Lines end in CR, LF or
+/// CRLF, even when a CRLF is split across chunks, so how the bytes are chunked never changes
+/// the events. `id` and `retry` serve reconnection: [`EventParser::last_event_id`] and
+/// [`EventParser::retry`] say what a client resuming the stream sends and waits.
 #[derive(Debug)]
 pub struct EventParser {
     max_event_bytes: usize,
@@ -67,6 +68,11 @@ pub struct EventParser {
     first_line_done: bool,
     /// An event grew too large; the stream is unusable from there on.
     failed: bool,
+    /// The `id` field of the event being read, and the last event ID (set when an event ends).
+    id: Option<Vec<u8>>,
+    last_id: Option<String>,
+    /// The reconnection time the server asked for (`retry`), in milliseconds.
+    retry: Option<u64>,
 }
 
 impl EventParser {
@@ -79,7 +85,27 @@ impl EventParser {
             after_cr: false,
             first_line_done: false,
             failed: false,
+            id: None,
+            last_id: None,
+            retry: None,
         }
+    }
+
+    /// The last event ID the stream set (an `id` field of an event that ended; an empty one
+    /// clears it): what a client resuming the stream sends as `Last-Event-ID`.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    /// A parser for the stream that resumes this one: nothing of a partly read event carries
+    /// over, the last event ID and the reconnection time do.
+    pub fn resumed(&self) -> EventParser {
+        EventParser { last_id: self.last_id.clone(), retry: self.retry, ..EventParser::new(self.max_event_bytes) }
+    }
+
+    /// How long the server asked a client to wait before reconnecting (`retry`).
+    pub fn retry(&self) -> Option<std::time::Duration> {
+        self.retry.map(std::time::Duration::from_millis)
     }
 
     /// Parses `chunk`, appending every event it completes to `out`. After an oversize event it
@@ -124,6 +150,9 @@ impl EventParser {
             line = line.strip_prefix("\u{feff}".as_bytes()).unwrap_or(line);
         }
         if line.is_empty() {
+            if let Some(id) = self.id.take() {
+                self.last_id = (!id.is_empty()).then(|| String::from_utf8_lossy(&id).into_owned());
+            }
             if !self.data.is_empty() {
                 self.data.pop(); // the newline after the last data field
                 let kind = if self.kind.is_empty() { "message".into() } else { String::from_utf8_lossy(&self.kind).into_owned() };
@@ -142,6 +171,12 @@ impl EventParser {
                 b"data" => {
                     self.data.extend_from_slice(value);
                     self.data.push(b'\n');
+                }
+                b"id" if !value.contains(&0) => self.id = Some(value.to_vec()),
+                b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                    if let Some(ms) = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()) {
+                        self.retry = Some(ms);
+                    }
                 }
                 _ => {}
             }
@@ -340,6 +375,32 @@ mod tests {
         assert!(failed, "many small data lines still make one event");
         let (_, failed) = parse(&[b": a very long comment line\n"], 16);
         assert!(failed);
+    }
+
+    #[test]
+    fn the_last_event_id_and_retry_serve_a_resumption() {
+        let mut parser = EventParser::new(MAX_EVENT_BYTES);
+        let mut out = VecDeque::new();
+        assert_eq!((parser.last_event_id(), parser.retry()), (None, None));
+        // A priming event: an id and a retry time, empty data (dispatched, as WHATWG says).
+        parser.feed(b"id: event-1\nretry: 500\ndata: \n\n", &mut out).unwrap();
+        assert_eq!(parser.last_event_id(), Some("event-1"));
+        assert_eq!(parser.retry(), Some(std::time::Duration::from_millis(500)));
+        // An event without an id keeps the last one; a malformed retry changes nothing; an id
+        // counts only once its event ends.
+        parser.feed(b"retry: 5x\ndata: a\n\nid: event-2\ndata: b", &mut out).unwrap();
+        assert_eq!(parser.last_event_id(), Some("event-1"));
+        assert_eq!(parser.retry(), Some(std::time::Duration::from_millis(500)));
+        parser.feed(b"\n\n", &mut out).unwrap();
+        assert_eq!(parser.last_event_id(), Some("event-2"));
+        // An id with a NUL is ignored; an empty one clears the last id.
+        parser.feed(b"id: x\0y\ndata: c\n\n", &mut out).unwrap();
+        assert_eq!(parser.last_event_id(), Some("event-2"));
+        let resumed = parser.resumed();
+        assert_eq!((resumed.last_event_id(), resumed.retry()), (Some("event-2"), Some(std::time::Duration::from_millis(500))));
+        parser.feed(b"id\ndata: d\n\n", &mut out).unwrap();
+        assert_eq!(parser.last_event_id(), None);
+        assert_eq!(out.len(), 5);
     }
 
     #[test]

@@ -31,6 +31,11 @@ const MAX_PAGES: usize = 64;
 /// The most tools one connector may list: a longer catalog is refused, not truncated.
 pub const MAX_TOOLS: usize = 10_000;
 
+/// How many times one response stream is resumed (a GET with `Last-Event-ID`).
+const MAX_RESUMES: u32 = 3;
+/// The wait before resuming a stream whose server named no `retry` time.
+const DEFAULT_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// How long the DELETE that ends a session may take.
 const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -184,7 +189,10 @@ impl HttpSession {
 
     /// Reads events until the response to `id`; the call's notifications before it go to
     /// `upstream` (when there is one), and so do the server's requests, whose answers are
-    /// POSTed back on `session`; anything else on the stream is skipped.
+    /// POSTed back on `session`; anything else on the stream is skipped. A stream of a
+    /// session that closes (or breaks) before the response after naming an event id is
+    /// resumed: after the server's `retry` time, a GET with `Last-Event-ID`, at most
+    /// [`MAX_RESUMES`] times (SEP-1699).
     async fn from_stream(
         mut r: reqwest::Response,
         id: u64,
@@ -193,9 +201,30 @@ impl HttpSession {
     ) -> Result<Value, Failure> {
         let mut parser = EventParser::new(MAX_RESPONSE_BYTES);
         let mut events = std::collections::VecDeque::new();
+        let mut resumes = 0;
         loop {
-            let Some(chunk) = r.chunk().await.map_err(unavailable)? else {
-                return Err(Failure::Unavailable("the response stream ended before the response".into()));
+            let chunk = match r.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                ended => {
+                    let resumed = match (session, parser.last_event_id()) {
+                        (Some(session), Some(last)) if resumes < MAX_RESUMES => {
+                            resumes += 1;
+                            tokio::time::sleep(parser.retry().unwrap_or(DEFAULT_RETRY)).await;
+                            session.open_stream_after(Some(last)).await?
+                        }
+                        _ => None,
+                    };
+                    match (resumed, ended) {
+                        (Some(stream), _) => {
+                            r = stream;
+                            // A new stream: its events start afresh; the last id carries on.
+                            parser = parser.resumed();
+                            continue;
+                        }
+                        (None, Err(e)) => return Err(unavailable(e)),
+                        (None, _) => return Err(Failure::Unavailable("the response stream ended before the response".into())),
+                    }
+                }
             };
             parser.feed(&chunk, &mut events).map_err(|e| Failure::Rejected(cap(&e.to_string())))?;
             while let Some(event) = events.pop_front() {
@@ -305,7 +334,16 @@ impl HttpSession {
     /// (list changes, resource updates). `Ok(None)`: the server offers no such stream (it
     /// answered 405, as the specification lets it).
     pub async fn open_stream(&self) -> Result<Option<reqwest::Response>, Failure> {
+        self.open_stream_after(None).await
+    }
+
+    /// [`HttpSession::open_stream`], resuming after the event `last` (`Last-Event-ID`): the
+    /// server replays what followed it, on this stream.
+    async fn open_stream_after(&self, last: Option<&str>) -> Result<Option<reqwest::Response>, Failure> {
         let mut headers = self.headers.clone();
+        if let Some(last) = last.and_then(|l| HeaderValue::from_str(l).ok()) {
+            headers.insert(HeaderName::from_static("last-event-id"), last);
+        }
         headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
         headers.remove(header::CONTENT_TYPE);
         let r = self.http.get(self.url.clone()).headers(headers).send().await.map_err(unavailable)?;
