@@ -90,6 +90,9 @@ impl managed::Manager for Manager {
     async fn create(&self) -> Result<Arc<Live>, Failure> {
         let http = self.http.clone().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
         let session = super::session::connect(http, &self.connector, self.credential.as_ref()).await?;
+        if let Session::Http(s) = &session {
+            s.listen_for_asks();
+        }
         let live = Live::new(session);
         live.answered();
         Ok(Arc::new(live))

@@ -16,6 +16,7 @@ use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
+mod asked;
 mod stateless;
 
 pub use stateless::{listen, stateless};
@@ -53,6 +54,8 @@ pub struct HttpSession {
     /// The server's `initialize` result (its capabilities and instructions), for a native
     /// pool to declare and relay.
     server: Value,
+    /// Who answers the server's requests on the session's GET stream ([`asked`]).
+    asked: asked::Asked,
 }
 
 /// Why a request failed, before it becomes a [`Failure`].
@@ -84,7 +87,8 @@ impl HttpSession {
         let mut headers = custom;
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let mut session = HttpSession { http, url, headers, next_id: AtomicU64::new(1), server: Value::Null };
+        let mut session =
+            HttpSession { http, url, headers, next_id: AtomicU64::new(1), server: Value::Null, asked: Default::default() };
         // Declared for every agent: whether this one can answer is judged per request, and a
         // request it cannot answer is refused to the server as the agent would refuse it.
         let params = json!({
@@ -138,6 +142,8 @@ impl HttpSession {
         upstream: Option<&Upstream>,
     ) -> Result<(R, Option<HeaderValue>), Trouble> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // While this request runs, the agent answers what the server asks on the GET stream.
+        let _hold = upstream.filter(|u| u.can_ask() && self.has_session_id()).map(|u| self.asked.hold(u));
         let r = self.post(&Outgoing { jsonrpc: "2.0", id, method, params }, Some(method)).await?;
         let status = r.status();
         // The specification says 404; some servers (the TypeScript SDK's among them) answer 400
@@ -245,11 +251,7 @@ impl HttpSession {
                         Some(upstream) => upstream.downstream_request(message).await,
                         None => super::asks::refusal(&asked, -32601, "Method not found: no agent is waiting on this request"),
                     };
-                    match session.post(&answer, None).await {
-                        Ok(r) if r.status().is_success() => {}
-                        Ok(r) => tracing::info!(status = r.status().as_u16(), "the downstream refused the agent's answer"),
-                        Err(f) => tracing::info!(failure = ?f, "the agent's answer could not be sent to the downstream"),
-                    }
+                    session.send_answer(&answer).await;
                     continue;
                 }
                 if let Some(upstream) = upstream
@@ -318,6 +320,7 @@ impl HttpSession {
     /// `Mcp-Session-Id`, as the specification allows a client. Nothing is sent for a server
     /// that assigned no session, or outside a runtime (at exit); its answer is not awaited.
     pub fn close(&self) {
+        self.asked.stop();
         if !self.headers.contains_key(SESSION_ID) {
             return;
         }
@@ -360,6 +363,20 @@ impl HttpSession {
         };
         if let Err(f) = self.post(&answer, None).await {
             tracing::debug!(failure = ?f, "could not answer a downstream's request on its GET stream");
+        }
+    }
+
+    /// Whether the server gave the session an id (a stateful session).
+    fn has_session_id(&self) -> bool {
+        self.headers.contains_key(SESSION_ID)
+    }
+
+    /// POSTs the agent's answer to one of the server's requests.
+    async fn send_answer(&self, answer: &Value) {
+        match self.post(answer, None).await {
+            Ok(r) if r.status().is_success() => {}
+            Ok(r) => tracing::info!(status = r.status().as_u16(), "the downstream refused the agent's answer"),
+            Err(f) => tracing::info!(failure = ?f, "the agent's answer could not be sent to the downstream"),
         }
     }
 
