@@ -143,7 +143,10 @@ impl HttpSession {
     ) -> Result<(R, Option<HeaderValue>), Trouble> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // While this request runs, the agent answers what the server asks on the GET stream.
-        let _hold = upstream.filter(|u| u.can_ask() && self.has_session_id()).map(|u| self.asked.hold(u));
+        let _hold = match upstream.filter(|u| u.can_ask() && self.has_session_id()) {
+            Some(upstream) => Some(self.asked.hold(upstream).await),
+            None => None,
+        };
         let r = self.post(&Outgoing { jsonrpc: "2.0", id, method, params }, Some(method)).await?;
         let status = r.status();
         // The specification says 404; some servers (the TypeScript SDK's among them) answer 400
