@@ -279,7 +279,7 @@ pub async fn relay(
         _ => None,
     };
     let tenant = ctx.tenant.id.0;
-    if !state.downstreams.modern(tenant, call.key, call.c, call.credential).await {
+    if !state.downstreams.modern(tenant, call.key, call.c, call.credential).await.map_err(Stopped::Failed)? {
         return Ok(None);
     }
     params["_meta"] = super::downstream::request_meta(without_tasks(&agent.capabilities), ctx.upstream.as_ref());

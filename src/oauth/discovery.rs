@@ -189,8 +189,24 @@ async fn challenge_of(http: &reqwest::Client, connector: &Connector) -> Option<C
     let initialize = serde_json::json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") } } });
     let response = post(initialize, None).await.ok()?;
-    if !response.status().is_success() {
+    if response.status() == reqwest::StatusCode::UNAUTHORIZED {
         return challenge_in(&response);
+    }
+    if !response.status().is_success() {
+        // A server that refuses the handshake may speak only 2026-07-28, where a stateless
+        // `server/discover` is the first request a client sends.
+        drop(response);
+        let discover = serde_json::json!({ "jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": { "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") } } } });
+        let request = http
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+            .json(&discover)
+            .timeout(timeout);
+        return challenge_in(&request.send().await.ok()?);
     }
     // `initialize` went through without a token: the server guards its operations instead,
     // so the first operation in this session says what it asks for.

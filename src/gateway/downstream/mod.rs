@@ -242,7 +242,7 @@ impl Downstreams {
         let deadline = Duration::from_millis(connector.timeout_ms());
         // A 2026-07-28 server that refuses the handshake is asked in its own revision (each
         // request takes its own slot).
-        if self.stateless_only(target.tenant.0, key, connector, credential).await {
+        if self.stateless_only(target.tenant.0, key, connector, credential).await? {
             let tools = match tokio::time::timeout(deadline, self.list_modern(target.tenant.0, connector, credential)).await {
                 Ok(tools) => tools?,
                 Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
@@ -342,7 +342,7 @@ impl Downstreams {
         // A 2026-07-28 server that refuses the handshake is called in its own revision (a
         // 2026-07-28 agent's calls come through `input::relay` instead, with the agent's
         // capabilities).
-        if self.stateless_only(tenant, key, connector, credential).await {
+        if self.stateless_only(tenant, key, connector, credential).await? {
             drop(_slot);
             let params = serde_json::json!({ "name": tool, "arguments": args });
             let headers = schema.map(|schema| super::param_headers::compute(schema, args)).unwrap_or_default();
@@ -405,7 +405,7 @@ impl Downstreams {
         if !matches!(connector, Connector::RemoteMcp { .. }) {
             return Err(Failure::Rejected("only an MCP connector has more than tools".into()));
         }
-        if self.stateless_only(tenant, key, connector, credential).await {
+        if self.stateless_only(tenant, key, connector, credential).await? {
             return self.relay_modern(tenant, connector, credential, (method, params), upstream).await;
         }
         let _slot = self.admit(tenant)?;
@@ -442,7 +442,7 @@ impl Downstreams {
         if !matches!(connector, Connector::RemoteMcp { .. }) {
             return Ok(serde_json::Value::Null);
         }
-        if self.modern(tenant, key, connector, credential).await
+        if self.modern(tenant, key, connector, credential).await?
             && let Some(discovered) = self.discovered(key)
         {
             return Ok((*discovered).clone());

@@ -43,13 +43,21 @@ pub fn request_meta(capabilities: Value, upstream: Option<&crate::gateway::upstr
 impl Downstreams {
     /// Whether the connector's server speaks 2026-07-28: it answers `server/discover` listing
     /// that revision. Remembered per catalog key; an unreachable server is asked again next
-    /// time (and meanwhile spoken to as before, through the handshake).
-    pub async fn modern(&self, tenant: uuid::Uuid, key: &str, connector: &Connector, credential: Option<&Credential>) -> bool {
+    /// time (and meanwhile spoken to as before, through the handshake). A server that refuses
+    /// the credential (401, 403) says so to the request that asked: its challenge (a step-up's
+    /// scopes) must reach the grant's repair, not be taken for a handshake-era server.
+    pub async fn modern(
+        &self,
+        tenant: uuid::Uuid,
+        key: &str,
+        connector: &Connector,
+        credential: Option<&Credential>,
+    ) -> Result<bool, Failure> {
         if !matches!(connector, Connector::RemoteMcp { transport: RemoteTransport::StreamableHttp, .. }) {
-            return false;
+            return Ok(false);
         }
         if let Some(known) = self.revisions.lock().unwrap_or_else(|p| p.into_inner()).get(key) {
-            return known.is_some();
+            return Ok(known.is_some());
         }
         let params = meta();
         let discovered = match self.stateless(tenant, connector, credential, ("server/discover", None, &[]), &params, None).await
@@ -61,11 +69,12 @@ impl Downstreams {
                 modern.then(|| std::sync::Arc::new(result))
             }
             Err(Failure::Rejected(_)) => None,
-            Err(_) => return false,
+            Err(refused @ Failure::Refused { .. }) => return Err(refused),
+            Err(_) => return Ok(false),
         };
         let modern = discovered.is_some();
         self.revisions.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), discovered);
-        modern
+        Ok(modern)
     }
 
     /// Whether a request that may go either way goes to this server as a stateless
@@ -80,12 +89,12 @@ impl Downstreams {
         key: &str,
         connector: &Connector,
         credential: Option<&Credential>,
-    ) -> bool {
-        if !self.modern(tenant, key, connector, credential).await {
-            return false;
+    ) -> Result<bool, Failure> {
+        if !self.modern(tenant, key, connector, credential).await? {
+            return Ok(false);
         }
         if let Some(refused) = self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).get(key) {
-            return *refused;
+            return Ok(*refused);
         }
         let refused = match self.lease(key, connector, credential, false).await {
             Ok(_) => false,
@@ -95,7 +104,7 @@ impl Downstreams {
             }
         };
         self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), refused);
-        refused
+        Ok(refused)
     }
 
     /// What a 2026-07-28 server said of itself in its `server/discover` result (its

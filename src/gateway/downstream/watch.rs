@@ -297,7 +297,7 @@ impl Listening {
         let Some(downstreams) = self.downstreams.upgrade() else { return Ok(Ended::Silent) };
         let credential = self.credential.as_ref();
         let headers = session::headers(&self.connector, credential);
-        if downstreams.modern(self.tenant, &self.key, &self.connector, credential).await {
+        if downstreams.modern(self.tenant, &self.key, &self.connector, credential).await? {
             drop(downstreams);
             let mut filter = json!({ "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true });
             let (version, uris) = self.wanted.set.borrow().clone();
