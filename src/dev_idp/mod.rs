@@ -39,6 +39,28 @@ impl std::fmt::Debug for DevIdp {
     }
 }
 
+/// Writes `contents` at `path` unless a file is there already, and answers what `path` holds
+/// then. The whole file is written under a private name first and linked into place, so
+/// replicas starting at once on one data directory agree on the first key written and never
+/// read a half-written one.
+fn publish_once(path: &Path, contents: &[u8]) -> anyhow::Result<String> {
+    let mut suffix = [0u8; 8];
+    rand::rng().fill_bytes(&mut suffix);
+    let private = path.with_extension(format!("{}.partial", hex::encode(suffix)));
+    let written = (|| {
+        let mut file = OpenOptions::new().create_new(true).write(true).mode(0o600).open(&private)?;
+        file.write_all(contents)?;
+        file.sync_all()?;
+        match std::fs::hard_link(&private, path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
+        }
+    })();
+    let _ = std::fs::remove_file(&private);
+    written.with_context(|| format!("cannot write {}", path.display()))?;
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
 impl DevIdp {
     /// Loads the signing key from the data dir, creating it on first use.
     pub fn load_or_create(data_dir: &Path, public_url: &str) -> anyhow::Result<DevIdp> {
@@ -51,9 +73,7 @@ impl DevIdp {
                 rand::rng().fill_bytes(&mut seed);
                 let pem =
                     SigningKey::from_bytes(&seed).to_pkcs8_pem(LineEnding::LF).map_err(|e| anyhow::anyhow!("{e}"))?.to_string();
-                let mut file = OpenOptions::new().create_new(true).write(true).mode(0o600).open(&path)?;
-                file.write_all(pem.as_bytes())?;
-                pem
+                publish_once(&path, pem.as_bytes())?
             }
         };
         let fingerprint = hex::encode(Sha256::digest(pem.as_bytes()));
@@ -67,5 +87,30 @@ impl DevIdp {
             key,
             jwks,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Replicas starting at once on one data directory all load the same key, and none fails.
+    #[test]
+    fn replicas_starting_at_once_share_the_first_key() {
+        for _ in 0..20 {
+            let mut suffix = [0u8; 8];
+            rand::rng().fill_bytes(&mut suffix);
+            let dir = std::env::temp_dir().join(format!("gatehouse-dev-idp-{}", hex::encode(suffix)));
+            let loaded: Vec<String> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..8)
+                    .map(|_| s.spawn(|| DevIdp::load_or_create(&dir, "http://127.0.0.1:1").map(|idp| idp.client_secret)))
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+            });
+            assert!(loaded.windows(2).all(|w| w[0] == w[1]), "every replica has the same key");
+            let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+            std::fs::remove_dir_all(&dir).unwrap();
+            assert_eq!(left.len(), 1, "no partial file is left: {left:?}");
+        }
     }
 }
