@@ -179,16 +179,17 @@ async fn challenge_of(http: &reqwest::Client, connector: &Connector) -> Option<C
         let response = http.get(url).header("accept", "text/event-stream").timeout(timeout).send().await.ok()?;
         return challenge_in(&response);
     }
-    let post = |body: serde_json::Value, session: Option<&str>| {
+    // `headers`: the session's (its id and revision), or a stateless request's.
+    let post = |body: serde_json::Value, headers: &[(&str, &str)]| {
         let mut request = http.post(url).header("accept", "application/json, text/event-stream").json(&body).timeout(timeout);
-        if let Some(session) = session {
-            request = request.header("mcp-session-id", session).header("mcp-protocol-version", "2025-11-25");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         request.send()
     };
     let initialize = serde_json::json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") } } });
-    let response = post(initialize, None).await.ok()?;
+    let response = post(initialize, &[]).await.ok()?;
     if response.status() == reqwest::StatusCode::UNAUTHORIZED {
         return challenge_in(&response);
     }
@@ -199,23 +200,21 @@ async fn challenge_of(http: &reqwest::Client, connector: &Connector) -> Option<C
         let discover = serde_json::json!({ "jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": { "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
             "io.modelcontextprotocol/clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") } } } });
-        let request = http
-            .post(url)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "server/discover")
-            .json(&discover)
-            .timeout(timeout);
-        return challenge_in(&request.send().await.ok()?);
+        let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "server/discover")];
+        return challenge_in(&post(discover, &headers).await.ok()?);
     }
     // `initialize` went through without a token: the server guards its operations instead,
     // so the first operation in this session says what it asks for.
     let session = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     drop(response);
+    let headers: Vec<(&str, &str)> = match &session {
+        Some(session) => vec![("mcp-session-id", session), ("mcp-protocol-version", "2025-11-25")],
+        None => Vec::new(),
+    };
     let initialized = serde_json::json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
-    let _ = post(initialized, session.as_deref()).await;
+    let _ = post(initialized, &headers).await;
     let list = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} });
-    let found = challenge_in(&post(list, session.as_deref()).await.ok()?);
+    let found = challenge_in(&post(list, &headers).await.ok()?);
     if let Some(session) = &session {
         // The probe's session is of no further use.
         let _ = http.delete(url).header("mcp-session-id", session).timeout(timeout).send().await;

@@ -88,7 +88,10 @@ impl Asked {
             self.running.store(false, Ordering::Release);
             return None;
         };
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.running.store(false, Ordering::Release);
+            return None;
+        };
         let (opened, heard) = oneshot::channel();
         let task = runtime.spawn(listen(me, opened));
         *self.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
