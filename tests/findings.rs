@@ -295,7 +295,7 @@ async fn a_catalog_that_changes_under_the_same_configuration_is_drift() {
     let target = |key| Target { tenant: a, workspace, connector_id: "github", config_key: key, pinning: Default::default() };
     let store = |key: &'static str, tools: Vec<rmcp::model::Tool>| {
         let db = t.db.clone();
-        async move { catalogs::store(&db, target(key), &tools, None).await.unwrap() }
+        async move { catalogs::store(&db, target(key), &tools, &Default::default(), None).await.unwrap() }
     };
     store("k1", vec![tool("a"), tool("b")]).await;
     store("k1", vec![tool("b"), tool("a")]).await;
@@ -307,6 +307,20 @@ async fn a_catalog_that_changes_under_the_same_configuration_is_drift() {
     // An edited connector (new configuration key) is expected to list other tools.
     store("k2", vec![tool("a"), tool("c")]).await;
     assert_eq!(only(&t, a).await.occurrences, 1);
+
+    // The revision a server was listed in and its freshness hint are kept with the catalog
+    // (and replaced with it), for every replica that loads it.
+    let listing = catalogs::Listing { revision: Some("2026-07-28".into()), ttl_ms: Some(45_000), private: true };
+    catalogs::store(&t.db, target("k2"), &[tool("a")], &listing, None).await.unwrap();
+    let loaded = catalogs::load(&t.db, target("k2")).await.unwrap().expect("stored");
+    assert_eq!(loaded.listing, listing);
+    let at = loaded.fetched_at.expect("a stored catalog has its time");
+    assert_eq!(loaded.fresh_for(at + chrono::Duration::seconds(15)), 30_000);
+    assert_eq!(loaded.fresh_for(at + chrono::Duration::seconds(60)), 0, "past its hint, stale");
+    catalogs::store(&t.db, target("k2"), &[tool("a")], &Default::default(), None).await.unwrap();
+    let loaded = catalogs::load(&t.db, target("k2")).await.unwrap().expect("stored");
+    assert_eq!(loaded.listing, catalogs::Listing::default(), "a handshake listing has no hint");
+    assert_eq!(loaded.fresh_for(at), 0);
 }
 
 /// The scheduled invariant checks record what should never last as `invariant` findings of the

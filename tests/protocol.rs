@@ -144,6 +144,58 @@ async fn every_result_on_2026_07_28_carries_its_result_type_and_older_revisions_
     assert_eq!(served.terminate().await, 0);
 }
 
+/// A tool list on 2026-07-28 says how long it stays fresh, drawn from the downstreams it lists:
+/// a 2026-07-28 downstream is listed in its own revision and its `ttlMs` bounds the pool's
+/// (counted from when it was listed); a handshake-era downstream gives no hint, so a list that
+/// draws on it is stale at once. Grants make the list private. The revision and the hint are
+/// kept with the catalog, and a refresh reports them. The six-tool surface's list is the same
+/// for every caller and changes only with the configuration.
+#[tokio::test]
+async fn tool_lists_on_2026_07_28_carry_their_downstreams_freshness_and_catalogs_their_revision() {
+    let s = setup().await;
+    let (_downstream, url) = common::conformance_downstream().await;
+    common::add_remote_mcp(&s.t.url, "acme", "main", "conformance", &url).await;
+    let pools = json!({ "pools": {
+        "modern": { "tools": ["conformance"], "native": true },
+        "mixed": { "tools": ["conformance", "everything"], "native": true },
+    } });
+    configure(&s.t, pools).await;
+    let served = Served::start(gatehouse(Some(&s.t.url))).await;
+    let base = format!("{}/t/acme/w/main/mcp", served.base);
+    let hints = |body: &Value| (body["result"]["ttlMs"].as_u64(), body["result"]["cacheScope"].as_str().map(str::to_owned));
+
+    let (status, listed) = modern(&format!("{base}/modern"), &s.machine, "tools/list", None, json!({})).await;
+    assert_eq!(status, 200, "{listed}");
+    let (ttl, scope) = hints(&listed);
+    // The downstream said 120 s; the list was fetched just now, so little of that is gone.
+    assert!(ttl.is_some_and(|ms| (60_000..=120_000).contains(&ms)), "{listed}");
+    assert_eq!(scope.as_deref(), Some("public"), "{listed}");
+    let (_, mixed) = modern(&format!("{base}/mixed"), &s.machine, "tools/list", None, json!({})).await;
+    assert!(mixed["result"]["tools"].as_array().is_some_and(|t| t.len() > 10), "{mixed}");
+    assert_eq!(hints(&mixed), (Some(0), Some("public".into())), "server-everything gives no hint: {mixed}");
+    let (_, six) = modern(&base, &s.machine, "tools/list", None, json!({})).await;
+    assert_eq!(hints(&six), (Some(300_000), Some("public".into())), "{six}");
+    // On 2025-11-25 a list carries no hints.
+    let old: Value = common::mcp_post(&format!("{base}/modern"), &s.machine, "tools/list", json!({})).await.json().await.unwrap();
+    assert_eq!(hints(&old), (None, None), "{old}");
+
+    // The revision each server was listed in, with its hint, as a refresh reports it.
+    let refresh = |id: &str| format!("{}/api/v1/tenants/acme/workspaces/main/connectors/{id}/refresh", served.base);
+    for (id, revision, ttl) in [("conformance", "2026-07-28", json!(120_000)), ("everything", "2025-11-25", Value::Null)] {
+        let r = s.machine.headers(http().post(refresh(id))).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{id}");
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!((&answer["revision"], &answer["ttl_ms"]), (&json!(revision), &ttl), "{answer}");
+    }
+
+    // Grants filter what each caller sees: the list is the caller's own.
+    configure(&s.t, json!({ "grants": [{ "to": "machines", "tools": ["conformance"] }] })).await;
+    let (_, granted) = modern(&format!("{base}/modern"), &s.machine, "tools/list", None, json!({})).await;
+    assert_eq!(hints(&granted).1.as_deref(), Some("private"), "{granted}");
+    assert!(hints(&granted).0.is_some_and(|ms| ms > 0), "{granted}");
+    assert_eq!(served.terminate().await, 0);
+}
+
 /// Progress and log notifications of a downstream call come back on the agent's response
 /// stream, in both of the SDK's modes, through `call_tool` and through a native pool; the
 /// progress token the agent gave is the one its notifications carry.

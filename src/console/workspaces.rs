@@ -170,7 +170,11 @@ async fn connector_view(
                 pinning: bound.document.pinning,
             };
             match catalogs::load(&state.db, target).await? {
-                Some((at, tools)) => (tools, format!("fetched {}", when(&at))),
+                Some(stored) => {
+                    let at = when_opt(&stored.fetched_at);
+                    let revision = stored.listing.revision.as_deref().unwrap_or("an unrecorded revision");
+                    (stored.tools, format!("fetched {at}, listed in {revision}"))
+                }
                 None => (Vec::new(), "not fetched yet (the first call through the gateway fetches it)".to_owned()),
             }
         }

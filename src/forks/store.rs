@@ -57,8 +57,8 @@ pub async fn copy_catalogs(conn: &mut PgConnection, tenant: TenantId, source: Uu
     .execute(&mut *conn)
     .await?;
     let done = sqlx::query!(
-        "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools, fetched_at)
-         SELECT tenant_id, $3, connector_id, config_key, tools, fetched_at FROM connector_catalogs
+        "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools, fetched_at, revision, ttl_ms, cache_scope)
+         SELECT tenant_id, $3, connector_id, config_key, tools, fetched_at, revision, ttl_ms, cache_scope FROM connector_catalogs
           WHERE tenant_id = $1 AND workspace_id = $2",
         tenant.0,
         source,

@@ -28,9 +28,45 @@ pub struct Target<'a> {
     pub pinning: crate::workspaces::config::Pinning,
 }
 
-async fn load_row(conn: &mut PgConnection, t: Target<'_>) -> Result<Option<(DateTime<Utc>, Vec<Tool>)>> {
+/// A connector's catalog: its tools, and what its server said of the list.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub tools: Vec<Tool>,
+    /// When the shared cache stored it (`None`: an HTTP API's, which is its configuration,
+    /// or a peer's, resolved at each call).
+    pub fetched_at: Option<DateTime<Utc>>,
+    pub listing: Listing,
+}
+
+/// What a server said of its tool list besides the tools.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The revision it was listed in (`None`: not an MCP server, or listed before revisions
+    /// were recorded).
+    pub revision: Option<String>,
+    /// How long the server said the list stays fresh (its 2026-07-28 `ttlMs`, the least of
+    /// its pages'); `None`: it said nothing (a handshake-era list).
+    pub ttl_ms: Option<u64>,
+    /// Whether the server said its list may be shared only within the authorization that
+    /// asked (its `cacheScope: "private"`, on any page).
+    pub private: bool,
+}
+
+impl Catalog {
+    /// How long from `now` an agent may still treat this list as fresh (2026-07-28 `ttlMs`):
+    /// what the server allowed, counted from when it was listed, and never beyond the
+    /// gateway's own refresh ([`crate::workspaces::CATALOG_TTL`]). A list the server gave no
+    /// hint for is stale at once.
+    pub fn fresh_for(&self, now: DateTime<Utc>) -> u64 {
+        let allowed = self.listing.ttl_ms.unwrap_or(0).min(crate::workspaces::CATALOG_TTL.as_millis() as u64);
+        let age = self.fetched_at.map_or(0, |at| now.signed_duration_since(at).num_milliseconds().max(0) as u64);
+        allowed.saturating_sub(age)
+    }
+}
+
+async fn load_row(conn: &mut PgConnection, t: Target<'_>) -> Result<Option<Catalog>> {
     let row = sqlx::query!(
-        "SELECT fetched_at, tools FROM connector_catalogs
+        "SELECT fetched_at, tools, revision, ttl_ms, cache_scope FROM connector_catalogs
           WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3 AND config_key = $4",
         t.tenant.0,
         t.workspace,
@@ -41,11 +77,16 @@ async fn load_row(conn: &mut PgConnection, t: Target<'_>) -> Result<Option<(Date
     .await?;
     let Some(row) = row else { return Ok(None) };
     let tools = serde_json::from_value(row.tools).map_err(|e| anyhow::anyhow!("stored catalog unreadable: {e}"))?;
-    Ok(Some((row.fetched_at, tools)))
+    let listing = Listing {
+        revision: row.revision,
+        ttl_ms: row.ttl_ms.and_then(|ms| u64::try_from(ms).ok()),
+        private: row.cache_scope.as_deref() == Some("private"),
+    };
+    Ok(Some(Catalog { tools, fetched_at: Some(row.fetched_at), listing }))
 }
 
 /// The stored catalog of `t`, if the shared cache holds one for this configuration.
-pub async fn load(db: &Db, t: Target<'_>) -> Result<Option<(DateTime<Utc>, Vec<Tool>)>> {
+pub async fn load(db: &Db, t: Target<'_>) -> Result<Option<Catalog>> {
     db.single_decision(Scope::Tenant(t.tenant), move |conn, _| Box::pin(load_row(conn, t))).await
 }
 
@@ -53,14 +94,20 @@ pub async fn load(db: &Db, t: Target<'_>) -> Result<Option<(DateTime<Utc>, Vec<T
 /// configuration now lists different tools (the downstream changed under us). A catalog's
 /// tools are compared in name order, so a server listing the same tools in another order is
 /// not a change.
-async fn store_row(conn: &mut PgConnection, t: Target<'_>, tools: &serde_json::Value) -> Result<(DateTime<Utc>, Option<i64>)> {
+async fn store_row(
+    conn: &mut PgConnection,
+    t: Target<'_>,
+    tools: &serde_json::Value,
+    listing: &Listing,
+) -> Result<(DateTime<Utc>, Option<i64>)> {
     let row = sqlx::query!(
         r#"WITH old AS (SELECT config_key, tools FROM connector_catalogs
                          WHERE tenant_id = $1 AND workspace_id = $2 AND connector_id = $3)
-           INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools)
-           VALUES ($1, $2, $3, $4, $5)
+           INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools, revision, ttl_ms, cache_scope)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
            ON CONFLICT (tenant_id, workspace_id, connector_id)
-           DO UPDATE SET config_key = EXCLUDED.config_key, tools = EXCLUDED.tools, fetched_at = clock_timestamp()
+           DO UPDATE SET config_key = EXCLUDED.config_key, tools = EXCLUDED.tools, fetched_at = clock_timestamp(),
+                         revision = EXCLUDED.revision, ttl_ms = EXCLUDED.ttl_ms, cache_scope = EXCLUDED.cache_scope
            RETURNING fetched_at,
                (SELECT jsonb_array_length(old.tools)::bigint FROM old
                  WHERE old.config_key = $4
@@ -73,6 +120,10 @@ async fn store_row(conn: &mut PgConnection, t: Target<'_>, tools: &serde_json::V
         t.connector_id,
         t.config_key,
         tools,
+        listing.revision.as_deref(),
+        listing.ttl_ms.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+        // A hinted list says public or private; a list without hints says nothing.
+        listing.ttl_ms.map(|_| if listing.private { "private" } else { "public" }),
     )
     .fetch_one(conn)
     .await?;
@@ -98,7 +149,7 @@ fn drift(t: Target<'_>, was: i64, now: usize, at: DateTime<Utc>) -> crate::findi
 /// Stores a freshly fetched catalog as the pins allow it to be served (see [`super::pins`]),
 /// and answers what is served. Two replicas fetching at once store equivalent answers (the
 /// decision is serializable). With `audit`, an operator asked for it: the admin log says so.
-pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], audit: Option<&Audit>) -> Result<(DateTime<Utc>, Vec<Tool>)> {
+pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], listing: &Listing, audit: Option<&Audit>) -> Result<Catalog> {
     let listed = super::pins::as_json(tools)?;
     let listed = &listed;
     db.serializable(Scope::Tenant(t.tenant), move |conn, _| {
@@ -106,7 +157,7 @@ pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], audit: Option<&Audit>
             let now = sqlx::query_scalar!(r#"SELECT clock_timestamp() AS "now!""#).fetch_one(&mut *conn).await?;
             let applied = super::pins::apply(&mut *conn, t, listed, now).await?;
             let served = serde_json::Value::Array(applied.served);
-            let (fetched_at, drifted_from) = store_row(&mut *conn, t, &served).await?;
+            let (fetched_at, drifted_from) = store_row(&mut *conn, t, &served, listing).await?;
             let mut findings = applied.findings;
             if let Some(was) = drifted_from {
                 let now = served.as_array().map_or(0, Vec::len);
@@ -122,13 +173,18 @@ pub async fn store(db: &Db, t: Target<'_>, tools: &[Tool], audit: Option<&Audit>
                     action: "connector.catalog_refresh",
                     target: format!("connector:{}", t.connector_id),
                     before: None,
-                    after: Some(json!({ "workspace_id": t.workspace, "tools": listed.len(), "fetched_at": fetched_at })),
+                    after: Some(json!({
+                        "workspace_id": t.workspace,
+                        "tools": listed.len(),
+                        "fetched_at": fetched_at,
+                        "revision": listing.revision,
+                    })),
                 };
                 admin_log::record(&mut *conn, entry).await?;
             }
             let served: Vec<Tool> =
                 serde_json::from_value(served).map_err(|e| anyhow::anyhow!("a served definition is no tool: {e}"))?;
-            Ok((fetched_at, served))
+            Ok(Catalog { tools: served, fetched_at: Some(fetched_at), listing: listing.clone() })
         })
     })
     .await

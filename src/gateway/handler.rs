@@ -204,10 +204,17 @@ impl ServerHandler for Gateway {
         cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let ctx = gateway_ctx(&cx)?;
-        if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
-            return Ok(ListToolsResult::with_all_items(Box::pin(surface::native_tools(&self.state, &ctx)).await));
-        }
-        Ok(ListToolsResult::with_all_items(surface::tools_for(ctx.pool.as_ref().is_some_and(|(_, p)| p.trusted))))
+        let (tools, hints) = if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
+            Box::pin(surface::native_tools(&self.state, &ctx)).await
+        } else {
+            // The six tools: the same for every caller of the pool, changed only with its
+            // configuration (which listening agents are told of).
+            let mut hints = surface::Hints::new(false);
+            hints.fresh_for(crate::workspaces::CATALOG_TTL.as_millis() as u64);
+            (surface::tools_for(ctx.pool.as_ref().is_some_and(|(_, p)| p.trusted)), hints)
+        };
+        let listed = ListToolsResult::with_all_items(tools);
+        Ok(if hinted(&cx) { hints.apply(listed) } else { listed })
     }
 
     async fn call_tool(

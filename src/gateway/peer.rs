@@ -15,11 +15,12 @@
 use std::{sync::Arc, time::Instant};
 
 use futures::future::BoxFuture;
-use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{JsonObject, ToolAnnotations};
 use serde_json::Value;
 
 use super::{
     GatewayCtx, activity,
+    catalogs::{Catalog, Listing},
     downstream::Failure,
     surface::{self, Outcome, Writes},
 };
@@ -131,17 +132,21 @@ pub fn catalog<'a>(
     ctx: &'a GatewayCtx,
     id: &'a str,
     blueprint: &'a str,
-) -> BoxFuture<'a, Result<Arc<Vec<Tool>>, Failure>> {
+) -> BoxFuture<'a, Result<Arc<Catalog>, Failure>> {
     Box::pin(async move {
         let inner = enter(state, ctx, id, blueprint).await?;
         let mut out = Vec::new();
+        // Fresh as long as every target catalog it draws on.
+        let (now, mut ttl_ms, mut private) = (chrono::Utc::now(), u64::MAX, false);
         for (tid, tc) in inner.bound.document.connectors.iter().filter(|(tid, _)| inner.visible(tid, None)) {
             let key = surface::key(&inner, tid, tc);
             let tools = match surface::catalog(state, &inner, tid, &key, tc).await {
-                Ok(tools) => tools,
+                Ok(catalog) => catalog,
                 Err(_) => continue,
             };
-            for t in tools.iter().filter(|t| inner.visible(tid, Some(&t.name))) {
+            ttl_ms = ttl_ms.min(tools.fresh_for(now));
+            private |= tools.listing.private;
+            for t in tools.tools.iter().filter(|t| inner.visible(tid, Some(&t.name))) {
                 let read = surface::classify(&inner.bound.document, tid, t) == Class::Read;
                 let mut shown = t.clone();
                 shown.name = format!("{tid}.{}", t.name).into();
@@ -149,7 +154,8 @@ pub fn catalog<'a>(
                 out.push(shown);
             }
         }
-        Ok(Arc::new(out))
+        let listing = Listing { revision: None, ttl_ms: Some(if ttl_ms == u64::MAX { 0 } else { ttl_ms }), private };
+        Ok(Arc::new(Catalog { tools: out, fetched_at: None, listing }))
     })
 }
 

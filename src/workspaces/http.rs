@@ -79,6 +79,11 @@ struct Refreshed {
     /// How many tools the catalog holds.
     tools: u64,
     fetched_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The MCP revision the server was listed in (none for an HTTP API).
+    revision: Option<String>,
+    /// How long the server said its list stays fresh, in milliseconds (its 2026-07-28
+    /// `ttlMs`); none when it said nothing.
+    ttl_ms: Option<u64>,
 }
 
 /// The tenant's workspaces.
@@ -220,12 +225,19 @@ async fn refresh_connector(
         Connector::HttpApi(_) => None,
         _ => crate::gateway::credentials::resolve(&state, &caller, &id, connector).await.map_err(|p| p.into_error())?,
     };
-    let (tools, fetched_at) = state
+    let catalog = state
         .downstreams
         .fetch(&state.db, target, &key, connector, credential.as_ref(), Some(&ctx.audit))
         .await
         .map_err(|f| f.into_error())?;
-    Ok(Json(json!({ "connector": id, "tools": tools.len(), "fetched_at": fetched_at })))
+    let listing = &catalog.listing;
+    Ok(Json(json!({
+        "connector": id,
+        "tools": catalog.tools.len(),
+        "fetched_at": catalog.fetched_at,
+        "revision": listing.revision,
+        "ttl_ms": listing.ttl_ms,
+    })))
 }
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext
 from mcp.server.extension import Extension
 from mcp.server.mcpserver import Context, MCPServer
@@ -88,6 +89,9 @@ server = MCPServer(
     version="1.0.0",
     instructions="The conformance suite's downstream.",
     extensions=[Tasks()],
+    # A 2026-07-28 tool list says how long it stays fresh (the gateway's own list may not
+    # outlive it).
+    cache_hints={"tools/list": CacheHint(ttl_ms=120_000, scope="public")},
 )
 
 # What the client subscribed to (handshake era), and the sessions that subscribed to each URI

@@ -23,7 +23,7 @@ use tokio::sync::Mutex;
 
 use self::pool::Lease;
 use self::session::SessionError;
-use super::catalogs::{self, Target};
+use super::catalogs::{self, Catalog, Listing, Target};
 use super::credentials::Credential;
 use super::mcp_client::MAX_TOOLS;
 use crate::{
@@ -85,12 +85,12 @@ pub mod fuzzing {
     }
 }
 
-/// A catalog and when the shared cache says it was fetched (`None`: built from configuration).
-type Catalog = (Option<chrono::DateTime<chrono::Utc>>, Arc<Vec<Tool>>);
-
-/// A catalog asked of the server: the tools served, and when the shared cache stored them
-/// (`None`: an HTTP API's, which is its configuration).
-pub type Fetched = (Arc<Vec<Tool>>, Option<chrono::DateTime<chrono::Utc>>);
+/// An HTTP API's catalog: its configuration, fresh until the gateway's own refresh (a change
+/// of configuration is announced to listening agents).
+fn configured(api: &crate::workspaces::config::http_api_description::HttpApi) -> Catalog {
+    let listing = Listing { ttl_ms: Some(CATALOG_TTL.as_millis() as u64), ..Listing::default() };
+    Catalog { tools: super::http_api_connector::catalog(api), fetched_at: None, listing }
+}
 
 /// The key of a session or catalog: who it serves and exactly which configuration.
 pub fn key(tenant: uuid::Uuid, workspace: uuid::Uuid, connector_id: &str, connector: &Connector) -> String {
@@ -112,7 +112,7 @@ pub struct Downstreams {
     limits: std::sync::Mutex<HashMap<uuid::Uuid, Arc<tokio::sync::Semaphore>>>,
     /// Downstream sessions, pooled per connector configuration and credential.
     pools: pool::Pools,
-    catalogs: Mutex<HashMap<String, Catalog>>,
+    catalogs: Mutex<HashMap<String, Arc<Catalog>>>,
     /// Compiled input schemas, per catalog key and then tool; dropped with their catalog.
     validators: std::sync::Mutex<HashMap<String, HashMap<String, CompiledSchema>>>,
     /// Per catalog key, whether the server speaks 2026-07-28, and then its `server/discover`
@@ -166,7 +166,7 @@ impl Downstreams {
         semaphore.try_acquire_owned().map_err(|_| Failure::RateLimited)
     }
 
-    fn remember(&self, key: &str, catalog: Catalog) -> impl Future<Output = ()> + '_ {
+    fn remember(&self, key: &str, catalog: Arc<Catalog>) -> impl Future<Output = ()> + '_ {
         let key = key.to_owned();
         async move {
             let mut catalogs = self.catalogs.lock().await;
@@ -192,40 +192,42 @@ impl Downstreams {
         stamp: Option<&(String, chrono::DateTime<chrono::Utc>)>,
         connector: &Connector,
         credential: Option<&Credential>,
-    ) -> Result<Arc<Vec<Tool>>, Failure> {
+    ) -> Result<Arc<Catalog>, Failure> {
         if let Connector::HttpApi(api) = connector {
-            if let Some((_, tools)) = self.catalogs.lock().await.get(key) {
-                return Ok(tools.clone());
+            if let Some(held) = self.catalogs.lock().await.get(key) {
+                return Ok(held.clone());
             }
-            let tools = Arc::new(super::http_api_connector::catalog(api));
-            self.remember(key, (None, tools.clone())).await;
-            return Ok(tools);
+            let catalog = Arc::new(configured(api));
+            self.remember(key, catalog.clone()).await;
+            return Ok(catalog);
         }
         // The stamp may come from a configuration this replica has held for a while.
         let fresh = |at: &chrono::DateTime<chrono::Utc>| {
             chrono::Utc::now().signed_duration_since(*at).to_std().map_or(true, |age| age < CATALOG_TTL)
         };
         if let Some((_, at)) = stamp.filter(|(k, at)| k == target.config_key && fresh(at)) {
-            if let Some((Some(held), tools)) = self.catalogs.lock().await.get(key)
-                && held == at
+            if let Some(held) = self.catalogs.lock().await.get(key)
+                && held.fetched_at.as_ref() == Some(at)
             {
-                return Ok(tools.clone());
+                return Ok(held.clone());
             }
             match catalogs::load(db, target).await {
-                Ok(Some((fetched_at, tools))) => {
-                    let tools = Arc::new(tools);
-                    self.remember(key, (Some(fetched_at), tools.clone())).await;
-                    return Ok(tools);
+                Ok(Some(stored)) => {
+                    let stored = Arc::new(stored);
+                    self.remember(key, stored.clone()).await;
+                    return Ok(stored);
                 }
                 Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "could not read the shared catalog cache; asking the server"),
             }
         }
-        self.fetch(db, target, key, connector, credential, None).await.map(|(tools, _)| tools)
+        self.fetch(db, target, key, connector, credential, None).await
     }
 
     /// Asks the server for its catalog now and stores it for every replica (`audit`: an
-    /// operator asked, and the admin log records it).
+    /// operator asked, and the admin log records it). A server that speaks 2026-07-28 is
+    /// listed in that revision, with its caching hints; any other through the handshake, in
+    /// the revision the handshake agreed.
     #[tracing::instrument(name = "downstream::fetch", skip_all, fields(tenant = %target.tenant, workspace = %target.workspace, connector = target.connector_id))]
     pub async fn fetch(
         &self,
@@ -235,42 +237,42 @@ impl Downstreams {
         connector: &Connector,
         credential: Option<&Credential>,
         audit: Option<&crate::admin_log::Audit>,
-    ) -> Result<Fetched, Failure> {
+    ) -> Result<Arc<Catalog>, Failure> {
         if let Connector::HttpApi(api) = connector {
-            return Ok((Arc::new(super::http_api_connector::catalog(api)), None));
+            return Ok(Arc::new(configured(api)));
         }
         let deadline = Duration::from_millis(connector.timeout_ms());
-        // A 2026-07-28 server that refuses the handshake is asked in its own revision (each
-        // request takes its own slot).
-        if self.stateless_only(target.tenant.0, key, connector, credential).await? {
-            let tools = match tokio::time::timeout(deadline, self.list_modern(target.tenant.0, connector, credential)).await {
-                Ok(tools) => tools?,
-                Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
-            };
+        // Each stateless request takes its own slot.
+        if self.modern(target.tenant.0, key, connector, credential).await? {
+            let (tools, ttl_ms, private) =
+                match tokio::time::timeout(deadline, self.list_modern(target.tenant.0, connector, credential)).await {
+                    Ok(listed) => listed?,
+                    Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
+                };
             within_bounds(&tools)?;
-            return self.store(db, target, key, Arc::new(tools), audit).await;
+            let listing = Listing { revision: Some(modern::REVISION.to_owned()), ttl_ms: Some(ttl_ms), private };
+            return self.store(db, target, key, &tools, listing, audit).await;
         }
         let _slot = self.admit(target.tenant.0)?;
         let listed = tokio::time::timeout(deadline, async {
             let lease = self.lease(key, connector, credential, false).await.map_err(SessionError::opening)?;
-            match settle(lease.session.list_tools().await, &lease) {
+            let listed = match settle(lease.session.list_tools().await, &lease) {
                 Err(SessionError::Gone) => {
                     lease.discard();
                     let lease = self.lease(key, connector, credential, false).await.map_err(SessionError::opening)?;
-                    settle(lease.session.list_tools().await, &lease)
+                    return settle(lease.session.list_tools().await, &lease).map(|tools| (tools, lease.session.revision()));
                 }
                 other => other,
-            }
+            };
+            listed.map(|tools| (tools, lease.session.revision()))
         });
-        let tools = match listed.await {
-            Ok(Ok(tools)) => {
-                within_bounds(&tools)?;
-                Arc::new(tools)
-            }
+        let (tools, revision) = match listed.await {
+            Ok(Ok(listed)) => listed,
             Ok(Err(e)) => return Err(e.into_failure()),
             Err(_) => return Err(Failure::Timeout(deadline.as_millis() as u64)),
         };
-        self.store(db, target, key, tools, audit).await
+        within_bounds(&tools)?;
+        self.store(db, target, key, &tools, Listing { revision, ..Listing::default() }, audit).await
     }
 
     /// Stores a fetched catalog for every replica, and remembers what is served of it.
@@ -279,20 +281,21 @@ impl Downstreams {
         db: &Db,
         target: Target<'_>,
         key: &str,
-        tools: Arc<Vec<Tool>>,
+        tools: &[Tool],
+        listing: Listing,
         audit: Option<&crate::admin_log::Audit>,
-    ) -> Result<Fetched, Failure> {
+    ) -> Result<Arc<Catalog>, Failure> {
         // What is served is what the pins allow, decided with the stored catalog: a catalog
         // that cannot be checked against its pins is not served (fail closed).
-        let (fetched_at, tools) = match catalogs::store(db, target, &tools, audit).await {
-            Ok((at, served)) => (Some(at), Arc::new(served)),
+        let catalog = match catalogs::store(db, target, tools, &listing, audit).await {
+            Ok(stored) => Arc::new(stored),
             Err(e) => {
                 tracing::warn!(error = %e, "could not store a catalog in the shared cache");
                 return Err(Failure::Unavailable(format!("could not check the catalog against its pinned definitions: {e}")));
             }
         };
-        self.remember(key, (fetched_at, tools.clone())).await;
-        Ok((tools, fetched_at))
+        self.remember(key, catalog.clone()).await;
+        Ok(catalog)
     }
 
     /// Checks `args` against the tool's input schema before any downstream call. Returns up

@@ -184,8 +184,11 @@ impl Downstreams {
         tenant: uuid::Uuid,
         connector: &Connector,
         credential: Option<&Credential>,
-    ) -> Result<Vec<rmcp::model::Tool>, Failure> {
+    ) -> Result<(Vec<rmcp::model::Tool>, u64, bool), Failure> {
         let mut tools = Vec::new();
+        // The list is fresh no longer than its shortest-lived page; a page without a hint is
+        // stale at once.
+        let (mut ttl_ms, mut private) = (u64::MAX, false);
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let params = match &cursor {
@@ -196,9 +199,11 @@ impl Downstreams {
             let listed: Vec<rmcp::model::Tool> = serde_json::from_value(page["tools"].take())
                 .map_err(|e| Failure::Unavailable(format!("a malformed tool list: {}", super::cap(&e.to_string()))))?;
             tools.extend(listed);
+            ttl_ms = ttl_ms.min(page["ttlMs"].as_u64().unwrap_or(0));
+            private |= page["cacheScope"] == "private";
             match page["nextCursor"].as_str().filter(|c| !c.is_empty()) {
                 Some(next) => cursor = Some(next.to_owned()),
-                None => return Ok(tools),
+                None => return Ok((tools, ttl_ms, private)),
             }
         }
         Err(Failure::Rejected(format!("the tool list has more than {MAX_PAGES} pages")))

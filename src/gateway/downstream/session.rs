@@ -131,6 +131,14 @@ impl Session {
         }
     }
 
+    /// The revision the handshake agreed.
+    pub(super) fn revision(&self) -> Option<String> {
+        match self {
+            Session::Http(s) => s.server()["protocolVersion"].as_str().map(str::to_owned),
+            Session::Rmcp(s) => s.peer_info().map(|info| info.protocol_version.to_string()),
+        }
+    }
+
     /// The server's `initialize` result (Null over the legacy SSE transport: tools only).
     pub(super) fn server(&self) -> serde_json::Value {
         match self {

@@ -92,7 +92,7 @@ fn digest(value: &impl serde::Serialize) -> Option<[u8; 32]> {
 }
 
 async fn seen_tools(state: &AppState, ctx: &GatewayCtx) -> Option<[u8; 32]> {
-    digest(&Box::pin(super::surface::native_tools(state, ctx)).await)
+    digest(&Box::pin(super::surface::native_tools(state, ctx)).await.0)
 }
 
 async fn seen_prompts(state: &AppState, ctx: &GatewayCtx) -> Option<[u8; 32]> {

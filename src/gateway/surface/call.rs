@@ -94,7 +94,7 @@ async fn call_granted(
         Ok(tools) => tools,
         Err(f) => return failure(f).about(id, name),
     };
-    let Some(tool) = tools.iter().find(|t| t.name == name) else { return unknown().about(id, name) };
+    let Some(tool) = tools.tools.iter().find(|t| t.name == name) else { return unknown().about(id, name) };
     let class = classify(&ctx.bound.document, id, tool);
     if class == Class::Write && matches!(writes, Writes::Refuse) {
         return approval_required(address, tool_args).about(id, name);

@@ -280,7 +280,7 @@ pub(crate) async fn catalog(
     id: &str,
     key: &str,
     c: &Connector,
-) -> Result<std::sync::Arc<Vec<Tool>>, Failure> {
+) -> Result<std::sync::Arc<super::catalogs::Catalog>, Failure> {
     let target = target(ctx, id, key);
     if let Connector::Peer { blueprint } = c {
         return super::peer::catalog(state, ctx, id, blueprint).await;

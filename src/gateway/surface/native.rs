@@ -3,7 +3,7 @@
 
 use rmcp::{
     ErrorData,
-    model::{JsonObject, Tool, ToolAnnotations},
+    model::{CacheScope, JsonObject, ListToolsResult, Tool, ToolAnnotations},
 };
 use serde_json::Value;
 
@@ -70,22 +70,39 @@ fn owner<'c>(
 /// The list is sorted by name, so every replica, before and after a restart, lists the same
 /// tools in the same order whatever order the downstreams list theirs in (a client that caches
 /// the list, or a prompt cache keyed on it, sees no change where nothing changed).
+///
+/// With the list, its caching hints (2026-07-28): fresh as long as every catalog it draws on
+/// ([`crate::gateway::catalogs::Catalog::fresh_for`]; a connector that cannot be listed now
+/// makes it stale at once), and private when what the caller sees depends on who it is.
 #[tracing::instrument(name = "gateway::list_tools", skip_all, fields(tenant = %ctx.tenant.id, workspace = %ctx.bound.workspace.slug))]
-pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Vec<Tool> {
-    let mut tools: Vec<Tool> = native_index(state, ctx, None).await.into_iter().map(|(_, _, t)| t).collect();
+pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> (Vec<Tool>, Hints) {
+    let mut hints = Hints::new(per_caller(ctx));
+    let index = native_index(state, ctx, None, Some(&mut hints)).await;
+    let mut tools: Vec<Tool> = index.into_iter().map(|(_, _, t)| t).collect();
     tools.sort_by(|a, b| a.name.cmp(&b.name));
-    tools
+    (tools, hints)
 }
 
 /// `(connector id, the downstream's tool, the tool as shown here)` of every tool the caller
-/// may see here; `only`: of that connector alone.
-async fn native_index(state: &AppState, ctx: &GatewayCtx, only: Option<&str>) -> Vec<(String, Tool, Tool)> {
+/// may see here; `only`: of that connector alone. `hints`: narrowed by each catalog drawn on.
+async fn native_index(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    only: Option<&str>,
+    mut hints: Option<&mut Hints>,
+) -> Vec<(String, Tool, Tool)> {
     let several = several(ctx);
+    let now = chrono::Utc::now();
     let mut out: Vec<(String, Tool, Tool)> = Vec::new();
     let connectors = ctx.bound.document.connectors.iter().filter(|(id, _)| only.is_none_or(|o| o == id.as_str()));
     for (id, c) in connectors.filter(|(id, _)| ctx.visible(id, None)) {
-        let Ok(tools) = catalog(state, ctx, id, &key(ctx, id, c), c).await else { continue };
-        for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
+        let listed = catalog(state, ctx, id, &key(ctx, id, c), c).await;
+        if let Some(hints) = hints.as_deref_mut() {
+            hints.fresh_for(listed.as_ref().map_or(0, |catalog| catalog.fresh_for(now)));
+            hints.private |= listed.as_ref().is_ok_and(|catalog| catalog.listing.private);
+        }
+        let Ok(tools) = listed else { continue };
+        for t in tools.tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
             let name = shown(several, id, &t.name);
             // Only a downstream that lists one name twice can clash (prefixes are distinct).
             if out.iter().any(|(_, _, seen)| seen.name == name) {
@@ -117,7 +134,7 @@ pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: J
             None => return unknown(),
         },
     };
-    let index = native_index(state, ctx, only).await;
+    let index = native_index(state, ctx, only, None).await;
     let Some((id, tool, _)) = index.iter().find(|(_, _, t)| t.name == name) else { return unknown() };
     // A 2026-07-28 request's `Mcp-Param-*` headers must say what its arguments say.
     if let Some(sent) = ctx.param_headers.as_deref()
@@ -187,16 +204,32 @@ impl Hints {
         Hints { ttl_ms: u64::MAX, private: per_caller }
     }
 
+    /// Narrows the hints to a list fresh for `ms` more milliseconds.
+    pub fn fresh_for(&mut self, ms: u64) {
+        self.ttl_ms = self.ttl_ms.min(ms);
+    }
+
     /// Narrows the hints by one page's own.
     pub fn page(&mut self, page: &Value) {
         self.ttl_ms = self.ttl_ms.min(page["ttlMs"].as_u64().unwrap_or(0));
         self.private |= page["cacheScope"] == "private";
     }
 
-    /// The hints as the result's fields (no page at all: stale at once).
+    /// How long the list is fresh (nothing drawn on: stale at once).
+    fn ttl(&self) -> u64 {
+        if self.ttl_ms == u64::MAX { 0 } else { self.ttl_ms }
+    }
+
+    /// The hints as the result's fields.
     pub fn write(&self, result: &mut Value) {
-        result["ttlMs"] = Value::from(if self.ttl_ms == u64::MAX { 0 } else { self.ttl_ms });
+        result["ttlMs"] = Value::from(self.ttl());
         result["cacheScope"] = Value::String(if self.private { "private" } else { "public" }.into());
+    }
+
+    /// The hints on a tool list.
+    pub fn apply(&self, listed: ListToolsResult) -> ListToolsResult {
+        let scope = if self.private { CacheScope::Private } else { CacheScope::Public };
+        listed.with_ttl_ms(self.ttl()).with_cache_scope(scope)
     }
 }
 

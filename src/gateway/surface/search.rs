@@ -30,7 +30,7 @@ pub async fn search(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> Ou
                 continue;
             }
         };
-        for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
+        for t in tools.tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
             let class = class_name(classify(&ctx.bound.document, id, t));
             if safety.is_some_and(|s| s != class) {
                 continue;
@@ -86,7 +86,7 @@ pub async fn describe(state: &AppState, ctx: &GatewayCtx, args: &JsonObject) -> 
             continue;
         };
         let found = match catalog(state, ctx, id, &key(ctx, id, c), c).await {
-            Ok(catalog) => catalog.iter().find(|t| t.name == name).cloned(),
+            Ok(catalog) => catalog.tools.iter().find(|t| t.name == name).cloned(),
             Err(f) => {
                 tools.push(json!({ "address": address, "error": { "code": failure(f).error_code } }));
                 continue;
