@@ -874,7 +874,9 @@ async fn a_downstreams_own_list_changes_reach_the_python_sdk_on_its_get_stream_a
 /// elicitation while the call is open. The gateway translates: each request becomes an
 /// `InputRequiredResult` round, the agent's retries (every second request to the other
 /// replica) replay the call with the answers so far, and the downstream completes with both
-/// answers; through a native pool and through the six-tool surface's `call_tool`.
+/// answers; through a native pool and through the six-tool surface's `call_tool`. A native
+/// pool's `prompts/get` and `resources/read` are replayed alike (the prompt asks for sampling,
+/// the resource template's read for a form).
 #[tokio::test]
 async fn a_2026_agent_answers_a_handshake_era_downstreams_requests_through_replayed_rounds_across_replicas() {
     let patch = json!({
@@ -895,13 +897,22 @@ async fn a_2026_agent_answers_a_handshake_era_downstreams_requests_through_repla
     let native = |base: &str| format!("{base}/t/acme/w/main/mcp/native");
     let env = answering(&native(&b.base));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let out = common::python_agent_with(&native(&a.base), &machine, Some("2026-07-28"), &env, json!([["ask_twice", {}]])).await;
+    let calls = json!([
+        ["ask_twice", {}],
+        ["@prompt", { "name": "asking" }],
+        ["@resource", { "uri": "listing://asking/maps" }]
+    ]);
+    let out = common::python_agent_with(&native(&a.base), &machine, Some("2026-07-28"), &env, calls).await;
     assert_eq!(out["protocol"], "2026-07-28", "{out}");
     assert_eq!(out["calls"][0]["isError"], false, "{out}");
     assert_eq!(out["calls"][0]["text"][0], "sampled=Paris, says the agent; elicited=accept:Ann; runs=1", "{out}");
-    // The rounds' retries went to both replicas.
-    let calls: Vec<&Value> = out["replicas"].as_array().unwrap().iter().filter(|r| r[0] == "tools/call").collect();
-    assert!(calls.len() >= 3 && calls.iter().any(|r| r[1] == 0) && calls.iter().any(|r| r[1] == 1), "{out}");
+    assert_eq!(out["calls"][1]["prompt"], json!(["prompt sampled=Paris, says the agent"]), "{out}");
+    assert_eq!(out["calls"][2]["resource"], json!(["maps read by accept:Ann"]), "{out}");
+    // Each request was answered in rounds, whose retries went to both replicas.
+    for (method, requests) in [("tools/call", 3), ("prompts/get", 2), ("resources/read", 2)] {
+        let sent: Vec<&Value> = out["replicas"].as_array().unwrap().iter().filter(|r| r[0] == method).collect();
+        assert!(sent.len() >= requests && sent.iter().any(|r| r[1] == 0) && sent.iter().any(|r| r[1] == 1), "{method}: {out}");
+    }
 
     let surface = |base: &str| format!("{base}/t/acme/w/main/mcp");
     let env = answering(&surface(&b.base));

@@ -115,6 +115,9 @@ impl ServerHandler for Gateway {
         cx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let mut ctx = native_ctx(&cx, "prompts/get")?;
+        // What the downstream sends during the request (its notifications; its requests for
+        // input, answered by replayed rounds for a 2026-07-28 agent) has a stream to go to.
+        ctx.upstream = Some(upstream_of(&cx));
         let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
         ctx.input = input::Agent::of(&cx, responses, request.request_state.clone());
         let answer = Box::pin(surface::native_request(&self.state, &ctx, "prompts/get", params(request)?)).await?;
@@ -149,6 +152,7 @@ impl ServerHandler for Gateway {
         cx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let mut ctx = native_ctx(&cx, "resources/read")?;
+        ctx.upstream = Some(upstream_of(&cx));
         let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
         ctx.input = input::Agent::of(&cx, responses, request.request_state.clone());
         let mut answer = Box::pin(surface::native_request(&self.state, &ctx, "resources/read", params(request)?)).await?;

@@ -13,6 +13,8 @@ The tool `ask_twice` asks the client to sample and then to fill a form while the
 (on the call's response stream) and reports both answers and how many calls got both.
 It has one resource, `listing://watched`, that sessions may subscribe to (`resources/subscribe`);
 the tool `touch` sends `notifications/resources/updated` for it to every session subscribed.
+The prompt `asking` asks the client to sample and the resource `listing://asking/{topic}` asks
+it to fill a form while the request is open, each reporting the answer in what it returns.
 """
 import sys
 
@@ -66,6 +68,24 @@ async def ask_twice(ctx: Context) -> str:
     text = sampled.content.text if isinstance(sampled.content, TextContent) else str(sampled.content)
     asked["n"] += 1
     return f"sampled={text}; elicited={elicited.action}:{(elicited.content or {}).get('name')}; runs={asked['n']}"
+
+
+@server.prompt(name="asking", description="Asks the client to sample while the prompt is got")
+async def asking(ctx: Context) -> str:
+    sampled = await ctx.session.create_message(
+        [SamplingMessage(role="user", content=TextContent(type="text", text="Capital of France?"))],
+        max_tokens=50,
+        related_request_id=ctx.request_id,
+    )
+    text = sampled.content.text if isinstance(sampled.content, TextContent) else str(sampled.content)
+    return f"prompt sampled={text}"
+
+
+@server.resource("listing://asking/{topic}", name="asking", description="Asks the client to fill a form while read")
+async def asking_resource(topic: str, ctx: Context) -> str:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    elicited = await ctx.session.elicit_form(f"Who reads {topic}?", schema, related_request_id=ctx.request_id)
+    return f"{topic} read by {elicited.action}:{(elicited.content or {}).get('name')}"
 
 
 @server.prompt(name="base", description="Always here")

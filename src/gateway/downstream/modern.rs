@@ -79,9 +79,9 @@ impl Downstreams {
 
     /// Whether a request that may go either way goes to this server as a stateless
     /// 2026-07-28 request: it speaks 2026-07-28 and refuses the handshake. A server that
-    /// speaks both eras keeps the handshake for the catalog, a handshake-era agent's calls
-    /// and relayed requests, so that what it asks the agent during them still reaches the
-    /// agent on its response stream. Learnt once per catalog key and replica, by opening a
+    /// speaks both eras keeps the handshake for a handshake-era agent's calls and relayed
+    /// requests (its catalog is listed in 2026-07-28 all the same), so that what it asks the
+    /// agent during them still reaches the agent on its response stream. Learnt once per catalog key and replica, by opening a
     /// pooled session (which then serves the request); after that, one map lookup.
     pub(super) async fn stateless_only(
         &self,

@@ -165,7 +165,6 @@ pub(super) fn relayed(ctx: &GatewayCtx) -> Vec<(&String, &Connector)> {
 /// One relayed request to one connector, with the caller's credential for it; what the
 /// downstream sends on the request's stream reaches the agent's when the request has one
 /// (the direct path's, handshake era).
-#[tracing::instrument(name = "gateway::relay", skip_all, fields(connector = id, method = method))]
 async fn relay(
     state: &AppState,
     ctx: &GatewayCtx,
@@ -174,9 +173,20 @@ async fn relay(
     method: &str,
     params: &Value,
 ) -> Result<Value, Failure> {
+    relay_on(state, ctx, (id, c), (method, params), ctx.upstream.as_ref()).await
+}
+
+/// [`relay`] with what the downstream sends on the request's stream going to `upstream`.
+#[tracing::instrument(name = "gateway::relay", skip_all, fields(connector = connector.0, method = request.0))]
+async fn relay_on(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    connector: (&str, &Connector),
+    request: (&str, &Value),
+    upstream: Option<&crate::gateway::upstream::Upstream>,
+) -> Result<Value, Failure> {
+    let (id, c) = connector;
     let credential = credential(state, ctx, id, c).await?;
-    let upstream = ctx.upstream.as_ref();
-    let request = (method, params);
     match state.downstreams.relay(ctx.tenant.id.0, &key(ctx, id, c), c, request, credential.as_ref(), upstream).await {
         Err(f) => Err(super::repair(state, ctx, id, c, credential.as_ref(), f).await),
         ok => ok,
@@ -320,6 +330,7 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
                 return Err(ErrorData::invalid_params(format!("no prompt `{}` here", echo(&name)), None));
             };
             params["name"] = Value::String(local.clone());
+            let mut replay = None;
             if let Some(agent) = ctx.input.as_deref() {
                 // The agent's answers travel in `agent`, and only to a downstream that asked.
                 for field in ["inputResponses", "requestState", "_meta"] {
@@ -337,14 +348,15 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
                 };
                 match input::relay(state, ctx, agent, call, params.clone()).await {
                     Ok(Some(Relayed::Complete(value) | Relayed::InputRequired(value))) => return Ok(value),
-                    Ok(None) => {}
+                    // A downstream of the handshake era: its requests for input become rounds.
+                    Ok(None) => replay = input::replay_of(state, ctx, agent, id, (method, &local)),
                     Err(Stopped::Refused(r)) => return Err(r.into_error()),
                     Err(Stopped::Failed(f)) => {
                         return Err(refused(super::repair(state, ctx, id, c, credential.as_ref(), f).await));
                     }
                 }
             }
-            relay(state, ctx, id, c, method, &params).await.map_err(refused)
+            replayed(state, ctx, (id, c), (method, &local), &params, replay).await.map_err(refused)
         }
         "completion/complete" => {
             let connectors = declaring(state, ctx, "completions").await;
@@ -392,6 +404,29 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
 }
 
 /// The first connector's answer that is not a refusal; a resource no connector has is
+/// [`relay`] for a 2026-07-28 agent whose request a handshake-era downstream answers
+/// (`replay`: see [`crate::gateway::replay`]): the downstream's requests for input are answered
+/// from the agent's answers so far, and one that no round answered becomes the next round's
+/// `InputRequiredResult` (with the answers sealed in its `requestState`), whatever the
+/// downstream then made of its refusal. `call`: the method and its target (a prompt's name as
+/// the downstream knows it, a resource's URI).
+async fn replayed(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    connector: (&str, &Connector),
+    call: (&str, &str),
+    params: &Value,
+    replay: Option<std::sync::Arc<crate::gateway::replay::Replay>>,
+) -> Result<Value, Failure> {
+    let Some(replay) = replay else { return relay(state, ctx, connector.0, connector.1, call.0, params).await };
+    let upstream = ctx.upstream.as_ref().map(|u| u.replaying(replay.clone()));
+    let answer = relay_on(state, ctx, connector, (call.0, params), upstream.as_ref()).await;
+    match input::replay_round(state, ctx, connector.0, call, &replay) {
+        Some(round) => Ok(round),
+        None => answer,
+    }
+}
+
 /// `-32602` with its URI in `data`, as the specification asks.
 async fn first_answer(
     state: &AppState,
@@ -479,11 +514,15 @@ async fn read_modern(
         };
         match input::relay(state, ctx, agent, call, params.clone()).await {
             Ok(Some(Relayed::Complete(value) | Relayed::InputRequired(value))) => return Ok(value),
-            // A handshake-era downstream: read through its session.
-            Ok(None) => match relay(state, ctx, id, c, METHOD, &params).await {
-                Ok(value) => return Ok(value),
-                Err(f) => last = Some(f),
-            },
+            // A handshake-era downstream: read through its session, its requests for input
+            // becoming rounds.
+            Ok(None) => {
+                let replay = input::replay_of(state, ctx, agent, id, (METHOD, &uri));
+                match replayed(state, ctx, (id, c), (METHOD, &uri), &params, replay).await {
+                    Ok(value) => return Ok(value),
+                    Err(f) => last = Some(f),
+                }
+            }
             // This downstream has no such resource: the next one may.
             Err(Stopped::Refused(r)) if r.code == "downstream_error" => last = Some(Failure::JsonRpc(r.into_error())),
             Err(Stopped::Refused(r)) => return Err(r.into_error()),
