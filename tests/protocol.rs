@@ -971,3 +971,59 @@ async fn a_2026_agents_resource_subscriptions_hear_both_eras_downstreams_updates
     assert_eq!(a.terminate().await, 0);
     assert_eq!(b.terminate().await, 0);
 }
+
+/// Resource subscriptions on the handshake era: the official Python SDK client in handshake
+/// mode subscribes to three URIs with `resources/subscribe` and listens on its GET stream,
+/// every second HTTP request (the subscriptions, the GET stream, the calls) going to the other
+/// replica. The subscriptions are kept for the session in PostgreSQL, so the replica holding
+/// the GET stream hears the granted updates of both eras' downstreams, once each; the
+/// ungranted URI is refused at `resources/subscribe`, and its update is not passed on.
+#[tokio::test]
+async fn a_handshake_agents_resource_subscriptions_reach_its_get_stream_on_another_replica() {
+    let (_conformance, conformance_url) = common::conformance_downstream().await;
+    let (_listing, t, machine) = listing_setup(json!({})).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "conf", &conformance_url).await;
+    configure(
+        &t,
+        json!({
+            "pools": { "native": { "tools": ["listing", "conf"], "native": true } },
+            "classification": { "listing.touch": "read", "conf.test_touch_resource": "read" },
+            "grants": [{ "to": "machines", "tools": ["listing.touch", "conf.test_touch_resource"],
+                "resources": ["listing.listing://watched", "conf.test://watched-resource"] }]
+        }),
+    )
+    .await;
+    let a = Served::start(gatehouse(Some(&t.url))).await;
+    let b = Served::start(gatehouse(Some(&t.url))).await;
+    let (native_a, native_b) = (format!("{}/t/acme/w/main/mcp/native", a.base), format!("{}/t/acme/w/main/mcp/native", b.base));
+
+    let watch = "listing://watched,test://watched-resource,test://static-text";
+    let env = [("GATEHOUSE_ALT_URL", native_b.as_str()), ("GATEHOUSE_WATCH", watch)];
+    let calls = json!([
+        ["conf.test_touch_resource", { "uri": "test://watched-resource" }],
+        ["conf.test_touch_resource", { "uri": "test://static-text" }],
+        ["listing.touch", {}]
+    ]);
+    let out = common::python_agent_with(&native_a, &machine, None, &env, calls).await;
+    assert_eq!(out["protocol"], "2025-11-25", "{out}");
+    for call in out["calls"].as_array().unwrap() {
+        assert_eq!(call["isError"], false, "{out}");
+    }
+    assert_eq!(out["honored"], json!(["listing://watched", "test://watched-resource"]), "only granted URIs: {out}");
+    assert_eq!(out["refused"].as_array().map(Vec::len), Some(1), "{out}");
+    let mut updated: Vec<String> = serde_json::from_value(out["updated"].clone()).unwrap();
+    updated.sort();
+    assert_eq!(updated, ["listing://watched", "test://watched-resource"], "each granted update once, no other: {out}");
+    let sent = out["replicas"].as_array().unwrap();
+    let subscribed: Vec<&Value> = sent.iter().filter(|r| r[0] == "resources/subscribe").collect();
+    assert!(subscribed.iter().any(|r| r[1] == 0) && subscribed.iter().any(|r| r[1] == 1), "{out}");
+
+    // The subscriptions are the session's: a row per granted URI, naming no one.
+    use sqlx::{Connection, Executor};
+    let mut db = sqlx::PgConnection::connect(t.url.expose()).await.unwrap();
+    db.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_subscriptions").fetch_one(&mut db).await.unwrap();
+    assert_eq!(rows, 2);
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}

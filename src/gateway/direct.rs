@@ -180,7 +180,9 @@ where
         let Some(ctx) = parts.extensions.remove::<GatewayCtx>() else {
             return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
         };
-        return super::listen::stream(state, ctx, super::listen::Listener::Get);
+        let session = parts.headers.get(super::listen::SESSION_ID).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
+        let session = session.map(|id| super::subscriptions::listener(id, &ctx));
+        return super::listen::stream(state, ctx, super::listen::Listener::Get { session });
     }
     if request.method() != Method::POST || !json_body(request.headers()) {
         if request.method() == Method::POST {

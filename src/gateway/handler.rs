@@ -15,7 +15,7 @@ use rmcp::{
     service::RequestContext,
 };
 
-use super::{GatewayCtx, activity, input, param_headers, surface, upstream};
+use super::{GatewayCtx, activity, input, param_headers, subscriptions, surface, upstream};
 use crate::AppState;
 
 /// The MCP server handler; one per request (stateless).
@@ -60,6 +60,24 @@ pub(super) fn params(request: impl serde::Serialize) -> Result<serde_json::Value
     serde_json::to_value(request).map_err(|e| McpError::invalid_params(e.to_string(), None))
 }
 
+/// The listener of the request's session ([`subscriptions::listener`]): subscriptions need the
+/// `Mcp-Session-Id` the endpoint gave at `initialize`, which the GET stream presents too.
+fn listener_of(cx: &RequestContext<RoleServer>, ctx: &GatewayCtx) -> Result<[u8; 32], McpError> {
+    let session = cx
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.headers.get(super::listen::SESSION_ID))
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty());
+    match session {
+        Some(session) => Ok(subscriptions::listener(session, ctx)),
+        None => Err(McpError::invalid_request(
+            "a subscription belongs to a session: send the Mcp-Session-Id given at initialize (2026-07-28 subscribes with subscriptions/listen)",
+            None,
+        )),
+    }
+}
+
 /// Whether the request is on 2026-07-28 or later, whose cacheable results carry caching hints.
 fn hinted(cx: &RequestContext<RoleServer>) -> bool {
     cx.protocol_version().is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
@@ -81,7 +99,7 @@ impl ServerHandler for Gateway {
         cx.peer.set_peer_info(request.clone());
         let mut info = self.negotiate_initialize(&request)?;
         if let Ok(ctx) = native_ctx(&cx, "initialize") {
-            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx, false)).await;
+            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx)).await;
             info.capabilities = relayed(capabilities)?;
             info.instructions = instructions;
         }
@@ -93,7 +111,7 @@ impl ServerHandler for Gateway {
     async fn discover(&self, cx: RequestContext<RoleServer>) -> Result<DiscoverResult, McpError> {
         let mut result = DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), self.get_info());
         if let Ok(ctx) = native_ctx(&cx, "server/discover") {
-            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx, true)).await;
+            let (capabilities, instructions) = Box::pin(surface::native_server(&self.state, &ctx)).await;
             result.capabilities = relayed(capabilities)?;
             result.instructions = instructions;
         }
@@ -166,15 +184,31 @@ impl ServerHandler for Gateway {
         Ok(ReadResourceResponse::Complete(relayed(answer)?))
     }
 
-    /// Relayed to the downstream that has the resource; its updates are not relayed yet, so
-    /// the pool does not declare `subscribe` (docs/decisions.md).
+    /// Kept for the agent's session ([`subscriptions`]), for whichever replica holds its GET
+    /// stream: that replica subscribes at the downstream that holds the resource and passes
+    /// its updates on. Only a resource some pooled downstream takes subscriptions for and the
+    /// caller may see can be subscribed.
     async fn subscribe(
         &self,
         request: rmcp::model::SubscribeRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let ctx = native_ctx(&cx, "resources/subscribe")?;
-        Box::pin(surface::native_request(&self.state, &ctx, "resources/subscribe", params(request)?)).await.map(|_| ())
+        let listener = listener_of(&cx, &ctx)?;
+        let uri = request.uri.to_string();
+        if surface::subscribable(&self.state, &ctx, std::slice::from_ref(&uri)).await.is_empty() {
+            let data = serde_json::json!({ "uri": uri });
+            return Err(McpError::invalid_params("no resource here by that URI takes subscriptions", Some(data)));
+        }
+        let (tenant, workspace) = (ctx.tenant.id, ctx.bound.workspace.id.0);
+        match subscriptions::subscribe(&self.state.db, tenant, workspace, &listener, &uri).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(McpError::invalid_params(
+                format!("this session has {} subscriptions, the most it may hold", subscriptions::MAX_PER_LISTENER),
+                None,
+            )),
+            Err(e) => Err(McpError::internal_error(e.to_string(), None)),
+        }
     }
 
     async fn unsubscribe(
@@ -183,7 +217,10 @@ impl ServerHandler for Gateway {
         cx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let ctx = native_ctx(&cx, "resources/unsubscribe")?;
-        Box::pin(surface::native_request(&self.state, &ctx, "resources/unsubscribe", params(request)?)).await.map(|_| ())
+        let listener = listener_of(&cx, &ctx)?;
+        subscriptions::unsubscribe(&self.state.db, ctx.tenant.id, &listener, &request.uri)
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
     }
 
     async fn complete(&self, request: CompleteRequestParams, cx: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {

@@ -19,6 +19,7 @@ pub mod pins;
 pub mod replay;
 pub mod sse;
 pub mod stash;
+pub mod subscriptions;
 pub mod surface;
 pub mod upstream;
 

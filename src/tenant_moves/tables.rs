@@ -86,6 +86,7 @@ pub const TABLES: &[Table] = &[
     exclude("report_viewers", "names database roles of the source's own PostgreSQL; granted again at the destination"),
     exclude("replica_acks", "the source's replicas' acknowledgements"),
     exclude("idempotency_keys", "answers to retried requests of the source deployment, kept a day"),
+    exclude("agent_subscriptions", "connected agents' sessions on the source deployment, kept a day; agents subscribe again"),
     exclude("tenant_moves", "each deployment's own record of the moves it took part in"),
 ];
 

@@ -87,6 +87,7 @@ pub const TABLES: &[Table] = &[
     table("credentials", Column, Delete, Shared, All, DeleteMember),
     table("connector_catalogs", Column, Delete, All, All, Untouched),
     table("tool_pins", Column, Delete, All, Nothing, Untouched),
+    table("agent_subscriptions", Column, Delete, Nothing, Nothing, Untouched),
     table("result_stash", Column, Delete, Nothing, Nothing, Untouched),
     table("activity", Column, Delete, Nothing, All, Redact),
     table("ops_failures", Column, Delete, Nothing, Nothing, Redact),

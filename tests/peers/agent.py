@@ -28,10 +28,13 @@ GATEHOUSE_CHANGES (handshake mode), a comma-separated list of `tools` and `promp
 calls the agent waits (at most 20 s) until the server said each of those lists changed, then
 lists them again; the output's "changes" names the list changes heard in order, and
 "after" the tool and prompt names then listed.
-GATEHOUSE_WATCH (a 2026 mode), comma-separated resource URIs: the agent opens a
-`subscriptions/listen` stream subscribed to them before the calls, and after them waits (at
-most 20 s) for an update of each; the output's "honored" lists the URIs the server
-acknowledged, "updated" the updates heard in order (extra ones included, for 2 s after).
+GATEHOUSE_WATCH, comma-separated resource URIs: in a 2026 mode the agent opens a
+`subscriptions/listen` stream subscribed to them before the calls; in handshake mode it sends
+`resources/subscribe` for each (every one on its own request) and gives the GET stream 5 s to
+take them up. After the calls it waits (at most 20 s) for an update of each; the output's
+"honored" lists the URIs the server acknowledged (handshake mode: whose subscription it
+answered without an error; "refused" the others' error messages), "updated" the updates heard
+in order (extra ones included, for 2 s after).
 """
 import asyncio
 import json
@@ -197,8 +200,14 @@ async def main(url: str, calls: list, mode: str | None) -> None:
         changed = asyncio.Event()
         wanted = {w for w in os.environ.get("GATEHOUSE_CHANGES", "").split(",") if w}
 
+        watch = [u for u in os.environ.get("GATEHOUSE_WATCH", "").split(",") if u]
+        updated: list = []
+
         async def on_message(message) -> None:
             method = getattr(message, "method", None) or getattr(getattr(message, "root", None), "method", None)
+            if method == "notifications/resources/updated":
+                root = getattr(message, "root", message)
+                updated.append(str(root.params.uri))
             kind = {"notifications/tools/list_changed": "tools", "notifications/prompts/list_changed": "prompts"}.get(method)
             if kind is not None:
                 changes.append(kind)
@@ -210,6 +219,15 @@ async def main(url: str, calls: list, mode: str | None) -> None:
                 streams[0], streams[1], **answers(), logging_callback=record.log, message_handler=on_message
             ) as session:
                 init = await session.initialize()
+                honored, refused = [], []
+                for uri in watch:
+                    try:
+                        await session.subscribe_resource(uri)
+                        honored.append(uri)
+                    except Exception as e:  # the server's JSON-RPC error, reported
+                        refused.append(str(e))
+                if watch:
+                    await asyncio.sleep(5)
                 if wanted:
                     # The GET stream opens in the background after the handshake: give it a
                     # moment, so the changes the calls make are said on it.
@@ -224,6 +242,13 @@ async def main(url: str, calls: list, mode: str | None) -> None:
                     tools = [t.name for t in (await session.list_tools()).tools]
                     prompts = [p.name for p in (await session.list_prompts()).prompts]
                     out["after"] = {"tools": tools, "prompts": prompts}
+                if watch:
+                    for _ in range(200):
+                        if set(honored) <= set(updated):
+                            break
+                        await asyncio.sleep(0.1)
+                    await asyncio.sleep(2)
+                    out["honored"], out["refused"], out["updated"] = sorted(honored), refused, updated
                 print(json.dumps(out))
 
 

@@ -151,13 +151,11 @@ const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// `subscriptions/listen` request (its id; the list changes it asked for).
 #[derive(Clone)]
 pub enum Listener {
-    Get,
+    /// `session`: the listener of the agent's session ([`super::subscriptions`]), whose
+    /// resource subscriptions the stream hears; none without a session id.
+    Get { session: Option<[u8; 32]> },
     /// `uris`: the resources whose updates it asked for.
-    Subscription {
-        id: Value,
-        lists: Lists,
-        uris: Vec<String>,
-    },
+    Subscription { id: Value, lists: Lists, uris: Vec<String> },
 }
 
 impl Listener {
@@ -176,16 +174,26 @@ impl Listener {
     /// The list changes asked for: a GET stream gets all there are.
     fn lists(&self) -> Lists {
         match self {
-            Listener::Get => Lists::ALL,
+            Listener::Get { .. } => Lists::ALL,
             Listener::Subscription { lists, .. } => *lists,
         }
     }
 
-    /// The resources whose updates it asked for.
-    fn uris(&self) -> &[String] {
+    /// The resources whose updates it asked for: a subscription's filter, or what the agent's
+    /// session subscribed to (kept for every replica; `None`: it could not be read now).
+    async fn uris(&self, state: &AppState, ctx: &GatewayCtx) -> Option<Vec<String>> {
         match self {
-            Listener::Get => &[],
-            Listener::Subscription { uris, .. } => uris,
+            Listener::Get { session: None } => Some(Vec::new()),
+            Listener::Get { session: Some(listener) } => {
+                match super::subscriptions::uris(&state.db, ctx.tenant.id, listener).await {
+                    Ok(uris) => Some(uris),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read a session's resource subscriptions");
+                        None
+                    }
+                }
+            }
+            Listener::Subscription { uris, .. } => Some(uris.clone()),
         }
     }
 
@@ -291,15 +299,16 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
         // List changes are told on a native pool only (the six-tool surface's list never
         // changes), for the lists it declares changes of.
         let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
-        let modern = matches!(listener, Listener::Subscription { .. });
-        let (lists, uris) = match native {
+        let (lists, mut uris) = match native {
             true => (
-                listener.lists().honoured(&Box::pin(super::surface::native_server(&state, &ctx, modern)).await.0),
-                listener.uris(),
+                listener.lists().honoured(&Box::pin(super::surface::native_server(&state, &ctx)).await.0),
+                listener.uris(&state, &ctx).await.unwrap_or_default(),
             ),
-            false => (Lists::default(), &[][..]),
+            false => (Lists::default(), Vec::new()),
         };
-        let mut ears = Ears::open(&state, &ctx, lists, uris).await;
+        // A session's subscriptions are read again with every poll: they are made on any replica.
+        let sessions = native && matches!(listener, Listener::Get { session: Some(_) });
+        let mut ears = Ears::open(&state, &ctx, lists, &uris).await;
         let mut ctx = ctx;
         let mut epoch = ctx.bound.epoch;
         if let Some(opening) = listener.opening(lists, &ears)
@@ -330,6 +339,13 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
                 Some(_) => epoch,
                 None => {
                     quiet += POLL;
+                    if sessions
+                        && let Some(now) = listener.uris(&state, &ctx).await
+                        && now != uris
+                    {
+                        uris = now;
+                        ears = Ears::open(&state, &ctx, lists, &uris).await;
+                    }
                     match crate::epochs::read(&state.db, ctx.tenant.id).await {
                         Ok(Some(now)) => now,
                         _ => continue,
@@ -370,7 +386,7 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
                     let now_configured = configuration(&ctx);
                     if now_configured != configured {
                         configured = now_configured;
-                        ears = Ears::open(&state, &ctx, lists, uris).await;
+                        ears = Ears::open(&state, &ctx, lists, &uris).await;
                         lists
                     } else {
                         Lists { tools: lists.tools, ..Lists::default() }

@@ -7,7 +7,7 @@ use rmcp::{
 };
 use serde_json::Value;
 
-use super::native_server::{declaring, server_info};
+use super::native_server::declaring;
 use super::{Outcome, catalog, classify, credential, echo, key};
 use crate::{
     AppState,
@@ -380,18 +380,6 @@ pub async fn native_request(state: &AppState, ctx: &GatewayCtx, method: &str, mu
                 Some(agent) if !agent.program => read_modern(state, ctx, agent, &connectors, params).await,
                 _ => first_answer(state, ctx, &connectors, method, &params).await,
             }
-        }
-        // To each connector that declares subscriptions in turn, as a read is: the first that
-        // takes the URI holds the subscription (on this replica's session with it).
-        "resources/subscribe" | "resources/unsubscribe" => {
-            let mut connectors = Vec::new();
-            let uri = params["uri"].as_str().unwrap_or_default().to_owned();
-            for (id, c) in granted_resource(ctx, declaring(state, ctx, "resources").await, Some(&uri)) {
-                if server_info(state, ctx, id, c).await["capabilities"]["resources"]["subscribe"] == true {
-                    connectors.push((id, c));
-                }
-            }
-            first_answer(state, ctx, &connectors, method, &params).await
         }
         "logging/setLevel" => {
             for (id, c) in declaring(state, ctx, "logging").await {

@@ -27,14 +27,15 @@ pub(super) async fn declaring<'c>(state: &AppState, ctx: &'c GatewayCtx, capabil
     out
 }
 
-/// What a native pool declares at `initialize` (`modern` false) or `server/discover`
-/// (`modern` true): tools, plus prompts, resources, completions and logging where a pooled
+/// What a native pool declares at `initialize` and `server/discover`
+/// alike: tools, plus prompts, resources, completions and logging where a pooled
 /// downstream declares them, `listChanged` where it is relayed, and resource subscriptions
-/// where they are relayed (2026-07-28 only, through `subscriptions/listen`: a handshake-era
-/// agent's subscription would need its session to be known to every replica); and the
-/// downstreams' own instructions instead of the six-tool guide. With several connectors each downstream's part says which connector it is
+/// where they are relayed (through `subscriptions/listen` on 2026-07-28, and on the
+/// handshake era `resources/subscribe` kept for the agent's session and heard on its GET
+/// stream, see [`crate::gateway::subscriptions`]); and the downstreams' own instructions
+/// instead of the six-tool guide. With several connectors each downstream's part says which connector it is
 /// and how its names are shown here (its instructions name them without the prefix).
-pub async fn native_server(state: &AppState, ctx: &GatewayCtx, modern: bool) -> (Value, Option<String>) {
+pub async fn native_server(state: &AppState, ctx: &GatewayCtx) -> (Value, Option<String>) {
     // The tool list's changes are told whatever the downstreams: a change of configuration or
     // grants is one too.
     let mut capabilities = serde_json::json!({ "tools": { "listChanged": true } });
@@ -53,7 +54,7 @@ pub async fn native_server(state: &AppState, ctx: &GatewayCtx, modern: bool) -> 
                 capabilities[name]["listChanged"] = Value::Bool(true);
             }
         }
-        if modern && info["capabilities"]["resources"]["subscribe"] == true && watchable(c) {
+        if info["capabilities"]["resources"]["subscribe"] == true && watchable(c) {
             capabilities["resources"]["subscribe"] = Value::Bool(true);
         }
         if let Some(text) = info["instructions"].as_str().filter(|t| !t.is_empty()) {
