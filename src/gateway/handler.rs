@@ -205,7 +205,7 @@ impl ServerHandler for Gateway {
     ) -> Result<ListToolsResult, McpError> {
         let ctx = gateway_ctx(&cx)?;
         if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
-            return Ok(ListToolsResult::with_all_items(Box::pin(surface::native_tools(&self.state, &ctx)).await));
+            return Box::pin(surface::native_tools(&self.state, &ctx)).await.map(ListToolsResult::with_all_items);
         }
         Ok(ListToolsResult::with_all_items(surface::tools_for(ctx.pool.as_ref().is_some_and(|(_, p)| p.trusted))))
     }

@@ -70,21 +70,51 @@ fn owner<'c>(
 /// The list is sorted by name, so every replica, before and after a restart, lists the same
 /// tools in the same order whatever order the downstreams list theirs in (a client that caches
 /// the list, or a prompt cache keyed on it, sees no change where nothing changed).
+///
+/// A connector whose tools cannot be listed is left out, except that a pool of one connector
+/// whose credential needs a person (the server refused it, or it is missing or unreadable)
+/// answers that problem as the list's error: an empty list would hide the only thing the
+/// agent's person can act on (`data.code` is `auth_required`, …; see [`credential_needed`]).
 #[tracing::instrument(name = "gateway::list_tools", skip_all, fields(tenant = %ctx.tenant.id, workspace = %ctx.bound.workspace.slug))]
-pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Vec<Tool> {
-    let mut tools: Vec<Tool> = native_index(state, ctx, None).await.into_iter().map(|(_, _, t)| t).collect();
+pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Result<Vec<Tool>, ErrorData> {
+    let (index, failed) = native_index(state, ctx, None).await;
+    if !several(ctx)
+        && let Some((id, Failure::Auth(problem))) = failed.into_iter().find(|(_, f)| credential_needed(f))
+    {
+        let data = serde_json::json!({ "code": problem.code, "connector": id, "state": problem.state });
+        return Err(ErrorData::internal_error(problem.message, Some(data)));
+    }
+    let mut tools: Vec<Tool> = index.into_iter().map(|(_, _, t)| t).collect();
     tools.sort_by(|a, b| a.name.cmp(&b.name));
-    tools
+    Ok(tools)
+}
+
+/// Whether a failure is a credential that only a person can repair (connect again, set it,
+/// fix the vault), not a passing outage.
+fn credential_needed(f: &Failure) -> bool {
+    matches!(f, Failure::Auth(problem) if problem.code != "unavailable")
 }
 
 /// `(connector id, the downstream's tool, the tool as shown here)` of every tool the caller
-/// may see here; `only`: of that connector alone.
-async fn native_index(state: &AppState, ctx: &GatewayCtx, only: Option<&str>) -> Vec<(String, Tool, Tool)> {
+/// may see here, and the failure of each connector whose tools could not be listed; `only`:
+/// of that connector alone.
+async fn native_index(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    only: Option<&str>,
+) -> (Vec<(String, Tool, Tool)>, Vec<(String, Failure)>) {
     let several = several(ctx);
     let mut out: Vec<(String, Tool, Tool)> = Vec::new();
+    let mut failed = Vec::new();
     let connectors = ctx.bound.document.connectors.iter().filter(|(id, _)| only.is_none_or(|o| o == id.as_str()));
     for (id, c) in connectors.filter(|(id, _)| ctx.visible(id, None)) {
-        let Ok(tools) = catalog(state, ctx, id, &key(ctx, id, c), c).await else { continue };
+        let tools = match catalog(state, ctx, id, &key(ctx, id, c), c).await {
+            Ok(tools) => tools,
+            Err(f) => {
+                failed.push((id.clone(), f));
+                continue;
+            }
+        };
         for t in tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
             let name = shown(several, id, &t.name);
             // Only a downstream that lists one name twice can clash (prefixes are distinct).
@@ -99,7 +129,7 @@ async fn native_index(state: &AppState, ctx: &GatewayCtx, only: Option<&str>) ->
             out.push((id.clone(), t.clone(), tool));
         }
     }
-    out
+    (out, failed)
 }
 
 /// Calls a native pool's tool by the name it is shown under; the same checks as
@@ -117,8 +147,16 @@ pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: J
             None => return unknown(),
         },
     };
-    let index = native_index(state, ctx, only).await;
-    let Some((id, tool, _)) = index.iter().find(|(_, _, t)| t.name == name) else { return unknown() };
+    let (index, failed) = native_index(state, ctx, only).await;
+    let Some((id, tool, _)) = index.iter().find(|(_, _, t)| t.name == name) else {
+        // The connector the tool would be of could not list its tools: that is the answer
+        // (`auth_required` with its repair path, `unavailable`, …), not an unknown tool.
+        let local = name.split_once('.').filter(|_| only.is_some()).map_or(name, |(_, tool)| tool);
+        return match failed.into_iter().next() {
+            Some((id, f)) => super::failure(f).about(&id, local),
+            None => unknown(),
+        };
+    };
     // A 2026-07-28 request's `Mcp-Param-*` headers must say what its arguments say.
     if let Some(sent) = ctx.param_headers.as_deref()
         && let Err(reason) = crate::gateway::param_headers::check(sent, &tool.input_schema, &args)
