@@ -468,3 +468,99 @@ async fn a_downstream_refusing_a_connected_grant_marks_it_for_repair_and_answers
     let (err, body, _) = tool(&mcp, &machine, "call_tool", echo).await;
     assert!(!err, "{body}");
 }
+
+/// A native pool of one OAuth connector whose credential needs a person answers `tools/list`
+/// with that problem (a JSON-RPC error whose `data.code` is `auth_required`) and a call of its
+/// tool `auth_required`, instead of an empty list and an unknown tool, so an agent whose only
+/// downstream refuses the grant learns that it must be connected again. A pool of several
+/// connectors lists the others' tools and leaves that one out. Connected again, it lists and
+/// calls.
+#[tokio::test]
+async fn a_native_pool_whose_connector_needs_authorization_says_so_when_listing() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let provider = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT)]).await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let options = GateOptions::default();
+    let refuse = options.refuse.clone();
+    let (mcp_url, _seen) = protected_mcp(&provider.issuer, &upstream, options).await;
+    tenant(&t, &keys).await;
+    let auth = json!({ "type": "oauth", "grant": "shared", "client_id": CLIENT, "scopes": ["openid", "mcp"] });
+    add_remote(&t, &keys, "everything", &mcp_url, auth).await;
+    // The same server without a gate: a connector that needs no credential.
+    common::add_remote_mcp(&t.url, "acme", "main", "plain", &everything.url).await;
+    let pools = json!({ "pools": {
+        "solo": { "tools": ["everything"], "native": true },
+        "both": { "tools": ["everything", "plain"], "native": true },
+    } });
+    let configure = ["workspace", "configure", "--tenant", "acme", "--workspace", "main", "--file"];
+    ok(cmd(&t, &keys), &[&configure[..], &[common::json_path(&pools).as_str()]].concat()).await;
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let machine = common::provision(&t.url, "acme").await;
+    let solo = format!("{}/t/acme/w/main/mcp/solo", served.base);
+    let both = format!("{}/t/acme/w/main/mcp/both", served.base);
+    let list = |url: String| {
+        let machine = &machine;
+        async move { common::mcp_post(&url, machine, "tools/list", json!({})).await.json::<Value>().await.unwrap() }
+    };
+    let names = |body: &Value| -> Vec<String> {
+        body["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a list: {body}"))
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let echo = json!({ "message": "hello" });
+
+    // Never connected: the pool of one says what is missing; the pool of two lists the other.
+    let body = list(solo.clone()).await;
+    assert!(body.get("result").is_none(), "{body}");
+    assert_eq!(
+        body["error"]["data"],
+        json!({ "code": "auth_required", "connector": "everything", "state": "missing" }),
+        "{body}"
+    );
+    assert!(body["error"]["message"].as_str().unwrap().contains("OAuth authorization"), "{body}");
+    let listed = names(&list(both.clone()).await);
+    assert!(listed.contains(&"plain.echo".to_owned()), "{listed:?}");
+    assert!(listed.iter().all(|n| n.starts_with("plain.")), "{listed:?}");
+    let (err, body, _) = tool(&solo, &machine, "echo", echo.clone()).await;
+    assert!(err && body["error"]["code"] == "auth_required", "no unknown tool: {body}");
+
+    let landing = ann.walk(&connect_url(&ann, "everything").await, |f| (f == "login").then(|| "ops".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    assert!(names(&list(solo.clone()).await).contains(&"echo".to_owned()));
+    let (err, body, _) = tool(&solo, &machine, "echo", echo.clone()).await;
+    assert!(!err, "{body}");
+
+    // The server refuses the grant: the call says so and marks it; from then on the list says
+    // so too (the catalog is still cached, but the credential is no longer there to send).
+    *refuse.lock().unwrap() = Some((401, r#"Bearer error="invalid_token""#.to_owned()));
+    let (err, body, _) = tool(&solo, &machine, "echo", echo.clone()).await;
+    assert!(err && body["error"]["code"] == "auth_required", "{body}");
+    let body = list(solo.clone()).await;
+    assert_eq!(body["error"]["data"]["code"], "auth_required", "{body}");
+    assert_eq!(body["error"]["data"]["state"], "auth_required", "{body}");
+    let (err, body, _) = tool(&solo, &machine, "echo", echo.clone()).await;
+    assert!(err && body["error"]["code"] == "auth_required", "{body}");
+    let listed = names(&list(both.clone()).await);
+    assert!(!listed.is_empty() && listed.iter().all(|n| n.starts_with("plain.")), "{listed:?}");
+    let (err, body, _) = tool(&both, &machine, "everything.echo", echo.clone()).await;
+    assert!(err && body["error"]["code"] == "auth_required", "{body}");
+    let (err, body, _) = tool(&both, &machine, "plain.echo", echo.clone()).await;
+    assert!(!err, "{body}");
+
+    // Connected again: listed and called.
+    *refuse.lock().unwrap() = None;
+    let landing = ann.walk(&connect_url(&ann, "everything").await, |f| (f == "login").then(|| "ops".to_owned())).await;
+    assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
+    assert!(names(&list(solo.clone()).await).contains(&"echo".to_owned()));
+    assert!(names(&list(both.clone()).await).contains(&"everything.echo".to_owned()));
+    let (err, body, _) = tool(&solo, &machine, "echo", echo).await;
+    assert!(!err, "{body}");
+}

@@ -246,7 +246,7 @@ impl ServerHandler for Gateway {
     ) -> Result<ListToolsResult, McpError> {
         let ctx = gateway_ctx(&cx)?;
         let (tools, hints) = if ctx.pool.as_ref().is_some_and(|(_, p)| p.native) {
-            Box::pin(surface::native_tools(&self.state, &ctx)).await
+            Box::pin(surface::native_tools(&self.state, &ctx)).await?
         } else {
             // The six tools: the same for every caller of the pool, changed only with its
             // configuration (which listening agents are told of).

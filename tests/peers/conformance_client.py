@@ -18,7 +18,9 @@ picks who the client under test is:
   provider for `auth/*`, redirects followed the same way), for the reference column.
 
 Every tool is called with arguments made from its input schema (defaults where given, else a
-value of the declared type), as a generic agent would. Exits non-zero when a step fails.
+value of the declared type), as a generic agent would. A listing or a call Gatehouse answers
+`auth_required` is repaired once, as an operator would: connected again through a fresh
+connect link, then asked again. Exits non-zero when a step fails.
 """
 import asyncio
 import json
@@ -32,6 +34,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx2
 from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 SCENARIO = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
 VERSION = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION", "2025-11-25")
@@ -96,6 +99,24 @@ def needs_repair(result) -> bool:
     return '"auth_required"' in text
 
 
+def listing_needs_repair(error: MCPError) -> bool:
+    """Whether Gatehouse answered a listing `auth_required` (the pool's connector needs a person)."""
+    return isinstance(error.data, dict) and error.data.get("code") == "auth_required"
+
+
+async def list_all(session, repair):
+    """The tools listed; a listing answered `auth_required` is repaired (as a refused call is)
+    and asked once more, as an agent's operator would."""
+    try:
+        return (await session.list_tools()).tools
+    except MCPError as error:
+        if repair is None or not listing_needs_repair(error):
+            raise
+        log("auth_required from tools/list - connecting again:", error.message)
+        await repair()
+        return (await session.list_tools()).tools
+
+
 async def call_all(session, tools, repair) -> None:
     """Calls each tool; a call answered `auth_required` is repaired (`repair`: a person connects
     again through a fresh connect link) and made once more, as an agent's operator would."""
@@ -112,12 +133,12 @@ async def use(url: str, http, repair=None) -> None:
     """Lists the tools at `url` and calls each one, at the scenario's revision."""
     if VERSION.startswith("2026"):
         async with Client(streamable_http_client(url, http_client=http), mode=VERSION, **CALLBACKS) as client:
-            await call_all(client, (await client.list_tools()).tools, repair)
+            await call_all(client, await list_all(client, repair), repair)
         return
     async with streamable_http_client(url, http_client=http) as (read, write, *_):
         async with ClientSession(read, write, **CALLBACKS) as session:
             await session.initialize()
-            await call_all(session, (await session.list_tools()).tools, repair)
+            await call_all(session, await list_all(session, repair), repair)
 
 
 # ---- Gatehouse as the client ------------------------------------------------------------------

@@ -92,7 +92,9 @@ fn digest(value: &impl serde::Serialize) -> Option<[u8; 32]> {
 }
 
 async fn seen_tools(state: &AppState, ctx: &GatewayCtx) -> Option<[u8; 32]> {
-    digest(&Box::pin(super::surface::native_tools(state, ctx)).await.0)
+    // A list answered as an error (a credential needing a person) digests apart from every
+    // list, so the connector's repair is told as a change.
+    digest(&Box::pin(super::surface::native_tools(state, ctx)).await.ok().map(|(tools, _)| tools))
 }
 
 async fn seen_prompts(state: &AppState, ctx: &GatewayCtx) -> Option<[u8; 32]> {

@@ -71,29 +71,48 @@ fn owner<'c>(
 /// tools in the same order whatever order the downstreams list theirs in (a client that caches
 /// the list, or a prompt cache keyed on it, sees no change where nothing changed).
 ///
+/// A connector whose tools cannot be listed is left out, except that a pool of one connector
+/// whose credential needs a person (the server refused it, or it is missing or unreadable)
+/// answers that problem as the list's error: an empty list would hide the only thing the
+/// agent's person can act on (`data.code` is `auth_required`, …; see [`credential_needed`]).
+///
 /// With the list, its caching hints (2026-07-28): fresh as long as every catalog it draws on
 /// ([`crate::gateway::catalogs::Catalog::fresh_for`]; a connector that cannot be listed now
 /// makes it stale at once), and private when what the caller sees depends on who it is.
 #[tracing::instrument(name = "gateway::list_tools", skip_all, fields(tenant = %ctx.tenant.id, workspace = %ctx.bound.workspace.slug))]
-pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> (Vec<Tool>, Hints) {
+pub async fn native_tools(state: &AppState, ctx: &GatewayCtx) -> Result<(Vec<Tool>, Hints), ErrorData> {
     let mut hints = Hints::new(per_caller(ctx));
-    let index = native_index(state, ctx, None, Some(&mut hints)).await;
+    let (index, failed) = native_index(state, ctx, None, Some(&mut hints)).await;
+    if !several(ctx)
+        && let Some((id, Failure::Auth(problem))) = failed.into_iter().find(|(_, f)| credential_needed(f))
+    {
+        let data = serde_json::json!({ "code": problem.code, "connector": id, "state": problem.state });
+        return Err(ErrorData::internal_error(problem.message, Some(data)));
+    }
     let mut tools: Vec<Tool> = index.into_iter().map(|(_, _, t)| t).collect();
     tools.sort_by(|a, b| a.name.cmp(&b.name));
-    (tools, hints)
+    Ok((tools, hints))
+}
+
+/// Whether a failure is a credential that only a person can repair (connect again, set it,
+/// fix the vault), not a passing outage.
+fn credential_needed(f: &Failure) -> bool {
+    matches!(f, Failure::Auth(problem) if problem.code != "unavailable")
 }
 
 /// `(connector id, the downstream's tool, the tool as shown here)` of every tool the caller
-/// may see here; `only`: of that connector alone. `hints`: narrowed by each catalog drawn on.
+/// may see here, and the failure of each connector whose tools could not be listed; `only`:
+/// of that connector alone. `hints`: narrowed by each catalog drawn on.
 async fn native_index(
     state: &AppState,
     ctx: &GatewayCtx,
     only: Option<&str>,
     mut hints: Option<&mut Hints>,
-) -> Vec<(String, Tool, Tool)> {
+) -> (Vec<(String, Tool, Tool)>, Vec<(String, Failure)>) {
     let several = several(ctx);
     let now = chrono::Utc::now();
     let mut out: Vec<(String, Tool, Tool)> = Vec::new();
+    let mut failed = Vec::new();
     let connectors = ctx.bound.document.connectors.iter().filter(|(id, _)| only.is_none_or(|o| o == id.as_str()));
     for (id, c) in connectors.filter(|(id, _)| ctx.visible(id, None)) {
         let listed = catalog(state, ctx, id, &key(ctx, id, c), c).await;
@@ -101,7 +120,13 @@ async fn native_index(
             hints.fresh_for(listed.as_ref().map_or(0, |catalog| catalog.fresh_for(now)));
             hints.private |= listed.as_ref().is_ok_and(|catalog| catalog.listing.private);
         }
-        let Ok(tools) = listed else { continue };
+        let tools = match listed {
+            Ok(tools) => tools,
+            Err(f) => {
+                failed.push((id.clone(), f));
+                continue;
+            }
+        };
         for t in tools.tools.iter().filter(|t| ctx.visible(id, Some(&t.name))) {
             let name = shown(several, id, &t.name);
             // Only a downstream that lists one name twice can clash (prefixes are distinct).
@@ -116,7 +141,7 @@ async fn native_index(
             out.push((id.clone(), t.clone(), tool));
         }
     }
-    out
+    (out, failed)
 }
 
 /// Calls a native pool's tool by the name it is shown under; the same checks as
@@ -134,8 +159,16 @@ pub async fn native_call(state: &AppState, ctx: &GatewayCtx, name: &str, args: J
             None => return unknown(),
         },
     };
-    let index = native_index(state, ctx, only, None).await;
-    let Some((id, tool, _)) = index.iter().find(|(_, _, t)| t.name == name) else { return unknown() };
+    let (index, failed) = native_index(state, ctx, only, None).await;
+    let Some((id, tool, _)) = index.iter().find(|(_, _, t)| t.name == name) else {
+        // The connector the tool would be of could not list its tools: that is the answer
+        // (`auth_required` with its repair path, `unavailable`, …), not an unknown tool.
+        let local = name.split_once('.').filter(|_| only.is_some()).map_or(name, |(_, tool)| tool);
+        return match failed.into_iter().next() {
+            Some((id, f)) => super::failure(f).about(&id, local),
+            None => unknown(),
+        };
+    };
     // A 2026-07-28 request's `Mcp-Param-*` headers must say what its arguments say.
     if let Some(sent) = ctx.param_headers.as_deref()
         && let Err(reason) = crate::gateway::param_headers::check(sent, &tool.input_schema, &args)
