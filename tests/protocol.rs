@@ -862,7 +862,7 @@ async fn a_downstreams_own_list_changes_reach_the_python_sdk_on_its_get_stream_a
     assert_eq!(changes, ["prompts", "tools"], "each list change said once: {out}");
     assert_eq!(
         out["after"],
-        json!({ "tools": ["ask_twice", "echo", "grow", "grown_1", "touch"], "prompts": ["base", "grown_1"] }),
+        json!({ "tools": ["ask_twice", "echo", "grow", "grown_1", "touch"], "prompts": ["asking", "base", "grown_1"] }),
         "{out}"
     );
     assert_eq!(a.terminate().await, 0);
