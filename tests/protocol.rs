@@ -935,41 +935,8 @@ async fn a_2026_agent_answers_a_handshake_era_downstreams_requests_through_repla
 /// resource's update, said by its downstream all the same, is not passed on.
 #[tokio::test]
 async fn a_2026_agents_resource_subscriptions_hear_both_eras_downstreams_updates_across_replicas() {
-    let (_conformance, conformance_url) = common::conformance_downstream().await;
-    let (_listing, t, machine) = listing_setup(json!({})).await;
-    common::add_remote_mcp(&t.url, "acme", "main", "conf", &conformance_url).await;
-    configure(
-        &t,
-        json!({
-            "pools": { "native": { "tools": ["listing", "conf"], "native": true } },
-            "classification": { "listing.touch": "read", "conf.test_touch_resource": "read" },
-            "grants": [{ "to": "machines", "tools": ["listing.touch", "conf.test_touch_resource"],
-                "resources": ["listing.listing://watched", "conf.test://watched-resource"] }]
-        }),
-    )
-    .await;
-    let a = Served::start(gatehouse(Some(&t.url))).await;
-    let b = Served::start(gatehouse(Some(&t.url))).await;
-    let (native_a, native_b) = (format!("{}/t/acme/w/main/mcp/native", a.base), format!("{}/t/acme/w/main/mcp/native", b.base));
-
-    let watch = "listing://watched,test://watched-resource,test://static-text";
-    let env = [("GATEHOUSE_ALT_URL", native_b.as_str()), ("GATEHOUSE_WATCH", watch)];
-    let calls = json!([
-        ["conf.test_touch_resource", { "uri": "test://watched-resource" }],
-        ["conf.test_touch_resource", { "uri": "test://static-text" }],
-        ["listing.touch", {}]
-    ]);
-    let out = common::python_agent_with(&native_a, &machine, Some("2026-07-28"), &env, calls).await;
+    let (out, _t) = subscribed_across_replicas(Some("2026-07-28")).await;
     assert_eq!(out["protocol"], "2026-07-28", "{out}");
-    for call in out["calls"].as_array().unwrap() {
-        assert_eq!(call["isError"], false, "{out}");
-    }
-    assert_eq!(out["honored"], json!(["listing://watched", "test://watched-resource"]), "only granted URIs: {out}");
-    let mut updated: Vec<String> = serde_json::from_value(out["updated"].clone()).unwrap();
-    updated.sort();
-    assert_eq!(updated, ["listing://watched", "test://watched-resource"], "each granted update once, no other: {out}");
-    assert_eq!(a.terminate().await, 0);
-    assert_eq!(b.terminate().await, 0);
 }
 
 /// Resource subscriptions on the handshake era: the official Python SDK client in handshake
@@ -980,6 +947,29 @@ async fn a_2026_agents_resource_subscriptions_hear_both_eras_downstreams_updates
 /// ungranted URI is refused at `resources/subscribe`, and its update is not passed on.
 #[tokio::test]
 async fn a_handshake_agents_resource_subscriptions_reach_its_get_stream_on_another_replica() {
+    let (out, t) = subscribed_across_replicas(None).await;
+    assert_eq!(out["protocol"], "2025-11-25", "{out}");
+    assert_eq!(out["refused"].as_array().map(Vec::len), Some(1), "{out}");
+    let sent = out["replicas"].as_array().unwrap();
+    let subscribed: Vec<&Value> = sent.iter().filter(|r| r[0] == "resources/subscribe").collect();
+    assert!(subscribed.iter().any(|r| r[1] == 0) && subscribed.iter().any(|r| r[1] == 1), "{out}");
+
+    // The subscriptions are the session's: a row per granted URI, naming no one.
+    use sqlx::{Connection, Executor};
+    let mut db = sqlx::PgConnection::connect(t.url.expose()).await.unwrap();
+    db.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_subscriptions").fetch_one(&mut db).await.unwrap();
+    assert_eq!(rows, 2);
+}
+
+/// Two replicas over a native pool of the listing downstream (handshake era only: the gateway
+/// sends `resources/subscribe` on its own session with it) and the conformance downstream
+/// (2026-07-28: the gateway names the URI in its own `subscriptions/listen` filter), with two
+/// of three URIs granted. The official Python SDK client in `mode` subscribes to all three on
+/// one replica, calls (every second request to the other replica) a tool of each downstream
+/// that updates its resource, and reports what it heard: exactly the granted updates, once
+/// each, and only the granted URIs honoured.
+async fn subscribed_across_replicas(mode: Option<&str>) -> (Value, TestDb) {
     let (_conformance, conformance_url) = common::conformance_downstream().await;
     let (_listing, t, machine) = listing_setup(json!({})).await;
     common::add_remote_mcp(&t.url, "acme", "main", "conf", &conformance_url).await;
@@ -1004,26 +994,15 @@ async fn a_handshake_agents_resource_subscriptions_reach_its_get_stream_on_anoth
         ["conf.test_touch_resource", { "uri": "test://static-text" }],
         ["listing.touch", {}]
     ]);
-    let out = common::python_agent_with(&native_a, &machine, None, &env, calls).await;
-    assert_eq!(out["protocol"], "2025-11-25", "{out}");
+    let out = common::python_agent_with(&native_a, &machine, mode, &env, calls).await;
     for call in out["calls"].as_array().unwrap() {
         assert_eq!(call["isError"], false, "{out}");
     }
     assert_eq!(out["honored"], json!(["listing://watched", "test://watched-resource"]), "only granted URIs: {out}");
-    assert_eq!(out["refused"].as_array().map(Vec::len), Some(1), "{out}");
     let mut updated: Vec<String> = serde_json::from_value(out["updated"].clone()).unwrap();
     updated.sort();
     assert_eq!(updated, ["listing://watched", "test://watched-resource"], "each granted update once, no other: {out}");
-    let sent = out["replicas"].as_array().unwrap();
-    let subscribed: Vec<&Value> = sent.iter().filter(|r| r[0] == "resources/subscribe").collect();
-    assert!(subscribed.iter().any(|r| r[1] == 0) && subscribed.iter().any(|r| r[1] == 1), "{out}");
-
-    // The subscriptions are the session's: a row per granted URI, naming no one.
-    use sqlx::{Connection, Executor};
-    let mut db = sqlx::PgConnection::connect(t.url.expose()).await.unwrap();
-    db.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_subscriptions").fetch_one(&mut db).await.unwrap();
-    assert_eq!(rows, 2);
     assert_eq!(a.terminate().await, 0);
     assert_eq!(b.terminate().await, 0);
+    (out, t)
 }
