@@ -301,15 +301,19 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
         // List changes are told on a native pool only (the six-tool surface's list never
         // changes), for the lists it declares changes of.
         let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
-        let (lists, mut uris) = match native {
-            true => (
-                listener.lists().honoured(&Box::pin(super::surface::native_server(&state, &ctx)).await.0),
-                listener.uris(&state, &ctx).await.unwrap_or_default(),
-            ),
-            false => (Lists::default(), Vec::new()),
+        let capabilities = match native {
+            true => Box::pin(super::surface::native_server(&state, &ctx)).await.0,
+            false => Value::Null,
         };
-        // A session's subscriptions are read again with every poll: they are made on any replica.
-        let sessions = native && matches!(listener, Listener::Get { session: Some(_) });
+        let lists = if native { listener.lists().honoured(&capabilities) } else { Lists::default() };
+        // A session's subscriptions are read again with every poll (they are made on any
+        // replica), where the pool takes subscriptions at all.
+        let sessions = matches!(listener, Listener::Get { session: Some(_) }) && capabilities["resources"]["subscribe"] == true;
+        let mut uris = match listener {
+            Listener::Get { .. } if !sessions => Vec::new(),
+            _ if !native => Vec::new(),
+            _ => listener.uris(&state, &ctx).await.unwrap_or_default(),
+        };
         let mut ears = Ears::open(&state, &ctx, lists, &uris).await;
         let mut ctx = ctx;
         let mut epoch = ctx.bound.epoch;
