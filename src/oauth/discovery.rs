@@ -4,6 +4,8 @@
 //! `WWW-Authenticate: Bearer resource_metadata="…"` names, else the well-known paths. The
 //! metadata's `resource` must name the connector's URL (same origin, the same path or a parent
 //! of it at a segment boundary); it is the RFC 8707 resource indicator every request carries.
+//! A server that publishes no protected resource metadata at all is taken for an MCP 2025-03-26
+//! server, whose authorization server is its own origin (see `legacy`).
 
 use serde::Deserialize;
 use url::Url;
@@ -23,8 +25,9 @@ pub struct Endpoints {
     pub token: String,
     pub revocation: Option<String>,
     pub userinfo: Option<String>,
-    /// The issuer whose metadata gave these, exactly as the metadata names it (None: all
-    /// configured).
+    /// The issuer whose metadata gave these, exactly as the metadata names it; for a 2025-03-26
+    /// server without metadata, its authorization base URL (its origin), which the default
+    /// endpoints are relative to (None: all configured).
     pub issuer: Option<String>,
     /// The metadata's `authorization_response_iss_parameter_supported` (RFC 9207): every
     /// authorization response must then carry `iss`.
@@ -62,7 +65,7 @@ struct ResourceMetadata {
 }
 
 #[derive(Deserialize)]
-struct ServerMetadata {
+pub(super) struct ServerMetadata {
     issuer: String,
     authorization_endpoint: Option<String>,
     token_endpoint: Option<String>,
@@ -77,7 +80,7 @@ struct ServerMetadata {
     revocation_endpoint_auth_methods_supported: Option<Vec<String>>,
 }
 
-fn unavailable(what: &str) -> Error {
+pub(super) fn unavailable(what: &str) -> Error {
     Error::Unavailable {
         code: "oauth_discovery_failed",
         message: format!("the connector's authorization server could not be discovered: {what}"),
@@ -92,32 +95,59 @@ fn well_known(base: &str, name: &str) -> Result<String> {
     Ok(format!("{}/.well-known/{name}{path}", url.origin().ascii_serialization()))
 }
 
-async fn fetch<T: for<'de> Deserialize<'de>>(http: &reqwest::Client, url: &str) -> Option<T> {
-    let response = http.get(url).header("accept", "application/json").send().await.ok()?;
-    if !response.status().is_success() {
-        return None;
+/// What a metadata URL answered.
+enum Fetched<T> {
+    Found(T),
+    /// The server says it serves nothing there: a redirect (never followed) or a client error
+    /// other than 429.
+    Absent,
+    /// Nothing can be concluded: no answer, a server error or 429, or a body that is too large or
+    /// not the document.
+    Failed,
+}
+
+/// Whether a status says the document is not served at that URL (as opposed to a failure that
+/// says nothing about it). Only such answers let discovery conclude a server publishes nothing.
+fn says_absent(status: reqwest::StatusCode) -> bool {
+    (status.is_redirection() || status.is_client_error()) && status != reqwest::StatusCode::TOO_MANY_REQUESTS
+}
+
+async fn fetch<T: for<'de> Deserialize<'de>>(http: &reqwest::Client, url: &str) -> Fetched<T> {
+    let Ok(response) = http.get(url).header("accept", "application/json").send().await else { return Fetched::Failed };
+    let status = response.status();
+    if !status.is_success() {
+        return if says_absent(status) { Fetched::Absent } else { Fetched::Failed };
     }
-    let body = response.bytes().await.ok()?;
-    if body.len() > MAX_METADATA_BYTES {
-        return None;
+    match response.bytes().await {
+        Ok(body) if body.len() <= MAX_METADATA_BYTES => serde_json::from_slice(&body).map_or(Fetched::Failed, Fetched::Found),
+        _ => Fetched::Failed,
     }
-    serde_json::from_slice(&body).ok()
 }
 
 /// The authorization server's metadata, checked to name the issuer asked for.
 async fn server_metadata(http: &reqwest::Client, issuer: &str) -> Result<ServerMetadata> {
+    server_metadata_if_any(http, issuer).await?.ok_or_else(|| unavailable("no authorization server metadata"))
+}
+
+/// The authorization server's metadata, checked to name the issuer asked for; None only when
+/// every well-known location (RFC 8414, then OpenID discovery) says it serves none. A location
+/// that fails says nothing, so it is an error when no other serves the metadata.
+pub(super) async fn server_metadata_if_any(http: &reqwest::Client, issuer: &str) -> Result<Option<ServerMetadata>> {
     let issuer = issuer.trim_end_matches('/');
     let rfc8414 = well_known(issuer, "oauth-authorization-server")?;
     let openid = format!("{issuer}/.well-known/openid-configuration");
+    let mut failed = false;
     for url in [rfc8414, openid] {
-        if let Some(m) = fetch::<ServerMetadata>(http, &url).await {
-            if m.issuer.trim_end_matches('/') != issuer {
+        match fetch::<ServerMetadata>(http, &url).await {
+            Fetched::Found(m) if m.issuer.trim_end_matches('/') != issuer => {
                 return Err(unavailable("the metadata names another issuer"));
             }
-            return Ok(m);
+            Fetched::Found(m) => return Ok(Some(m)),
+            Fetched::Absent => {}
+            Fetched::Failed => failed = true,
         }
     }
-    Err(unavailable("no authorization server metadata"))
+    if failed { Err(unavailable("the authorization server metadata could not be fetched")) } else { Ok(None) }
 }
 
 /// Whether a protected resource metadata document's `resource` names the connector's `url`
@@ -151,14 +181,6 @@ struct Challenged {
     scopes: Option<Vec<String>>,
 }
 
-/// What a 401 from the connector names: unauthenticated requests, as an MCP client's first
-/// ones are (an `initialize` POST, then, when a server lets `initialize` through without a
-/// token and guards only the operations, `notifications/initialized` and a `tools/list` in
-/// that session; a GET of a legacy SSE stream).
-async fn challenged(http: &reqwest::Client, connector: &Connector) -> Challenged {
-    challenge_of(http, connector).await.unwrap_or_default()
-}
-
 /// The challenge of a 401 response (None: another status).
 fn challenge_in(response: &reqwest::Response) -> Option<Challenged> {
     if response.status() != reqwest::StatusCode::UNAUTHORIZED {
@@ -172,6 +194,11 @@ fn challenge_in(response: &reqwest::Response) -> Option<Challenged> {
     Some(Challenged { metadata, scopes: super::challenge::scopes(values.iter().copied()) })
 }
 
+/// What a 401 from the connector names (None: it answered none, or could not be asked):
+/// unauthenticated requests, as an MCP client's first ones are (an `initialize` POST, then,
+/// when a server lets `initialize` through without a token and guards only the operations,
+/// `notifications/initialized` and a `tools/list` in that session; a GET of a legacy SSE
+/// stream).
 async fn challenge_of(http: &reqwest::Client, connector: &Connector) -> Option<Challenged> {
     let Connector::RemoteMcp { url, transport, .. } = connector else { return None };
     let timeout = std::time::Duration::from_secs(10);
@@ -229,25 +256,52 @@ struct Named {
     scopes: Option<Vec<String>>,
 }
 
+/// What discovery learned of a protected resource's metadata (RFC 9728).
+enum Protected {
+    Named(Named),
+    /// The server publishes none: it asks for authorization with a 401 that names no metadata
+    /// URL, and every well-known location says it serves nothing there. An MCP 2025-03-26
+    /// server; `scopes` are its 401's.
+    Unpublished {
+        scopes: Option<Vec<String>>,
+    },
+    /// Nothing can be concluded: the server answered no 401, or it may publish metadata that
+    /// could not be read (a location failed, a document names no authorization server, or the
+    /// 401 names a URL that serves nothing).
+    Unknown,
+}
+
 /// The issuer and resource a protected resource names (RFC 9728): from the metadata URL its
 /// 401 names, else the path-specific well-known document, else the origin's.
-async fn resource_issuer(http: &reqwest::Client, connector: &Connector, resource: &str) -> Result<Option<Named>> {
+async fn resource_issuer(http: &reqwest::Client, connector: &Connector, resource: &str) -> Result<Protected> {
     let specific = well_known(resource, "oauth-protected-resource")?;
     let url = Url::parse(resource).map_err(|_| unavailable("the connector's URL does not parse"))?;
     let root = format!("{}/.well-known/oauth-protected-resource", url.origin().ascii_serialization());
-    let challenged = challenged(http, connector).await;
+    let challenge = challenge_of(http, connector).await;
+    // A 401 naming a metadata URL says the server publishes metadata, whatever the URLs answer;
+    // a server that asks for no authorization says nothing of how to get it.
+    let mut unpublished = challenge.as_ref().is_some_and(|c| c.metadata.is_none());
+    let challenged = challenge.unwrap_or_default();
     for candidate in challenged.metadata.into_iter().chain([specific, root]) {
-        if let Some(m) = fetch::<ResourceMetadata>(http, &candidate).await
-            && let Some(issuer) = m.authorization_servers.first().cloned()
-        {
-            let scopes = challenged.scopes.or(m.scopes_supported.filter(|s| !s.is_empty()));
-            return match m.resource {
-                Some(r) if resource_matches(&r, resource) => Ok(Some(Named { issuer, resource: r, scopes })),
-                other => Err(mismatch(other.as_deref(), resource)),
-            };
-        }
+        let m = match fetch::<ResourceMetadata>(http, &candidate).await {
+            Fetched::Found(m) => m,
+            Fetched::Absent => continue,
+            Fetched::Failed => {
+                unpublished = false;
+                continue;
+            }
+        };
+        let Some(issuer) = m.authorization_servers.first().cloned() else {
+            unpublished = false;
+            continue;
+        };
+        let scopes = challenged.scopes.or(m.scopes_supported.filter(|s| !s.is_empty()));
+        return match m.resource {
+            Some(r) if resource_matches(&r, resource) => Ok(Protected::Named(Named { issuer, resource: r, scopes })),
+            other => Err(mismatch(other.as_deref(), resource)),
+        };
     }
-    Ok(None)
+    Ok(if unpublished { Protected::Unpublished { scopes: challenged.scopes } } else { Protected::Unknown })
 }
 
 /// The endpoints for `connector`: configured ones win; the rest come from metadata.
@@ -275,13 +329,16 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
     let (issuer, resource, scopes) = match (&o.issuer, connector) {
         // A remote MCP server's resource is always discovered: its tokens are bound to it.
         (issuer, Connector::RemoteMcp { url, .. }) => match (issuer, resource_issuer(http, connector, url).await?) {
-            (Some(issuer), found) => {
-                let (resource, scopes) = found.map(|n| (Some(n.resource), n.scopes)).unwrap_or_default();
-                (issuer.clone(), resource, scopes)
-            }
-            (None, Some(n)) => (n.issuer, Some(n.resource), n.scopes),
-            (None, None) => {
-                return Err(unavailable("the server publishes no protected resource metadata naming an authorization server"));
+            (Some(issuer), Protected::Named(n)) => (issuer.clone(), Some(n.resource), n.scopes),
+            (Some(issuer), Protected::Unpublished { .. } | Protected::Unknown) => (issuer.clone(), None, None),
+            (None, Protected::Named(n)) => (n.issuer, Some(n.resource), n.scopes),
+            // Only where the newer discovery finds that nothing is published: a failure to read
+            // published metadata must not send a flow to endpoints guessed from the URL.
+            (None, Protected::Unpublished { scopes }) => return super::legacy::endpoints(http, o, url, scopes).await,
+            (None, Protected::Unknown) => {
+                return Err(unavailable(
+                    "the server publishes no protected resource metadata naming an authorization server, or it cannot be read",
+                ));
             }
         },
         (Some(issuer), Connector::HttpApi(_)) => (issuer.clone(), o.resource.clone(), None),
@@ -289,7 +346,16 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
         // A peer takes no credentials (it calls another workspace as the same caller).
         (_, Connector::Peer { .. }) => return Err(unavailable("a peer connector has no authorization server")),
     };
-    let m = server_metadata(http, &issuer).await?;
+    from_metadata(o, server_metadata(http, &issuer).await?, resource, scopes)
+}
+
+/// The endpoints an authorization server's metadata names, where the connector configures none.
+pub(super) fn from_metadata(
+    o: &OauthAuth,
+    m: ServerMetadata,
+    resource: Option<String>,
+    scopes: Option<Vec<String>>,
+) -> Result<Endpoints> {
     let authorization =
         o.authorization_endpoint.clone().or(m.authorization_endpoint).ok_or_else(|| unavailable("no authorization endpoint"))?;
     let token = o.token_endpoint.clone().or(m.token_endpoint).ok_or_else(|| unavailable("no token endpoint"))?;
@@ -324,6 +390,19 @@ mod tests {
             "https://mcp.example/.well-known/oauth-protected-resource/mcp"
         );
         assert_eq!(well_known("http://127.0.0.1:9", "x").unwrap(), "http://127.0.0.1:9/.well-known/x");
+    }
+
+    #[test]
+    fn only_a_redirect_or_a_client_error_says_a_document_is_absent() {
+        use reqwest::StatusCode as S;
+        for absent in
+            [S::NOT_FOUND, S::GONE, S::UNAUTHORIZED, S::FORBIDDEN, S::METHOD_NOT_ALLOWED, S::FOUND, S::MOVED_PERMANENTLY]
+        {
+            assert!(says_absent(absent), "{absent}");
+        }
+        for failed in [S::TOO_MANY_REQUESTS, S::INTERNAL_SERVER_ERROR, S::BAD_GATEWAY, S::SERVICE_UNAVAILABLE, S::CONTINUE] {
+            assert!(!says_absent(failed), "{failed}");
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod discovery;
 mod grants;
 pub mod http;
 mod issuer;
+mod legacy;
 mod registration;
 mod store;
 pub mod sweep;

@@ -35,8 +35,10 @@ pub struct OauthAuth {
     /// mailed connect link); `personal`: each member's own grant.
     pub grant: SlotKind,
     /// The authorization server's issuer. A `remote_mcp` connector without one discovers it
-    /// through its protected resource metadata (RFC 9728); its metadata (RFC 8414, else OpenID
-    /// discovery) gives every endpoint not configured here.
+    /// through its protected resource metadata (RFC 9728), or, where the server publishes none
+    /// (MCP 2025-03-26), takes the server's origin; its metadata (RFC 8414, else OpenID
+    /// discovery) gives every endpoint not configured here (at an origin serving none, the
+    /// default `/authorize`, `/token` and `/register`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
