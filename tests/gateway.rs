@@ -1153,3 +1153,32 @@ async fn a_body_that_is_not_json_rpc_answers_400_with_a_json_rpc_error() {
     assert_eq!(r.status(), 200);
     assert_eq!(served.terminate().await, 0);
 }
+
+/// A handshake-era server that refuses a request without a session with a JSON-RPC error of
+/// null id (the TypeScript SDK's servers do; server-everything here) is known for one after
+/// its first answer to `server/discover`: later calls through the gateway do not ask it again
+/// (each did once, a round trip per call).
+#[tokio::test]
+async fn a_handshake_era_server_is_asked_server_discover_once_not_per_call() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let Setup { t, machine: m, _everything: everything } = setup().await;
+    let discovers = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = discovers.clone();
+    let proxied = common::forwarding_proxy(&everything.url, move |_, headers| {
+        if headers.get("mcp-method").is_some_and(|v| v == "server/discover") {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        true
+    })
+    .await;
+    add_connector(&t, "proxied", &proxied, json!({})).await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let url = format!("{}/t/acme/w/main/mcp", served.base);
+    for n in 0..5 {
+        let args = json!({ "address": "proxied.echo", "args": { "message": format!("m{n}") } });
+        let (err, body) = tool(&url, &m, "call_tool", args).await;
+        assert!(!err, "{body}");
+    }
+    assert_eq!(discovers.load(Ordering::SeqCst), 1, "asked once, then remembered");
+    assert_eq!(served.terminate().await, 0);
+}

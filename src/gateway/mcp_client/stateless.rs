@@ -96,7 +96,10 @@ pub async fn stateless(
             Ok(_) | Err(_) => return Err(Failure::Unavailable("the server's answer is not a JSON-RPC response".into())),
         }
     };
-    if message.get("id").and_then(Value::as_u64) != Some(id) {
+    // An error with a null id is the server's answer to a request it could not read as one
+    // (JSON-RPC 2.0 §5: a handshake-era server refusing a request without a session, say).
+    let unread = message.get("id").is_some_and(Value::is_null) && message.get("error").is_some();
+    if message.get("id").and_then(Value::as_u64) != Some(id) && !unread {
         return Err(Failure::Unavailable("the server answered another request".into()));
     }
     Ok(message)
