@@ -336,8 +336,8 @@ impl Downstreams {
         let deadline = Duration::from_millis(connector.timeout_ms());
         if let Connector::HttpApi(api) = connector {
             let http = self.http.as_ref().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
-            return match tokio::time::timeout(deadline, super::http_api_connector::call(http, api, tool, args, credential)).await
-            {
+            let called = Box::pin(super::http_api_connector::call(http, api, tool, args, credential));
+            return match tokio::time::timeout(deadline, called).await {
                 Ok(result) => result,
                 Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
             };
@@ -345,13 +345,19 @@ impl Downstreams {
         // A 2026-07-28 server that refuses the handshake is called in its own revision (a
         // 2026-07-28 agent's calls come through `input::relay` instead, with the agent's
         // capabilities).
-        if self.stateless_only(tenant, key, connector, credential).await? {
+        // Known after the first request: a map lookup, and the discovery's own (large) future
+        // stays out of this one's.
+        let stateless_only = match self.stateless_only_known(key) {
+            Some(known) => known,
+            None => Box::pin(self.stateless_only(tenant, key, connector, credential)).await?,
+        };
+        if stateless_only {
             drop(_slot);
             let params = serde_json::json!({ "name": tool, "arguments": args });
             let headers = schema.map(|schema| super::param_headers::compute(schema, args)).unwrap_or_default();
             let called =
                 self.request_modern(tenant, connector, credential, ("tools/call", Some(tool), &headers), params, upstream);
-            return serde_json::from_value(called.await?)
+            return serde_json::from_value(Box::pin(called).await?)
                 .map_err(|e| Failure::Unavailable(format!("a malformed tool result: {}", cap(&e.to_string()))));
         }
         // A call the downstream may ask the agent about holds a session of its own.

@@ -107,6 +107,14 @@ impl Downstreams {
         Ok(refused)
     }
 
+    /// [`Downstreams::stateless_only`] when it is already known for `key` (no request).
+    pub(super) fn stateless_only_known(&self, key: &str) -> Option<bool> {
+        match self.revisions.lock().unwrap_or_else(|p| p.into_inner()).get(key)? {
+            None => Some(false),
+            Some(_) => self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied(),
+        }
+    }
+
     /// What a 2026-07-28 server said of itself in its `server/discover` result (its
     /// capabilities and instructions as that revision states them); `None` for a server
     /// spoken to through the handshake, or not asked yet.

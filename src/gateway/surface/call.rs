@@ -49,7 +49,7 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
         return Outcome::error("invalid_args", "`args` must be an object".into(), None);
     };
     if address == RESULT_ADDRESS {
-        return result_page(state, ctx, tool_args).await;
+        return Box::pin(result_page(state, ctx, tool_args)).await;
     }
     let unknown = || Outcome::error("unknown_tool", format!("no tool `{}` here; use search_tools", echo(address)), None);
     let Some((id, name)) = address.split_once('.') else { return unknown() };
@@ -155,7 +155,7 @@ async fn call_granted(
         if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
             let body = serde_json::to_string(&out.result).unwrap_or_default();
             if ctx.peer_path.is_empty() && body.len() > stash::INLINE_CAP_BYTES {
-                out.result = stashed(state, ctx, address, &body).await;
+                out.result = Box::pin(stashed(state, ctx, address, &body)).await;
                 out.stashed = !out.result.is_error.unwrap_or(false);
             }
         }
@@ -177,7 +177,7 @@ async fn call_granted(
             target: name,
             schema: Some(&tool.input_schema),
         };
-        match input::relay(state, ctx, agent, call, json!({ "name": name, "arguments": tool_args })).await {
+        match Box::pin(input::relay(state, ctx, agent, call, json!({ "name": name, "arguments": tool_args }))).await {
             // A downstream of the handshake era: its requests for input become rounds.
             Ok(None) => replay = input::replay_of(state, ctx, agent, id, ("tools/call", name)),
             Ok(Some(Relayed::Complete(value))) => {
@@ -223,7 +223,7 @@ async fn call_granted(
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
             // Through a peer, the outermost workspace stashes (its caller pages it there).
             let large = body.len() > stash::INLINE_CAP_BYTES && ctx.peer_path.is_empty();
-            let result = if large { stashed(state, ctx, address, &body).await } else { result };
+            let result = if large { Box::pin(stashed(state, ctx, address, &body)).await } else { result };
             Outcome {
                 error_code,
                 stashed: large && !result.is_error.unwrap_or(false),
@@ -238,7 +238,7 @@ async fn call_granted(
             }
         }
         Err(f) => {
-            let f = super::repair(state, ctx, id, c, credential.as_ref(), f).await;
+            let f = Box::pin(super::repair(state, ctx, id, c, credential.as_ref(), f)).await;
             note(state, ctx, "downstream.call", id, c, &f);
             // A downstream's error text reaches the agent too.
             let mut out = failure(f);
