@@ -90,7 +90,8 @@ pub struct Caller<'a> {
 #[tracing::instrument(name = "gateway::credential", skip_all, fields(tenant = %at.tenant, workspace = at.workspace_slug, connector = id, slot))]
 pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Connector) -> Result<Option<Credential>, Problem> {
     if let Some(o) = connector.auth().oauth() {
-        return crate::oauth::resolve(state, at, id, o).await;
+        // Boxed, as is the slot's load: a call's future need not carry them when they are not taken.
+        return Box::pin(crate::oauth::resolve(state, at, id, o)).await;
     }
     let Some(kind) = connector.auth().slot() else { return Ok(None) };
     tracing::Span::current().record("slot", kind.as_str());
@@ -127,7 +128,7 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Co
         }
         None => {
             state.credentials.count(false);
-            let (row, epoch) = slots::load(&state.db, slot).await.map_err(|e| {
+            let (row, epoch) = Box::pin(slots::load(&state.db, slot)).await.map_err(|e| {
                 tracing::warn!(error = %e, "could not read a credential slot");
                 Problem {
                     code: "unavailable",

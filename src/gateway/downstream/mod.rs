@@ -211,7 +211,8 @@ impl Downstreams {
             {
                 return Ok(held.clone());
             }
-            match catalogs::load(db, target).await {
+            // Boxed, as is the fetch: the rare paths' futures stay out of every call's.
+            match Box::pin(catalogs::load(db, target)).await {
                 Ok(Some(stored)) => {
                     let stored = Arc::new(stored);
                     self.remember(key, stored.clone()).await;
@@ -221,7 +222,7 @@ impl Downstreams {
                 Err(e) => tracing::warn!(error = %e, "could not read the shared catalog cache; asking the server"),
             }
         }
-        self.fetch(db, target, key, connector, credential, None).await
+        Box::pin(self.fetch(db, target, key, connector, credential, None)).await
     }
 
     /// Asks the server for its catalog now and stores it for every replica (`audit`: an

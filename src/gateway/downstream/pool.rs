@@ -184,7 +184,10 @@ impl Pools {
     }
 
     /// A session of the connector's configuration `key` for `credential`; `own`: checked out
-    /// for this request alone (waiting while the pool is at its bound).
+    /// for this request alone (waiting while the pool is at its bound). A live shared session
+    /// is had without waiting; only a checkout (the first call, or `own`) awaits the pool, in a
+    /// box: the pool's wait holds a session's opening, which is kilobytes that every call's
+    /// future would otherwise carry and copy.
     pub async fn lease(
         &self,
         http: Option<&reqwest::Client>,
@@ -194,22 +197,41 @@ impl Pools {
         own: bool,
     ) -> Result<Lease, Failure> {
         let name = pool_key(key, credential);
-        let pool = {
-            let mut entries = self.lock();
-            match entries.get_mut(&name) {
-                Some(entry) => {
-                    entry.used = Instant::now();
-                    if !own
-                        && let Some(live) = entry.shared.upgrade()
-                        && live.usable()
-                    {
-                        return Ok(Lease::Shared(live));
-                    }
-                    entry.pool.clone()
+        match self.live_or_pool(&name, http, connector, credential, own)? {
+            Ok(live) => Ok(live),
+            Err(pool) => Box::pin(self.checkout(pool, name, own)).await,
+        }
+    }
+
+    /// The live shared session under `name` (`Ok`), or the pool to check one out of (`Err`),
+    /// opened when there is none.
+    fn live_or_pool(
+        &self,
+        name: &str,
+        http: Option<&reqwest::Client>,
+        connector: &Connector,
+        credential: Option<&Credential>,
+        own: bool,
+    ) -> Result<Result<Lease, Pool>, Failure> {
+        let mut entries = self.lock();
+        Ok(match entries.get_mut(name) {
+            Some(entry) => {
+                entry.used = Instant::now();
+                if !own
+                    && let Some(live) = entry.shared.upgrade()
+                    && live.usable()
+                {
+                    return Ok(Ok(Lease::Shared(live)));
                 }
-                None => self.open(&mut entries, name.clone(), http, connector, credential)?,
+                Err(entry.pool.clone())
             }
-        };
+            None => Err(self.open(&mut entries, name.to_owned(), http, connector, credential)?),
+        })
+    }
+
+    /// A session checked out of `pool` (waiting while it is at its bound, opening one where
+    /// it has room); shared ones are remembered under `name` for the next request.
+    async fn checkout(&self, pool: Pool, name: String, own: bool) -> Result<Lease, Failure> {
         let object = pool.get().await.map_err(|e| match e {
             PoolError::Backend(failure) => failure,
             PoolError::Closed => Failure::Unavailable("the connector's configuration changed during the request".into()),

@@ -283,13 +283,14 @@ pub(crate) async fn catalog(
 ) -> Result<std::sync::Arc<super::catalogs::Catalog>, Failure> {
     let target = target(ctx, id, key);
     if let Connector::Peer { blueprint } = c {
-        return super::peer::catalog(state, ctx, id, blueprint).await;
+        return Box::pin(super::peer::catalog(state, ctx, id, blueprint)).await;
     }
     // An HTTP API's catalog is its configuration; an MCP server is asked with the credential.
     let credential = if matches!(c, Connector::HttpApi(_)) { None } else { credential(state, ctx, id, c).await? };
     let result = match state.downstreams.catalog(&state.db, target, key, ctx.bound.catalogs.get(id), c, credential.as_ref()).await
     {
-        Err(f) => Err(repair(state, ctx, id, c, credential.as_ref(), f).await),
+        // Boxed: the repair's future stays out of every call's.
+        Err(f) => Err(Box::pin(repair(state, ctx, id, c, credential.as_ref(), f)).await),
         ok => ok,
     };
     if let Err(f) = &result {
