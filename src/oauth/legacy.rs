@@ -3,8 +3,9 @@
 //! with the path discarded (its origin): the RFC 8414 metadata there names the endpoints, and a
 //! server without that metadata has the default endpoints `/authorize`, `/token` and `/register`
 //! there. Discovery comes here only when the server publishes no protected resource metadata:
-//! it asks for authorization with a 401 that names none, and the well-known locations serve none; the metadata found is held to the same checks as any (it must name
-//! the base URL as its issuer, whose RFC 9207 `iss` promise is then kept).
+//! it asks for authorization with a 401 that names none, and the well-known locations serve
+//! none. The metadata found is held to the same checks as any (it must name the base URL as
+//! its issuer, whose RFC 9207 `iss` promise is then kept).
 
 use url::Url;
 

@@ -346,13 +346,7 @@ impl Downstreams {
         // A 2026-07-28 server that refuses the handshake is called in its own revision (a
         // 2026-07-28 agent's calls come through `input::relay` instead, with the agent's
         // capabilities).
-        // Known after the first request: a map lookup, and the discovery's own (large) future
-        // stays out of this one's.
-        let stateless_only = match self.stateless_only_known(key) {
-            Some(known) => known,
-            None => Box::pin(self.stateless_only(tenant, key, connector, credential)).await?,
-        };
-        if stateless_only {
+        if self.stateless_only(tenant, key, connector, credential).await? {
             drop(_slot);
             let params = serde_json::json!({ "name": tool, "arguments": args });
             let headers = schema.map(|schema| super::param_headers::compute(schema, args)).unwrap_or_default();

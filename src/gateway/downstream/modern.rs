@@ -82,8 +82,23 @@ impl Downstreams {
     /// speaks both eras keeps the handshake for a handshake-era agent's calls and relayed
     /// requests (its catalog is listed in 2026-07-28 all the same), so that what it asks the
     /// agent during them still reaches the agent on its response stream. Learnt once per catalog key and replica, by opening a
-    /// pooled session (which then serves the request); after that, one map lookup.
+    /// pooled session (which then serves the request); after that, one map lookup (the
+    /// learning is boxed, so a caller's future does not carry a session's opening).
     pub(super) async fn stateless_only(
+        &self,
+        tenant: uuid::Uuid,
+        key: &str,
+        connector: &Connector,
+        credential: Option<&Credential>,
+    ) -> Result<bool, Failure> {
+        match self.stateless_only_known(key) {
+            Some(known) => Ok(known),
+            None => Box::pin(self.learn_stateless_only(tenant, key, connector, credential)).await,
+        }
+    }
+
+    /// [`Downstreams::stateless_only`] asked of the server: its revision, then the handshake.
+    async fn learn_stateless_only(
         &self,
         tenant: uuid::Uuid,
         key: &str,
@@ -108,7 +123,7 @@ impl Downstreams {
     }
 
     /// [`Downstreams::stateless_only`] when it is already known for `key` (no request).
-    pub(super) fn stateless_only_known(&self, key: &str) -> Option<bool> {
+    fn stateless_only_known(&self, key: &str) -> Option<bool> {
         match self.revisions.lock().unwrap_or_else(|p| p.into_inner()).get(key)? {
             None => Some(false),
             Some(_) => self.handshake_refused.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied(),

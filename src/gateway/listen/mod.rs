@@ -309,11 +309,8 @@ pub fn stream(state: AppState, ctx: GatewayCtx, listener: Listener) -> Response 
         // A session's subscriptions are read again with every poll (they are made on any
         // replica), where the pool takes subscriptions at all.
         let sessions = matches!(listener, Listener::Get { session: Some(_) }) && capabilities["resources"]["subscribe"] == true;
-        let mut uris = match listener {
-            Listener::Get { .. } if !sessions => Vec::new(),
-            _ if !native => Vec::new(),
-            _ => listener.uris(&state, &ctx).await.unwrap_or_default(),
-        };
+        let reads_uris = native && (sessions || !matches!(listener, Listener::Get { .. }));
+        let mut uris = if reads_uris { listener.uris(&state, &ctx).await.unwrap_or_default() } else { Vec::new() };
         let mut ears = Ears::open(&state, &ctx, lists, &uris).await;
         let mut ctx = ctx;
         let mut epoch = ctx.bound.epoch;
