@@ -80,6 +80,8 @@ pub struct Services {
     pub dev_idp: Option<Arc<dev_idp::DevIdp>>,
     /// Sessions and catalogs of downstream MCP servers (this replica's).
     pub downstreams: Arc<gateway::downstream::Downstreams>,
+    /// Handshake-era agents' log levels, as this replica last read them.
+    pub log_levels: Arc<gateway::log_levels::LogLevels>,
     /// Queues activity rows for the background writer.
     pub activity: gateway::activity::Recorder,
     /// Queues ops failures for the background writer.

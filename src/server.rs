@@ -108,6 +108,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         rp,
         dev_idp,
         downstreams,
+        log_levels: Arc::new(crate::gateway::log_levels::LogLevels::new(db.clone())),
         activity,
         ops,
         machines: Arc::default(),

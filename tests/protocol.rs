@@ -1006,3 +1006,83 @@ async fn subscribed_across_replicas(mode: Option<&str>) -> (Value, TestDb) {
     assert_eq!(b.terminate().await, 0);
     (out, t)
 }
+
+/// A handshake-era agent's `logging/setLevel` holds for its session on every replica and for
+/// every downstream of a native pool: `modern` speaks only 2026-07-28 (it refuses the
+/// handshake), so each request to it carries the session's level in `_meta` (`debug` before
+/// one is set); `both` is spoken to through pooled handshake sessions that other agents share,
+/// so the level is not relayed to it and the gateway passes on only the messages at or above
+/// it. The official Python SDK client in its handshake mode sends every second HTTP request to
+/// the other replica, and waits out a replica's [`FRESH`] view after each level it sets.
+///
+/// [`FRESH`]: gatehouse::gateway::log_levels::FRESH
+#[tokio::test]
+async fn a_handshake_agents_log_level_holds_on_every_replica_and_reaches_a_2026_only_downstream() {
+    let log = |who: &str| std::env::temp_dir().join(format!("gatehouse-{who}-{}.jsonl", uuid::Uuid::new_v4().simple()));
+    let (modern_log, both_log) = (log("modern"), log("both"));
+    let (_modern, modern_url) = common::conformance_downstream_modern_only(&modern_log).await;
+    let (_both, both_url) = common::conformance_downstream_logging(Some(&both_log)).await;
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "modern", &modern_url).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "both", &both_url).await;
+    configure(
+        &t,
+        json!({
+            "pools": { "native": { "tools": ["modern", "both"], "native": true } },
+            "classification": { "modern.test_tool_with_logging": "read", "both.test_tool_with_logging": "read" },
+        }),
+    )
+    .await;
+    let machine = provision(&t.url, "acme").await;
+    let a = Served::start(gatehouse(Some(&t.url))).await;
+    let b = Served::start(gatehouse(Some(&t.url))).await;
+    let (native_a, native_b) = (format!("{}/t/acme/w/main/mcp/native", a.base), format!("{}/t/acme/w/main/mcp/native", b.base));
+
+    let level = |level: &str| json!(["@level", { "level": level, "settle": 2.5 }]);
+    let both = |spec: &mut Vec<Value>| {
+        spec.push(json!(["modern.test_tool_with_logging", {}]));
+        spec.push(json!(["both.test_tool_with_logging", {}]));
+    };
+    let mut calls = Vec::new();
+    both(&mut calls);
+    calls.push(level("warning"));
+    both(&mut calls);
+    calls.push(level("info"));
+    both(&mut calls);
+    let env = [("GATEHOUSE_ALT_URL", native_b.as_str())];
+    let out = common::python_agent_with(&native_a, &machine, None, &env, Value::Array(calls)).await;
+    assert_eq!(out["protocol"], "2025-11-25", "{out}");
+    let all = json!(["Tool execution started", "Tool processing data", "Tool execution completed"]);
+    for (i, heard) in [(0, Some(&all)), (1, Some(&all)), (3, None), (4, None), (6, Some(&all)), (7, Some(&all))] {
+        let call = &out["calls"][i];
+        assert_eq!(call["isError"], false, "call {i}: {out}");
+        assert_eq!(call.get("logs"), heard, "call {i}: {out}");
+    }
+    // The levels and the calls after them were served by both replicas.
+    let sent = out["replicas"].as_array().unwrap();
+    let served_by = |method: &str| sent.iter().filter(|r| r[0] == method).map(|r| r[1].as_u64().unwrap()).collect::<Vec<_>>();
+    let (levels, called) = (served_by("logging/setLevel"), served_by("tools/call"));
+    assert_eq!(levels.len(), 2, "{out}");
+    assert!(called.contains(&0) && called.contains(&1), "{out}");
+
+    // What reached the downstreams: the 2026-only one was asked at each level in turn; the
+    // shared one was never told a level.
+    let lines = |log: &std::path::Path| -> Vec<Value> {
+        std::fs::read_to_string(log).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    };
+    let asked: Vec<Value> =
+        lines(&modern_log).iter().filter(|l| l["rpc"] == "tools/call").map(|l| l["logLevel"].clone()).collect();
+    assert_eq!(asked, [json!("debug"), json!("warning"), json!("info")]);
+    assert!(!lines(&both_log).iter().any(|l| l["rpc"] == "logging/setLevel"), "the shared session is not told a level");
+
+    // The level is the session's, naming no one.
+    use sqlx::{Connection, Executor};
+    let mut db = sqlx::PgConnection::connect(t.url.expose()).await.unwrap();
+    db.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    let rows: Vec<String> = sqlx::query_scalar("SELECT level FROM agent_log_levels").fetch_all(&mut db).await.unwrap();
+    assert_eq!(rows, ["info"]);
+    assert_eq!(a.terminate().await, 0);
+    assert_eq!(b.terminate().await, 0);
+}

@@ -129,6 +129,8 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO connector_catalogs (tenant_id, workspace_id, connector_id, config_key, tools) VALUES ($1, $1, $2, 'k', '[]')",
         "INSERT INTO agent_subscriptions (tenant_id, workspace_id, listener, uri, expires_at)
          VALUES ($1, $1, sha256(convert_to($2, 'UTF8')), 'test://' || $2, now() + interval '1 day')",
+        "INSERT INTO agent_log_levels (tenant_id, workspace_id, listener, level, expires_at)
+         VALUES ($1, $1, sha256(convert_to($2, 'UTF8')), 'info', now() + interval '1 day')",
         "INSERT INTO tool_pins (tenant_id, workspace_id, connector_id, tool_name, digest, definition) VALUES ($1, $1, $2, 't', 'd', '{}')",
         "INSERT INTO credentials (tenant_id, workspace_id, connector_id, owner, key_id, envelope, fields, updated_by)
          VALUES ($1, $1, $2, 'shared', 'k1', 'v1.k1.x.y', '[]', 'test')",

@@ -180,8 +180,7 @@ where
         let Some(ctx) = parts.extensions.remove::<GatewayCtx>() else {
             return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
         };
-        let session = parts.headers.get(super::listen::SESSION_ID).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
-        let session = session.map(|id| super::subscriptions::listener(id, &ctx));
+        let session = super::listen::session_id(&parts.headers).map(|id| super::subscriptions::listener(id, &ctx));
         return super::listen::stream(state, ctx, super::listen::Listener::Get { session });
     }
     if request.method() != Method::POST || !json_body(request.headers()) {
@@ -339,7 +338,11 @@ async fn answer(state: AppState, mut parts: Parts, id: Value, progress: Option<P
     // the agent.
     let queue = Arc::new(Queue::default());
     let asker = super::asks::Asker::of(&state, &ctx, super::asks::Declared::of_headers(&parts.headers));
-    ctx.upstream = Some(Upstream::queue(queue.clone(), asker, progress));
+    let session = super::listen::session_id(&parts.headers).map(|id| {
+        let listener = super::subscriptions::listener(id, &ctx);
+        super::log_levels::SessionLevel::new(state.log_levels.clone(), ctx.tenant.id, listener)
+    });
+    ctx.upstream = Some(Upstream::queue(queue.clone(), asker, progress).in_session(session));
     let mut running = Box::pin(run(state, ctx, work));
     let first = tokio::select! {
         biased;

@@ -60,16 +60,16 @@ pub(super) fn params(request: impl serde::Serialize) -> Result<serde_json::Value
     serde_json::to_value(request).map_err(|e| McpError::invalid_params(e.to_string(), None))
 }
 
+/// The `Mcp-Session-Id` the endpoint gave the handshake-era agent at `initialize`, if the
+/// request presents one.
+fn session_of(cx: &RequestContext<RoleServer>) -> Option<&str> {
+    cx.extensions.get::<axum::http::request::Parts>().and_then(|p| super::listen::session_id(&p.headers))
+}
+
 /// The listener of the request's session ([`subscriptions::listener`]): subscriptions need the
 /// `Mcp-Session-Id` the endpoint gave at `initialize`, which the GET stream presents too.
 fn listener_of(cx: &RequestContext<RoleServer>, ctx: &GatewayCtx) -> Result<[u8; 32], McpError> {
-    let session = cx
-        .extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|p| p.headers.get(super::listen::SESSION_ID))
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty());
-    match session {
+    match session_of(cx) {
         Some(session) => Ok(subscriptions::listener(session, ctx)),
         None => Err(McpError::invalid_request(
             "a subscription belongs to a session: send the Mcp-Session-Id given at initialize (2026-07-28 subscribes with subscriptions/listen)",
@@ -135,7 +135,7 @@ impl ServerHandler for Gateway {
         let mut ctx = native_ctx(&cx, "prompts/get")?;
         // What the downstream sends during the request (its notifications; its requests for
         // input, answered by replayed rounds for a 2026-07-28 agent) has a stream to go to.
-        ctx.upstream = Some(upstream_of(&cx));
+        ctx.upstream = Some(upstream_of(&self.state, &cx, &ctx));
         let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
         ctx.input = input::Agent::of(&cx, responses, request.request_state.clone());
         let answer = Box::pin(surface::native_request(&self.state, &ctx, "prompts/get", params(request)?)).await?;
@@ -170,7 +170,7 @@ impl ServerHandler for Gateway {
         cx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let mut ctx = native_ctx(&cx, "resources/read")?;
-        ctx.upstream = Some(upstream_of(&cx));
+        ctx.upstream = Some(upstream_of(&self.state, &cx, &ctx));
         let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
         ctx.input = input::Agent::of(&cx, responses, request.request_state.clone());
         let mut answer = Box::pin(surface::native_request(&self.state, &ctx, "resources/read", params(request)?)).await?;
@@ -228,7 +228,11 @@ impl ServerHandler for Gateway {
         relayed(Box::pin(surface::native_request(&self.state, &ctx, "completion/complete", params(request)?)).await?)
     }
 
-    /// Relayed for the handshake era (deprecated by the 2026 revision, whose level is per request).
+    /// The handshake era's level (deprecated by the 2026 revision, whose level is per
+    /// request). With a session it is kept for every replica ([`super::log_levels`]): the
+    /// gateway passes on only the messages at or above it, and sends it with each request to a
+    /// 2026-07-28 downstream. It is not relayed to handshake-era downstreams then, whose pooled
+    /// sessions other agents share; without a session, it is (nothing else could keep it).
     #[allow(deprecated)]
     async fn set_level(
         &self,
@@ -236,7 +240,17 @@ impl ServerHandler for Gateway {
         cx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let ctx = native_ctx(&cx, "logging/setLevel")?;
-        Box::pin(surface::native_request(&self.state, &ctx, "logging/setLevel", params(request)?)).await.map(|_| ())
+        let Some(session) = session_of(&cx) else {
+            let relayed = surface::native_request(&self.state, &ctx, "logging/setLevel", params(request)?);
+            return Box::pin(relayed).await.map(|_| ());
+        };
+        let listener = subscriptions::listener(session, &ctx);
+        let (tenant, workspace) = (ctx.tenant.id, ctx.bound.workspace.id.0);
+        self.state
+            .log_levels
+            .set(tenant, workspace, &listener, request.level)
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))
     }
 
     async fn list_tools(
@@ -269,7 +283,7 @@ impl ServerHandler for Gateway {
         // call_destructive_tool's (execute_code's host calls would interleave several).
         let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
         if native || matches!(request.name.as_ref(), "call_tool" | "call_destructive_tool") {
-            ctx.upstream = Some(upstream_of(&cx));
+            ctx.upstream = Some(upstream_of(&self.state, &cx, &ctx));
         }
         let responses = request.input_responses.as_ref().map(serde_json::to_value).transpose().map_err(invalid)?;
         ctx.input = input::Agent::of(&cx, responses, request.request_state);
@@ -297,16 +311,19 @@ fn invalid(e: serde_json::Error) -> McpError {
 }
 
 /// The request's response stream: its progress token, and the log messages it asks for (on
-/// 2026-07-28 the request names its level; before, `logging/setLevel` told the downstream).
+/// 2026-07-28 the request names its level; before, the session set it with `logging/setLevel`).
 #[allow(deprecated)]
-fn upstream_of(cx: &RequestContext<RoleServer>) -> upstream::Upstream {
+fn upstream_of(state: &AppState, cx: &RequestContext<RoleServer>, ctx: &GatewayCtx) -> upstream::Upstream {
     let per_request = cx.meta.protocol_version().is_some();
     let logs = match cx.meta.log_level() {
         Some(level) => upstream::Logs::AtLeast(level),
         None if per_request => upstream::Logs::Off,
         None => upstream::Logs::All,
     };
-    upstream::Upstream::peer(cx.peer.clone(), cx.meta.get_progress_token(), logs)
+    let session = session_of(cx).filter(|_| !per_request).map(|session| {
+        super::log_levels::SessionLevel::new(state.log_levels.clone(), ctx.tenant.id, subscriptions::listener(session, ctx))
+    });
+    upstream::Upstream::peer(cx.peer.clone(), cx.meta.get_progress_token(), logs).in_session(session)
 }
 
 /// One `tools/call` at the endpoint, recorded in the activity history: the handler of both

@@ -282,7 +282,7 @@ pub async fn relay(
     if !state.downstreams.modern(tenant, call.key, call.c, call.credential).await.map_err(Stopped::Failed)? {
         return Ok(None);
     }
-    params["_meta"] = super::downstream::request_meta(without_tasks(&agent.capabilities), ctx.upstream.as_ref());
+    params["_meta"] = super::downstream::request_meta(without_tasks(&agent.capabilities), ctx.upstream.as_ref()).await;
     if let Some(responses) = agent.responses.as_ref().filter(|_| !agent.program) {
         params["inputResponses"] = responses.clone();
     }

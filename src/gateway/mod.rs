@@ -12,6 +12,7 @@ pub mod http_api_connector;
 pub mod input;
 pub mod jsonrpc;
 pub mod listen;
+pub mod log_levels;
 pub mod mcp_client;
 pub mod param_headers;
 pub mod peer;

@@ -33,7 +33,8 @@ const QUEUE_CAP: usize = 256;
 /// Which log messages the agent asked for.
 #[derive(Clone, Copy, Debug)]
 pub enum Logs {
-    /// Handshake era: the downstream filters by the level `logging/setLevel` gave it.
+    /// Handshake era: every message, or those at or above the level the agent's session set
+    /// with `logging/setLevel` ([`super::log_levels`]).
     All,
     /// 2026-07-28: the request's `io.modelcontextprotocol/logLevel`, at or above which
     /// messages are relayed.
@@ -61,6 +62,8 @@ pub struct Upstream {
     /// A 2026-07-28 agent's call to a handshake-era downstream, replayed: the downstream's
     /// requests are answered from the agent's earlier answers ([`super::replay`]).
     replay: Option<Arc<super::replay::Replay>>,
+    /// A handshake-era agent's session, whose `logging/setLevel` is kept for every replica.
+    session: Option<super::log_levels::SessionLevel>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -121,13 +124,18 @@ fn rank(level: LoggingLevel) -> u8 {
 impl Upstream {
     /// The stream of a request rmcp serves.
     pub fn peer(peer: Peer<RoleServer>, progress: Option<ProgressToken>, logs: Logs) -> Upstream {
-        Upstream { sink: Sink::Peer(peer), progress, logs, asker: None, replay: None }
+        Upstream { sink: Sink::Peer(peer), progress, logs, asker: None, replay: None, session: None }
     }
 
     /// The stream of a direct-path request (handshake era): `progress`, the token its `_meta`
     /// gave; `asker`, set when the agent declared requests it may be sent.
     pub fn queue(queue: Arc<Queue>, asker: Option<Asker>, progress: Option<ProgressToken>) -> Upstream {
-        Upstream { sink: Sink::Queue(queue), progress, logs: Logs::All, asker, replay: None }
+        Upstream { sink: Sink::Queue(queue), progress, logs: Logs::All, asker, replay: None, session: None }
+    }
+
+    /// The stream of a handshake-era agent's request on `session`, whose level it set applies.
+    pub fn in_session(self, session: Option<super::log_levels::SessionLevel>) -> Upstream {
+        Upstream { session, ..self }
     }
 
     /// Whether the downstream's requests to the agent (sampling, elicitation, roots) can be
@@ -146,11 +154,22 @@ impl Upstream {
         self.progress.as_ref()
     }
 
-    /// The level the agent asked for on 2026-07-28 (to ask a 2026 downstream for the same).
-    pub fn log_level(&self) -> Option<LoggingLevel> {
+    /// The level to ask a 2026-07-28 downstream for: the 2026-07-28 agent's own; for a
+    /// handshake-era agent, the one its session set, else `debug` (on that era a server sends
+    /// what it likes until told a level, and all of it is passed on).
+    pub async fn log_level(&self) -> Option<LoggingLevel> {
         match self.logs {
             Logs::AtLeast(level) => Some(level),
-            Logs::All | Logs::Off => None,
+            Logs::Off => None,
+            Logs::All => Some(self.session_level().await.unwrap_or(LoggingLevel::Debug)),
+        }
+    }
+
+    /// The level the handshake-era agent's session set, if it has a session and set one.
+    async fn session_level(&self) -> Option<LoggingLevel> {
+        match &self.session {
+            Some(session) => session.get().await,
+            None => None,
         }
     }
 
@@ -175,11 +194,16 @@ impl Upstream {
                 Some(token) => n.params.progress_token = token.clone(),
                 None => return,
             },
-            ServerNotification::LoggingMessageNotification(n) => match self.logs {
-                Logs::All => {}
-                Logs::AtLeast(level) if rank(n.params.level) >= rank(level) => {}
-                Logs::AtLeast(_) | Logs::Off => return,
-            },
+            ServerNotification::LoggingMessageNotification(n) => {
+                let floor = match self.logs {
+                    Logs::All => self.session_level().await,
+                    Logs::AtLeast(level) => Some(level),
+                    Logs::Off => return,
+                };
+                if floor.is_some_and(|floor| rank(n.params.level) < rank(floor)) {
+                    return;
+                }
+            }
             _ => return,
         }
         match &self.sink {

@@ -87,6 +87,7 @@ pub const TABLES: &[Table] = &[
     exclude("replica_acks", "the source's replicas' acknowledgements"),
     exclude("idempotency_keys", "answers to retried requests of the source deployment, kept a day"),
     exclude("agent_subscriptions", "connected agents' sessions on the source deployment, kept a day; agents subscribe again"),
+    exclude("agent_log_levels", "connected agents' sessions on the source deployment, kept a day; agents set their level again"),
     exclude("tenant_moves", "each deployment's own record of the moves it took part in"),
 ];
 

@@ -88,6 +88,7 @@ pub const TABLES: &[Table] = &[
     table("connector_catalogs", Column, Delete, All, All, Untouched),
     table("tool_pins", Column, Delete, All, Nothing, Untouched),
     table("agent_subscriptions", Column, Delete, Nothing, Nothing, Untouched),
+    table("agent_log_levels", Column, Delete, Nothing, Nothing, Untouched),
     table("result_stash", Column, Delete, Nothing, Nothing, Untouched),
     table("activity", Column, Delete, Nothing, All, Redact),
     table("ops_failures", Column, Delete, Nothing, Nothing, Redact),

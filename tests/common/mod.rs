@@ -527,13 +527,31 @@ pub async fn conformance_downstream_on(port: u16, log: Option<&std::path::Path>)
     python_downstream("conformance_server.py", port, log.map(std::path::Path::as_os_str)).await
 }
 
+/// The conformance downstream as a server that speaks only 2026-07-28 (it refuses
+/// `initialize`), logging to `log` as [`conformance_downstream_logging`] does.
+pub async fn conformance_downstream_modern_only(log: &std::path::Path) -> (Child, String) {
+    let env = [("CONFORMANCE_REFUSE_HANDSHAKE", "1")];
+    python_downstream_env("conformance_server.py", free_port(), Some(log.as_os_str()), &env).await
+}
+
 /// A downstream of tests/peers written with the official Python SDK (`script`, run as
 /// `script PORT [ARG]`) on `port`: its child process (killed when dropped) and its MCP endpoint.
 pub async fn python_downstream(script: &str, port: u16, arg: Option<&std::ffi::OsStr>) -> (Child, String) {
+    python_downstream_env(script, port, arg, &[]).await
+}
+
+/// [`python_downstream`] with `env` added to its environment.
+pub async fn python_downstream_env(
+    script: &str,
+    port: u16,
+    arg: Option<&std::ffi::OsStr>,
+    env: &[(&str, &str)],
+) -> (Child, String) {
     let child = python3()
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(script))
         .arg(port.to_string())
         .args(arg)
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)

@@ -7,7 +7,8 @@ lists tools, makes each call of CALLS_JSON ([[name, arguments], ...]) and prints
 object: server name, negotiated protocol, tool names, and per call isError plus text blocks.
 A call named "@prompt" gets the prompt its arguments name ({"name", "arguments"}) and reports
 its messages' texts (`prompt`); "@resource" reads the resource {"uri"} and reports its text
-contents (`resource`).
+contents (`resource`). "@level" (handshake mode) sends `logging/setLevel` with {"level"} and
+then waits {"settle"} seconds (default 0), reporting {"level"}.
 Each call also reports the log messages (`logs`: their data) that arrived while it ran; a call
 given as [name, arguments, {"progress": true}] asks for progress and reports it (`progress`:
 [progress, total, message] per notification). In a 2026 mode the client opts in to log
@@ -134,6 +135,11 @@ async def drive(session, streams: Streams, describe, calls: list) -> dict:
             prompt = await session.get_prompt(arguments["name"], arguments.get("arguments"))
             texts = [m.content.text for m in prompt.messages if getattr(m.content, "text", None) is not None]
             out["calls"].append({"prompt": texts})
+            continue
+        if name == "@level":
+            await session.set_logging_level(arguments["level"])
+            await asyncio.sleep(arguments.get("settle", 0))
+            out["calls"].append({"level": arguments["level"]})
             continue
         if name == "@resource":
             read = await session.read_resource(arguments["uri"])

@@ -11,12 +11,14 @@ elicitation can be sent back to the client while a call is open).
     python3 conformance_server.py PORT [CALL_LOG]
 
 With CALL_LOG, every POST's `Mcp-Method` and `Mcp-Name` headers are appended to that file
-first (tests prove with it what reached the downstream).
+first (tests prove with it what reached the downstream). With CONFORMANCE_REFUSE_HANDSHAKE=1
+in the environment it is a server that speaks only 2026-07-28: `initialize` is refused.
 """
 import asyncio
 import base64
 import datetime
 import json
+import os
 import sys
 import weakref
 from typing import Annotated, Any
@@ -621,13 +623,7 @@ def recorded(app: Any, path: str) -> Any:
         if scope["type"] == "http" and scope["method"] in ("POST", "DELETE"):
             headers = dict(scope["headers"])
             # The body is read here and handed to the app as it came.
-            messages = []
-            while True:
-                message = await receive()
-                messages.append(message)
-                if message["type"] != "http.request" or not message.get("more_body", False):
-                    break
-            body = b"".join(m.get("body", b"") for m in messages)
+            messages, body = await buffered(receive)
             try:
                 rpc = json.loads(body).get("method", "") if body else ""
             except (ValueError, AttributeError):
@@ -636,28 +632,80 @@ def recorded(app: Any, path: str) -> Any:
             params = {k.decode(): v.decode() for k, v in scope["headers"] if k.startswith(b"mcp-param-")}
             if params:
                 line["params"] = params
+            try:
+                level = json.loads(body).get("params", {}).get("_meta", {}).get("io.modelcontextprotocol/logLevel")
+            except (ValueError, AttributeError):
+                level = None
+            if level is not None:
+                line["logLevel"] = level
             line["http"] = scope["method"]
             line["session"] = headers.get(b"mcp-session-id", b"").decode()
             line["rpc"] = rpc
             with open(path, "a") as log:
                 log.write(json.dumps(line) + "\n")
-
-            async def replay() -> Any:
-                return messages.pop(0) if messages else await receive()
-
-            await app(scope, replay, send)
+            await app(scope, replaying(messages, receive), send)
             return
         await app(scope, receive, send)
 
     return record
 
 
+async def buffered(receive: Any) -> tuple[list, bytes]:
+    """A request's body messages, read whole, and the body they carry."""
+    messages = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+    return messages, b"".join(m.get("body", b"") for m in messages)
+
+
+def replaying(messages: list, receive: Any) -> Any:
+    """`receive` for the app, giving it the already-read `messages` first."""
+
+    async def replay() -> Any:
+        return messages.pop(0) if messages else await receive()
+
+    return replay
+
+
+def refusing_handshake(app: Any) -> Any:
+    """The app as a server built only for 2026-07-28: an `initialize` request is refused with
+    HTTP 400 and a JSON-RPC error naming the one revision it speaks; everything else is served."""
+
+    async def serve(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            messages, body = await buffered(receive)
+            try:
+                request = json.loads(body)
+            except ValueError:
+                request = None
+            if isinstance(request, dict) and request.get("method") == "initialize":
+                error = {"code": -32602, "message": "Unsupported protocol version: this server speaks 2026-07-28 only",
+                         "data": {"supported": ["2026-07-28"]}}
+                payload = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "error": error}).encode()
+                await send({"type": "http.response.start", "status": 400, "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": payload})
+                return
+            await app(scope, replaying(messages, receive), send)
+            return
+        await app(scope, receive, send)
+
+    return serve
+
+
 if __name__ == "__main__":
     # python3 conformance_server.py PORT [CALL_LOG]
-    if len(sys.argv) > 2:
+    refuse = os.environ.get("CONFORMANCE_REFUSE_HANDSHAKE") == "1"
+    if len(sys.argv) > 2 or refuse:
         import uvicorn
 
-        app = recorded(server.streamable_http_app(host="127.0.0.1"), sys.argv[2])
+        app = server.streamable_http_app(host="127.0.0.1")
+        if len(sys.argv) > 2:
+            app = recorded(app, sys.argv[2])
+        if refuse:
+            app = refusing_handshake(app)
         uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
     else:
         server.run("streamable-http", port=int(sys.argv[1]))

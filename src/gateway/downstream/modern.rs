@@ -17,23 +17,28 @@ const MAX_PAGES: usize = 64;
 
 /// The `_meta` every 2026-07-28 request of Gatehouse carries: revision, client, capabilities.
 pub(super) fn meta() -> Value {
-    json!({ "_meta": request_meta(json!({}), None) })
+    json!({ "_meta": client_meta(json!({})) })
 }
 
-/// A 2026-07-28 request's `_meta`: the revision, Gatehouse as the client, the `capabilities`
-/// declared for the agent, and the agent's progress token and log level from its response
-/// stream (`upstream`), as the streams relay expects them.
-pub fn request_meta(capabilities: Value, upstream: Option<&crate::gateway::upstream::Upstream>) -> Value {
-    let mut meta = json!({
+/// What every 2026-07-28 request's `_meta` says: the revision, Gatehouse as the client, and
+/// the `capabilities` declared for the agent.
+fn client_meta(capabilities: Value) -> Value {
+    json!({
         "io.modelcontextprotocol/protocolVersion": REVISION,
         "io.modelcontextprotocol/clientInfo": { "name": "gatehouse", "version": env!("CARGO_PKG_VERSION") },
         "io.modelcontextprotocol/clientCapabilities": capabilities,
-    });
+    })
+}
+
+/// A 2026-07-28 request's `_meta`: [`client_meta`], and the agent's progress token and log
+/// level from its response stream (`upstream`), as the streams relay expects them.
+pub async fn request_meta(capabilities: Value, upstream: Option<&crate::gateway::upstream::Upstream>) -> Value {
+    let mut meta = client_meta(capabilities);
     if let Some(upstream) = upstream {
         if let Some(token) = upstream.progress_token() {
             meta["progressToken"] = serde_json::to_value(token).unwrap_or(Value::Null);
         }
-        if let Some(level) = upstream.log_level() {
+        if let Some(level) = upstream.log_level().await {
             meta["io.modelcontextprotocol/logLevel"] = serde_json::to_value(level).unwrap_or(Value::Null);
         }
     }
@@ -182,7 +187,7 @@ impl Downstreams {
         upstream: Option<&crate::gateway::upstream::Upstream>,
     ) -> Result<Value, Failure> {
         let mut params = if params.is_object() { params } else { json!({}) };
-        params["_meta"] = request_meta(json!({}), upstream);
+        params["_meta"] = request_meta(json!({}), upstream).await;
         let mut message = self.stateless(tenant, connector, credential, call, &params, upstream).await?;
         if let Some(error) = message.get("error") {
             let code = error["code"].as_i64().and_then(|c| i32::try_from(c).ok()).unwrap_or(-32603);

@@ -36,6 +36,11 @@ pub use request::subscription;
 
 /// The header a handshake-era `initialize` answer carries.
 pub const SESSION_ID: &str = "mcp-session-id";
+
+/// The session id a handshake-era request presents, if any.
+pub fn session_id(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers.get(SESSION_ID).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
+}
 /// How often an open stream asks for its tenant's epoch.
 const POLL: Duration = Duration::from_secs(2);
 /// A comment line this often keeps proxies from closing an idle stream.
