@@ -518,3 +518,111 @@ async fn an_authorization_response_must_name_the_recorded_issuer_exactly() {
     assert!(!err, "{body}");
     assert_eq!(body["sub"], "ann-at-crm");
 }
+
+/// A remote MCP server whose authorization server (oidc-provider) lets Gatehouse's
+/// confidential client use the client credentials grant: configured with
+/// `"flow": "client_credentials"` and its secret, the connector works with nobody connecting
+/// it. The first call obtains the token (one request to the provider), later calls on both
+/// replicas use it, and once it is about to expire, concurrent calls on both replicas renew
+/// it with exactly one more request. The grant shows as the workspace's shared grant; no
+/// connect flow can be started for it; and neither the secret nor a token reaches a response,
+/// a log line or the admin log.
+#[tokio::test]
+async fn client_credentials_need_no_person_and_are_renewed_once_across_replicas() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let secret = "cc-secret-0123456789";
+    let provider = OidcPeer::start_with(
+        &base,
+        &[
+            ("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT),
+            ("OIDC_DOWNSTREAM_CLIENT_SECRET", secret),
+            ("OIDC_CLIENT_CREDENTIALS", "1"),
+            ("OIDC_TEST_STATS", "1"),
+        ],
+    )
+    .await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream, GateOptions::default()).await;
+    ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
+    ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
+
+    // Client credentials are a shared grant of a confidential client: anything else is refused.
+    let add = ["connector", "add", "--tenant", "acme", "--workspace", "main", "--id", "everything", "--kind", "remote_mcp"];
+    let personal = json_file(&json!({ "auth": { "type": "oauth", "grant": "personal", "flow": "client_credentials",
+        "client_id": CLIENT, "confidential": true } }));
+    let mut refused = cmd(&t, &keys);
+    refused.args(add).args(["--url", &mcp_url, "--config", &personal]);
+    let (code, _, err) = run(refused).await;
+    assert!(code != 0 && err.contains("flow"), "{err}");
+    let file = json_file(&json!({ "auth": { "type": "oauth", "grant": "shared", "flow": "client_credentials",
+        "client_id": CLIENT, "confidential": true } }));
+    let mut added = cmd(&t, &keys);
+    added.args(add).args(["--url", &mcp_url, "--config", &file]);
+    assert_eq!(run(added).await.0, 0);
+    let slot = ["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "everything", "--oauth-client"];
+    let mut set = cmd(&t, &keys);
+    set.args(slot).args(["--field", "client_secret"]).env("GATEHOUSE_FIELD_CLIENT_SECRET", secret);
+    assert_eq!(run(set).await.0, 0);
+
+    let a = Served::start_on(cmd(&t, &keys), port).await;
+    let b = Served::start(cmd(&t, &keys)).await;
+    let machine = common::provision(&t.url, "acme").await;
+    let (mcp_a, mcp_b) = (format!("{}/t/acme/w/main/mcp", a.base), format!("{}/t/acme/w/main/mcp", b.base));
+    let echo = json!({ "address": "everything.echo", "args": { "message": "with client credentials" } });
+    let mut responses = Vec::new();
+
+    // The first call gets the token itself; the other replica uses the same grant.
+    for url in [&mcp_a, &mcp_b, &mcp_a] {
+        let (err, body, raw) = tool(url, &machine, "call_tool", echo.clone()).await;
+        assert!(!err, "{body}");
+        assert!(raw.contains("with client credentials"), "{raw}");
+        responses.push(raw);
+    }
+    let s = stats(&provider.issuer).await;
+    assert_eq!(s["client_credentials_requests"], 1, "{s}");
+    let cc: Vec<&Value> = s["tokens"].as_array().unwrap().iter().filter(|t| t["grant_type"] == "client_credentials").collect();
+    assert_eq!(cc[0]["auth"], "client_secret_basic", "{s}");
+    assert_eq!(cc[0]["resource"], mcp_url.as_str(), "the token is asked for the server (RFC 8707): {s}");
+    let first = seen.lock().unwrap().last().cloned().unwrap();
+
+    // The token is about to expire: six calls on both replicas at once renew it once.
+    expire_access_tokens(&t).await;
+    let mut calls = Vec::new();
+    for i in 0..6 {
+        let (url, machine, echo) = (if i % 2 == 0 { mcp_a.clone() } else { mcp_b.clone() }, machine.clone(), echo.clone());
+        calls.push(tokio::spawn(async move { tool(&url, &machine, "call_tool", echo).await }));
+    }
+    for c in calls {
+        let (err, body, raw) = c.await.unwrap();
+        assert!(!err, "{body}");
+        responses.push(raw);
+    }
+    let s = stats(&provider.issuer).await;
+    assert_eq!(s["client_credentials_requests"], 2, "one renewal across both replicas: {s}");
+    assert_ne!(seen.lock().unwrap().last().cloned().unwrap(), first, "calls now carry the new token");
+
+    // The workspace's shared grant, labelled with the client; no person connects it.
+    let ann = dev_sign_in(&a, "ann@example.test").await;
+    let path = "/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/shared";
+    let grant: Value = ann.client.get(format!("{}{path}", a.base)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(grant["status"], "active", "{grant}");
+    responses.push(grant.to_string());
+    let r = ann.write(Method::POST, &format!("{path}/connect"), json!({})).await;
+    assert_eq!(r.status(), 409);
+    let refusal: Value = r.json().await.unwrap();
+    assert_eq!(refusal["code"], "oauth_client_credentials", "{refusal}");
+
+    let tokens = seen.lock().unwrap().clone();
+    let logs = format!("{}{}{}", a.logs(), b.logs(), admin_log(&t).await);
+    for text in responses.iter().chain(std::iter::once(&logs)) {
+        assert!(!text.contains(secret), "the client secret leaked");
+        for token in &tokens {
+            assert!(!text.contains(token.as_str()), "a token leaked");
+        }
+    }
+    assert!(admin_log(&t).await.contains("oauth.connect"), "the grant's creation is in the admin log");
+}

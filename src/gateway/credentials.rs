@@ -91,7 +91,7 @@ pub struct Caller<'a> {
 pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Connector) -> Result<Option<Credential>, Problem> {
     if let Some(o) = connector.auth().oauth() {
         // Boxed, as is the slot's load: a call's future need not carry them when they are not taken.
-        return Box::pin(crate::oauth::resolve(state, at, id, o)).await;
+        return Box::pin(crate::oauth::resolve(state, at, id, connector, o)).await;
     }
     let Some(kind) = connector.auth().slot() else { return Ok(None) };
     tracing::Span::current().record("slot", kind.as_str());

@@ -1,7 +1,8 @@
 //! How Gatehouse is a connector's OAuth client: which registration it uses (static, a Client ID
 //! Metadata Document, or RFC 7591 dynamic registration) and how it authenticates at the token
 //! and revocation endpoints (a public client sends only its id; a static confidential client
-//! sends its secret, sealed in the vault as the connector's `oauth_client` credential).
+//! sends its secret, or a JWT signed with its private key, either sealed in the vault as the
+//! connector's `oauth_client` credential).
 
 use super::*;
 use crate::vault::slots::{self, Slot};
@@ -13,6 +14,8 @@ pub enum Method {
     None,
     ClientSecretBasic,
     ClientSecretPost,
+    /// A JWT signed with the client's private key (RFC 7523 §2.2), the client id in the body.
+    PrivateKeyJwt,
 }
 
 impl Method {
@@ -21,27 +24,48 @@ impl Method {
             Method::None => "none",
             Method::ClientSecretBasic => "client_secret_basic",
             Method::ClientSecretPost => "client_secret_post",
+            Method::PrivateKeyJwt => "private_key_jwt",
         }
     }
 
     pub fn parse(text: &str) -> Option<Method> {
-        [Method::None, Method::ClientSecretBasic, Method::ClientSecretPost].into_iter().find(|m| m.as_str() == text)
+        [Method::None, Method::ClientSecretBasic, Method::ClientSecretPost, Method::PrivateKeyJwt]
+            .into_iter()
+            .find(|m| m.as_str() == text)
     }
 }
 
-/// The secret-bearing method for an endpoint that advertises `methods` (None: not advertised,
-/// RFC 8414's default `client_secret_basic`). Basic is preferred, as RFC 6749 §2.3.1 asks.
-pub fn confidential_method(methods: Option<&[String]>) -> Result<Method> {
-    let Some(methods) = methods else { return Ok(Method::ClientSecretBasic) };
-    [Method::ClientSecretBasic, Method::ClientSecretPost]
-        .into_iter()
-        .find(|m| methods.iter().any(|a| a == m.as_str()))
-        .ok_or_else(|| Error::Conflict {
-            code: "oauth_client_auth_unsupported",
-            message:
+/// The method for a confidential client holding `key` at an endpoint that advertises
+/// `methods` (None: not advertised). A secret goes as `client_secret_basic` (RFC 8414's default,
+/// and preferred, as RFC 6749 §2.3.1 asks), else `client_secret_post`; a private key signs a
+/// `private_key_jwt` assertion.
+pub fn confidential_method(methods: Option<&[String]>, key: KeyKind) -> Result<Method> {
+    let offered: &[Method] = match key {
+        KeyKind::Secret => &[Method::ClientSecretBasic, Method::ClientSecretPost],
+        KeyKind::PrivateKey => &[Method::PrivateKeyJwt],
+    };
+    let Some(methods) = methods else { return Ok(offered[0]) };
+    offered.iter().copied().find(|m| methods.iter().any(|a| a == m.as_str())).ok_or_else(|| Error::Conflict {
+        code: "oauth_client_auth_unsupported",
+        message: match key {
+            KeyKind::Secret => {
                 "the authorization server advertises neither client_secret_basic nor client_secret_post for a confidential client"
-                    .into(),
-        })
+            }
+            KeyKind::PrivateKey => {
+                "the authorization server does not advertise private_key_jwt for a client that holds a private key"
+            }
+        }
+        .into(),
+    })
+}
+
+/// What a static confidential client authenticates with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    /// Its `client_secret`.
+    Secret,
+    /// Its `private_key` (PKCS#8 PEM), which signs `private_key_jwt` assertions.
+    PrivateKey,
 }
 
 /// How Gatehouse gets a client id at this authorization server.
@@ -83,16 +107,21 @@ pub fn secret_slot(tenant: TenantId, workspace: Uuid, connector: &str) -> Slot<'
     Slot { tenant, workspace, connector, owner: Owner::OauthClient }
 }
 
-/// The connector's client secret, opened from the vault; `oauth_client_secret_missing` when
-/// none is set.
-pub async fn secret(state: &AppState, tenant: TenantId, workspace: Uuid, connector: &str) -> Result<Zeroizing<String>> {
+/// The connector's client secret or private key, opened from the vault, and which it is;
+/// `oauth_client_secret_missing` when neither is set.
+pub async fn secret(
+    state: &AppState,
+    tenant: TenantId,
+    workspace: Uuid,
+    connector: &str,
+) -> Result<(KeyKind, Zeroizing<String>)> {
     let ring = ring(state)?;
     let slot = secret_slot(tenant, workspace, connector);
     let (row, _) = slots::load(&state.db, slot).await?;
     let row = row.ok_or_else(|| Error::Conflict {
         code: "oauth_client_secret_missing",
         message: format!(
-            "connector `{connector}` uses a confidential OAuth client whose secret is not set: PUT …/connectors/{connector}/oauth/client-secret"
+            "connector `{connector}` uses a confidential OAuth client whose secret (or private key) is not set: PUT …/connectors/{connector}/oauth/client-secret"
         ),
     })?;
     let fields = slots::open(ring, slot, &row).map_err(|_| Error::Conflict {
@@ -101,15 +130,32 @@ pub async fn secret(state: &AppState, tenant: TenantId, workspace: Uuid, connect
             "the client secret of connector `{connector}` cannot be opened with this deployment's vault keys; set it again"
         ),
     })?;
-    let value = fields.0.get(SECRET_FIELD).cloned().unwrap_or_default();
-    Ok(Zeroizing::new(value))
+    Ok(match fields.0.get(super::assertion::KEY_FIELD) {
+        Some(key) => (KeyKind::PrivateKey, Zeroizing::new(key.clone())),
+        None => (KeyKind::Secret, Zeroizing::new(fields.0.get(SECRET_FIELD).cloned().unwrap_or_default())),
+    })
+}
+
+/// Checks what an OAuth client's slot is set to: exactly one field, `client_secret` (see
+/// [`check_secret`]) or `private_key` (see [`super::assertion::check`]).
+pub fn check_client_fields(fields: &std::collections::BTreeMap<String, String>) -> Result<()> {
+    let key = super::assertion::KEY_FIELD;
+    match (fields.len(), fields.get(SECRET_FIELD), fields.get(key)) {
+        (1, Some(secret), None) => check_secret(secret),
+        (1, None, Some(pem)) => super::assertion::check(pem),
+        _ => Err(Error::invalid(
+            "invalid_client_secret",
+            Some("field"),
+            format!("an OAuth client's slot has exactly one field: `{SECRET_FIELD}` or `{key}`"),
+        )),
+    }
 }
 
 /// The one field of a client secret slot.
 pub const SECRET_FIELD: &str = "client_secret";
 
-/// Who Gatehouse is at an endpoint: its client id, how it authenticates, and the secret when
-/// that needs one (zeroed on drop).
+/// Who Gatehouse is at an endpoint: its client id, how it authenticates, and the secret (or,
+/// for `private_key_jwt`, the private key's PEM) when that needs one (zeroed on drop).
 pub struct Creds {
     pub id: String,
     pub method: Method,
@@ -117,7 +163,8 @@ pub struct Creds {
 }
 
 impl Creds {
-    /// Loads the secret when `method` needs one.
+    /// Loads the secret or key when `method` needs one; one of the other kind than `method`
+    /// asks for is `oauth_client_secret_missing` (the slot was set anew since).
     pub async fn load(
         state: &AppState,
         tenant: TenantId,
@@ -128,9 +175,35 @@ impl Creds {
     ) -> Result<Creds> {
         let secret = match method {
             Method::None => None,
-            _ => Some(secret(state, tenant, workspace, connector).await?),
+            _ => {
+                let (kind, value) = secret(state, tenant, workspace, connector).await?;
+                if (kind == KeyKind::PrivateKey) != (method == Method::PrivateKeyJwt) {
+                    return Err(Error::Conflict {
+                        code: "oauth_client_secret_missing",
+                        message: format!(
+                            "connector `{connector}`'s grant authenticates with {}, but its OAuth client now holds a {}; connect it again",
+                            method.as_str(),
+                            if kind == KeyKind::PrivateKey { "private key" } else { "secret" }
+                        ),
+                    });
+                }
+                Some(value)
+            }
         };
         Ok(Creds { id: id.to_owned(), method, secret })
+    }
+
+    /// The form parameters that authenticate a token request with `private_key_jwt` (for
+    /// `audience`: the authorization server's issuer, else the endpoint); none for the other
+    /// methods, which the `oauth2` client's auth type carries.
+    pub fn assertion_params(&self, audience: &str) -> Result<Vec<(&'static str, String)>> {
+        match (self.method, &self.secret) {
+            (Method::PrivateKeyJwt, Some(pem)) => Ok(vec![
+                ("client_assertion_type", super::assertion::ASSERTION_TYPE.to_owned()),
+                ("client_assertion", super::assertion::assertion(pem, &self.id, audience)?),
+            ]),
+            _ => Ok(Vec::new()),
+        }
     }
 }
 
@@ -230,17 +303,28 @@ mod tests {
     #[test]
     fn a_confidential_client_uses_basic_unless_only_post_is_advertised() {
         let v = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(confidential_method(None).unwrap(), Method::ClientSecretBasic);
+        let secret = KeyKind::Secret;
+        assert_eq!(confidential_method(None, secret).unwrap(), Method::ClientSecretBasic);
         assert_eq!(
-            confidential_method(Some(&v(&["none", "client_secret_post", "client_secret_basic"]))).unwrap(),
+            confidential_method(Some(&v(&["none", "client_secret_post", "client_secret_basic"])), secret).unwrap(),
             Method::ClientSecretBasic
         );
-        assert_eq!(confidential_method(Some(&v(&["client_secret_post", "private_key_jwt"]))).unwrap(), Method::ClientSecretPost);
         assert_eq!(
-            confidential_method(Some(&v(&["none", "private_key_jwt"]))).unwrap_err().code(),
+            confidential_method(Some(&v(&["client_secret_post", "private_key_jwt"])), secret).unwrap(),
+            Method::ClientSecretPost
+        );
+        assert_eq!(
+            confidential_method(Some(&v(&["none", "private_key_jwt"])), secret).unwrap_err().code(),
             "oauth_client_auth_unsupported"
         );
-        for m in [Method::None, Method::ClientSecretBasic, Method::ClientSecretPost] {
+        let key = KeyKind::PrivateKey;
+        assert_eq!(confidential_method(None, key).unwrap(), Method::PrivateKeyJwt);
+        assert_eq!(confidential_method(Some(&v(&["none", "private_key_jwt"])), key).unwrap(), Method::PrivateKeyJwt);
+        assert_eq!(
+            confidential_method(Some(&v(&["client_secret_basic"])), key).unwrap_err().code(),
+            "oauth_client_auth_unsupported"
+        );
+        for m in [Method::None, Method::ClientSecretBasic, Method::ClientSecretPost, Method::PrivateKeyJwt] {
             assert_eq!(Method::parse(m.as_str()), Some(m));
         }
     }

@@ -26,7 +26,10 @@ pub(super) async fn revoke(
     if parsed.scheme() == "https" {
         let client =
             client(state, creds, url, url).map_err(|e| e.to_string())?.set_revocation_url(RevocationUrl::from_url(parsed));
-        let request = client.revoke_token(token).map_err(|e| e.to_string())?;
+        let mut request = client.revoke_token(token).map_err(|e| e.to_string())?;
+        for (name, value) in creds.assertion_params(url).map_err(|e| e.to_string())? {
+            request = request.add_extra_param(name, value);
+        }
         return request.request_async(&state.oauth.http).await.map_err(|e| e.to_string());
     }
     if !is_loopback(&parsed) {
@@ -48,6 +51,10 @@ pub(super) async fn revoke(
             // RFC 6749 §2.3.1: both parts form-urlencoded before Basic encoding.
             let enc = |v: &str| url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>();
             request = request.basic_auth(enc(&creds.id), Some(enc(&secret()?)));
+        }
+        Method::PrivateKeyJwt => {
+            form.push(("client_id", creds.id.clone()));
+            form.extend(creds.assertion_params(url).map_err(|e| e.to_string())?);
         }
     }
     let response = request.form(&form).send().await.map_err(|e| e.without_url().to_string())?;
@@ -140,8 +147,12 @@ pub async fn disconnect(
     // A confidential client authenticates at the revocation endpoint as that endpoint advertises.
     let method = match row.as_ref().and_then(|g| Method::parse(&g.client_auth)) {
         None | Some(Method::None) => Method::None,
-        Some(_) => client_auth::confidential_method(endpoints.as_ref().and_then(|e| e.revocation_auth_methods.as_deref()))
-            .unwrap_or(Method::ClientSecretBasic),
+        Some(Method::PrivateKeyJwt) => Method::PrivateKeyJwt,
+        Some(_) => client_auth::confidential_method(
+            endpoints.as_ref().and_then(|e| e.revocation_auth_methods.as_deref()),
+            client_auth::KeyKind::Secret,
+        )
+        .unwrap_or(Method::ClientSecretBasic),
     };
     let client_id = row.as_ref().map(|g| g.client_id.clone()).unwrap_or_default();
     let intent = Uuid::new_v4();

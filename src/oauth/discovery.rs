@@ -112,8 +112,11 @@ fn says_absent(status: reqwest::StatusCode) -> bool {
     (status.is_redirection() || status.is_client_error()) && status != reqwest::StatusCode::TOO_MANY_REQUESTS
 }
 
+/// A metadata document (RFC 9728, RFC 8414), asked as an MCP client asks during discovery: with
+/// the `MCP-Protocol-Version` it speaks (MCP authorization, "server metadata discovery").
 async fn fetch<T: for<'de> Deserialize<'de>>(http: &reqwest::Client, url: &str) -> Fetched<T> {
-    let Ok(response) = http.get(url).header("accept", "application/json").send().await else { return Fetched::Failed };
+    let request = http.get(url).header("accept", "application/json").header("mcp-protocol-version", "2025-11-25");
+    let Ok(response) = request.send().await else { return Fetched::Failed };
     let status = response.status();
     if !status.is_success() {
         return if says_absent(status) { Fetched::Absent } else { Fetched::Failed };

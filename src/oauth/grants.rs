@@ -1,15 +1,20 @@
 //! Using a grant: the cached sealed tokens, opened per call, refreshed single-flight across
-//! replicas (a lease and the spent refresh token recorded by one compare-and-set).
+//! replicas (a lease and the spent refresh token recorded by one compare-and-set). A client
+//! credentials connector's grant is obtained here too, with no person: on the first call that
+//! needs it and whenever it is dead, and renewed under the same lease before it expires.
 
 use super::*;
+use crate::workspaces::config::Flow;
 
 fn problem(code: &'static str, state: &'static str, message: String) -> Problem {
     Problem { code, state, message }
 }
 
+/// The repair path of a grant a person must authorize (again), for every agent: native pools
+/// have no `authorize_connector`, so the operator's ways come first.
 fn reconnect(at: &Caller<'_>, id: &str) -> String {
     format!(
-        "connector `{id}` needs an OAuth authorization: call authorize_connector with {{\"connector\": \"{id}\"}} for a connect link (workspace {})",
+        "connector `{id}` needs an OAuth authorization: an admin connects it in the console (or mails a connect link); through Gatehouse's own tools, call authorize_connector with {{\"connector\": \"{id}\"}} for a connect link (workspace {})",
         at.workspace_slug
     )
 }
@@ -44,7 +49,13 @@ async fn load(
 
 /// The connector's OAuth credential for this caller, refreshing it first when it is about to
 /// expire. Called by the gateway for every call of an OAuth connector.
-pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, o: &OauthAuth) -> Result<Option<Credential>, Problem> {
+pub async fn resolve(
+    state: &AppState,
+    at: &Caller<'_>,
+    id: &str,
+    connector: &Connector,
+    o: &OauthAuth,
+) -> Result<Option<Credential>, Problem> {
     let Some(ring) = state.config.vault_keys.as_ref() else {
         return Err(problem(
             "vault_disabled",
@@ -61,7 +72,17 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, o: &OauthAuth)
     };
     let mut row = load(state, at, id, owner, false).await?;
     let deadline = tokio::time::Instant::now() + FOLLOWER_WAIT;
+    let client_credentials = o.flow == Flow::ClientCredentials;
+    let mut obtained = false;
     loop {
+        let usable = row.as_ref().as_ref().filter(|g| g.status == "active" && g.envelope.is_some());
+        if usable.is_none() && client_credentials && !obtained {
+            // No person is needed: get a token now (once per call), then read the grant again.
+            obtained = true;
+            Box::pin(super::client_credentials::obtain(state, ring, at, id, connector, o)).await?;
+            row = load(state, at, id, owner, true).await?;
+            continue;
+        }
         let Some(grant) = row.as_ref() else { return Err(problem("auth_required", "missing", reconnect(at, id))) };
         let Some(envelope) = grant.envelope.as_deref().filter(|_| grant.status == "active") else {
             return Err(problem(
@@ -77,11 +98,21 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, o: &OauthAuth)
         if !expiring {
             return credential(owner, grant, &tokens.access_token);
         }
-        let Some(refresh) = tokens.refresh_token.as_deref() else {
+        let renewal = match (tokens.refresh_token.as_deref(), client_credentials) {
+            (_, true) => {
+                // Asked as its first request was (the metadata gives the assertion's audience
+                // and the scopes), read before the lease.
+                let asked = Box::pin(super::client_credentials::Asked::of(state, connector, o)).await.map_err(|e| {
+                    tracing::warn!(error = %e, connector = %id, "the authorization server's metadata could not be read for a renewal");
+                    problem("unavailable", "unavailable", "the connector's authorization could not be renewed; retry shortly".into())
+                })?;
+                Renewal::ClientCredentials { access: &tokens.access_token, asked }
+            }
+            (Some(refresh), false) => Renewal::RefreshToken(refresh),
             // Nothing to refresh with: the access token is used until the server refuses it.
-            return credential(owner, grant, &tokens.access_token);
+            (None, false) => return credential(owner, grant, &tokens.access_token),
         };
-        match refresh_once(state, ring, at, id, owner, grant, refresh).await? {
+        match Box::pin(refresh_once(state, ring, at, id, owner, grant, renewal)).await? {
             Refreshed::Done => {}
             Refreshed::Other if tokio::time::Instant::now() < deadline => {
                 // Another replica (or task) holds the lease: wait for its new token.
@@ -133,6 +164,15 @@ enum Refreshed {
     Other,
 }
 
+/// How an expiring grant gets a new access token.
+enum Renewal<'a> {
+    /// With its refresh token (spent once sent).
+    RefreshToken(&'a str),
+    /// A client credentials connector asks again (its expiring access token marks the round,
+    /// so one replica asks per token).
+    ClientCredentials { access: &'a str, asked: super::client_credentials::Asked },
+}
+
 /// One refresh attempt: the lease and the spent mark by one compare-and-set, then (only for
 /// the winner) the request, then the outcome.
 #[tracing::instrument(name = "oauth::refresh", skip_all, fields(tenant = %at.tenant, workspace = at.workspace_slug, connector = id))]
@@ -143,7 +183,7 @@ async fn refresh_once(
     id: &str,
     owner: Owner,
     grant: &store::Grant,
-    refresh: &str,
+    renewal: Renewal<'_>,
 ) -> Result<Refreshed, Problem> {
     let unavailable = |e: Error| {
         tracing::warn!(error = %e, "OAuth refresh bookkeeping failed");
@@ -159,7 +199,10 @@ async fn refresh_once(
     })?;
     let client = client(state, &creds, &grant.token_endpoint, &grant.token_endpoint).map_err(unavailable)?;
     let holder = Uuid::new_v4();
-    let spent = secrets::digest(refresh);
+    let spent = secrets::digest(match &renewal {
+        Renewal::RefreshToken(refresh) => refresh,
+        Renewal::ClientCredentials { access, .. } => access,
+    });
     let spent = &spent;
     let won = state
         .db
@@ -171,21 +214,33 @@ async fn refresh_once(
     if !won {
         return Ok(Refreshed::Other);
     }
-    // The token is recorded as spent: from here on it is never sent again, whatever happens.
-    let refresh_token = RefreshToken::new(refresh.to_owned());
-    let mut exchange = client.exchange_refresh_token(&refresh_token);
-    if let Some(resource) = &grant.resource {
-        exchange = exchange.add_extra_param("resource", resource.clone());
-    }
-    let response = exchange.request_async(&state.oauth.http).await;
+    let response = match &renewal {
+        Renewal::RefreshToken(refresh) => {
+            // The token is recorded as spent: from here on it is never sent again, whatever happens.
+            let refresh_token = RefreshToken::new((*refresh).to_owned());
+            let mut exchange = client.exchange_refresh_token(&refresh_token);
+            if let Some(resource) = &grant.resource {
+                exchange = exchange.add_extra_param("resource", resource.clone());
+            }
+            // The grant keeps no issuer: a refresh's assertion names the token endpoint (RFC 7523 §3).
+            for (name, value) in creds.assertion_params(&grant.token_endpoint).map_err(unavailable)? {
+                exchange = exchange.add_extra_param(name, value);
+            }
+            exchange.request_async(&state.oauth.http).await
+        }
+        Renewal::ClientCredentials { asked, .. } => asked.request(state, &client, &creds).await.map_err(unavailable)?,
+    };
     let audit = Audit { actor: "system:oauth_refresh".into(), request_id: None };
     let audit = &audit;
     match response {
         Ok(response) => {
-            let tokens = Tokens {
-                access_token: response.access_token().secret().clone(),
-                refresh_token: Some(response.refresh_token().map_or_else(|| refresh.to_owned(), |r| r.secret().clone())),
+            let refresh_token = match &renewal {
+                Renewal::RefreshToken(refresh) => {
+                    Some(response.refresh_token().map_or_else(|| (*refresh).to_owned(), |r| r.secret().clone()))
+                }
+                Renewal::ClientCredentials { .. } => response.refresh_token().map(|r| r.secret().clone()),
             };
+            let tokens = Tokens { access_token: response.access_token().secret().clone(), refresh_token };
             let rotated = response.refresh_token().is_some();
             let expires_in = response.expires_in().map(|d| d.as_secs() as i64);
             let plaintext = Zeroizing::new(serde_json::to_vec(&tokens).map_err(|e| unavailable(anyhow::Error::from(e).into()))?);
@@ -219,18 +274,7 @@ async fn refresh_once(
         }
         Err(e) => {
             tracing::warn!(error = %e, connector = %id, "OAuth refresh failed; the grant needs a new authorization");
-            // The code is a standard OAuth error or our own word for the transport's failure,
-            // so the fingerprints stay few; the message names the connector, never the answer's
-            // text (a provider may echo what it was sent).
-            let code = match &e {
-                oauth2::RequestTokenError::ServerResponse(r) => match r.error() {
-                    oauth2::basic::BasicErrorResponseType::Extension(_) => "provider_error".to_owned(),
-                    standard => standard.to_string(),
-                },
-                oauth2::RequestTokenError::Request(_) => "unreachable".to_owned(),
-                oauth2::RequestTokenError::Parse(..) => "invalid_response".to_owned(),
-                oauth2::RequestTokenError::Other(_) => "other".to_owned(),
-            };
+            let code = token_error_code(&e);
             crate::ops::record(
                 &state.ops,
                 crate::ops::Failure {
@@ -267,6 +311,24 @@ async fn refresh_once(
         }
     }
     Ok(Refreshed::Done)
+}
+
+/// The ops code of a failed token request: a standard OAuth error or our own word for the
+/// transport's failure, so the fingerprints stay few (the message names the connector, never
+/// the answer's text: a provider may echo what it was sent).
+pub(super) fn token_error_code<E>(e: &oauth2::RequestTokenError<E, oauth2::basic::BasicErrorResponse>) -> String
+where
+    E: std::error::Error + 'static,
+{
+    match e {
+        oauth2::RequestTokenError::ServerResponse(r) => match r.error() {
+            oauth2::basic::BasicErrorResponseType::Extension(_) => "provider_error".to_owned(),
+            standard => standard.to_string(),
+        },
+        oauth2::RequestTokenError::Request(_) => "unreachable".to_owned(),
+        oauth2::RequestTokenError::Parse(..) => "invalid_response".to_owned(),
+        oauth2::RequestTokenError::Other(_) => "other".to_owned(),
+    }
 }
 
 /// A downstream refused this caller's OAuth credential during use (HTTP `status`, its

@@ -238,7 +238,10 @@ async fn show_grant(
 /// A URL that starts the OAuth authorization of this connector for the signed-in person.
 #[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}/connect", tag = "oauth", security(("session" = [])), responses((status = 200, body = ConnectUrl)))]
 async fn connect_url(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, kind)): GrantPath) -> Result<Json<Value>> {
-    let (_, _, _, _) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
+    let (_, connector, _, _) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
+    if let Some(o) = connector.auth().oauth() {
+        super::person_authorizes(&id, o)?;
+    }
     let member = ctx.person()?.id;
     let url = super::connect_url(&state, &ctx.tenant.slug, &ws, &id, member).await?;
     Ok(Json(json!({ "connector": id, "url": url, "expires_in_s": super::CONNECT_TTL_SECS })))
@@ -253,16 +256,22 @@ async fn disconnect(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, 
     Ok(Json(super::disconnect(&state, &ctx.audit, &slot, &connector, &o).await?))
 }
 
+/// Exactly one of the two: the client's secret, or its private key (PKCS#8 PEM of a P-256, RSA
+/// or Ed25519 key), which signs `private_key_jwt` assertions.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SetSecret {
-    client_secret: String,
+    #[serde(default)]
+    client_secret: Option<String>,
+    #[serde(default)]
+    private_key: Option<String>,
 }
 
 impl Drop for SetSecret {
     fn drop(&mut self) {
         use zeroize::Zeroize;
         self.client_secret.zeroize();
+        self.private_key.zeroize();
     }
 }
 
@@ -284,10 +293,16 @@ async fn set_secret(
     crate::extract::ApiJson(mut body): crate::extract::ApiJson<SetSecret>,
 ) -> Result<Json<crate::vault::slots::Metadata>> {
     let workspace = secret_slot(&state, &ctx, &ws, &id).await?;
-    super::client_auth::check_secret(&body.client_secret)?;
+    let mut values = std::collections::BTreeMap::new();
+    if let Some(secret) = body.client_secret.take() {
+        values.insert(super::client_auth::SECRET_FIELD.to_owned(), secret);
+    }
+    if let Some(key) = body.private_key.take() {
+        values.insert(super::assertion::KEY_FIELD.to_owned(), key);
+    }
+    let fields = crate::vault::slots::Fields(values);
+    super::client_auth::check_client_fields(&fields.0)?;
     let ring = crate::vault::slots::require(state.config.vault_keys.as_ref())?;
-    let value = std::mem::take(&mut body.client_secret);
-    let fields = crate::vault::slots::Fields([(super::client_auth::SECRET_FIELD.to_owned(), value)].into());
     let slot = super::client_auth::secret_slot(ctx.tenant.id, workspace, &id);
     Ok(Json(crate::vault::slots::set(&state.db, ring, &ctx.audit, slot, SlotKind::Shared, fields).await?))
 }

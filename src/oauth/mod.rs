@@ -17,8 +17,10 @@
 //!   resource metadata (`discovery`, also from a 401's challenge: `challenge`).
 //! - Disconnect writes a revocation intent; `sweep` settles the ones a crash left.
 
+mod assertion;
 pub mod challenge;
 pub mod client_auth;
+mod client_credentials;
 mod connect;
 mod disconnect;
 pub mod discovery;
@@ -147,11 +149,26 @@ fn client(state: &AppState, creds: &Creds, authorization: &str, token: &str) -> 
         .set_redirect_uri(RedirectUrl::new(redirect_uri(state)).map_err(|_| bad("redirect URI"))?);
     let secret = || creds.secret.as_ref().map(|s| ClientSecret::new(s.to_string())).ok_or_else(|| bad("client secret"));
     Ok(match creds.method {
-        // A public client (PKCE, no secret): the client id goes in the body.
-        Method::None => client.set_auth_type(AuthType::RequestBody),
+        // A public client (PKCE, no secret), or one whose assertion each request adds
+        // ([`Creds::assertion_params`]): the client id goes in the body.
+        Method::None | Method::PrivateKeyJwt => client.set_auth_type(AuthType::RequestBody),
         Method::ClientSecretBasic => client.set_client_secret(secret()?).set_auth_type(AuthType::BasicAuth),
         Method::ClientSecretPost => client.set_client_secret(secret()?).set_auth_type(AuthType::RequestBody),
     })
+}
+
+/// Whether a person may authorize the connector: not one with client credentials, whose tokens
+/// Gatehouse gets itself (`oauth_client_credentials`).
+pub fn person_authorizes(id: &str, o: &OauthAuth) -> Result<()> {
+    if o.flow == crate::workspaces::config::Flow::ClientCredentials {
+        return Err(Error::Conflict {
+            code: "oauth_client_credentials",
+            message: format!(
+                "connector `{id}` uses client credentials: Gatehouse gets its tokens itself, so no person authorizes it"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Who starts a flow: a member (who must come back), or a connect link.
@@ -175,6 +192,7 @@ pub async fn start(
         .auth()
         .oauth()
         .ok_or(Error::Conflict { code: "not_oauth", message: format!("connector `{id}` does not authenticate with OAuth") })?;
+    person_authorizes(id, o)?;
     let owner = match (o.grant, origin) {
         (SlotKind::Shared, _) => Owner::Shared,
         (SlotKind::Personal, Origin::Member(m)) => Owner::Member(m),
@@ -193,8 +211,8 @@ pub async fn start(
     let (client_id, method) = match (registration, &o.client_id) {
         (Registration::Static, Some(c)) if o.confidential => {
             // Refuse now, not at the callback, when the secret was never set.
-            client_auth::secret(state, tenant, workspace, id).await?;
-            (c.clone(), client_auth::confidential_method(endpoints.token_auth_methods.as_deref())?)
+            let (kind, _) = client_auth::secret(state, tenant, workspace, id).await?;
+            (c.clone(), client_auth::confidential_method(endpoints.token_auth_methods.as_deref(), kind)?)
         }
         (Registration::Static, Some(c)) => (c.clone(), Method::None),
         (Registration::MetadataDocument, _) => (client_auth::document_url(state), Method::None),
@@ -351,6 +369,9 @@ pub async fn finish(
         client.exchange_code(AuthorizationCode::new(code.to_owned())).set_pkce_verifier(PkceCodeVerifier::new(verifier));
     if let Some(resource) = &flow.resource {
         exchange = exchange.add_extra_param("resource", resource.clone());
+    }
+    for (name, value) in creds.assertion_params(endpoints.issuer.as_deref().unwrap_or(&flow.token_endpoint))? {
+        exchange = exchange.add_extra_param(name, value);
     }
     let response = exchange.request_async(&state.oauth.http).await.map_err(|e| {
         tracing::warn!(error = %e, connector = %flow.connector, "downstream OAuth code exchange failed");

@@ -48,7 +48,8 @@ pub struct SlotArg {
     /// The personal slot of this member (by id) instead of the shared one.
     #[arg(long, conflicts_with = "oauth_client")]
     personal_for: Option<uuid::Uuid>,
-    /// The secret of the connector's static confidential OAuth client (one field, `client_secret`).
+    /// The connector's static confidential OAuth client's slot (one field: `client_secret`, or
+    /// `private_key`, a PKCS#8 PEM for `private_key_jwt`).
     #[arg(long)]
     oauth_client: bool,
 }
@@ -122,13 +123,7 @@ pub async fn run_slot(db: &Db, audit: &Audit, config: &Config, cmd: SlotCommand)
             let values = field_values(fields)?;
             match &connector {
                 Some(connector) => slots::check_fields(connector, &values.0)?,
-                None => {
-                    let secret = client_auth::SECRET_FIELD;
-                    if values.0.len() != 1 || !values.0.contains_key(secret) {
-                        anyhow::bail!("an OAuth client's slot has exactly one field: --field {secret}");
-                    }
-                    client_auth::check_secret(&values.0[secret])?;
-                }
+                None => client_auth::check_client_fields(&values.0)?,
             }
             slots::set(db, ring, audit, slot, kind, values).await?
         }

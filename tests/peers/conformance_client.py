@@ -13,9 +13,12 @@ picks who the client under test is:
   client when the scenario hands one over), serves it in a native pool, connects it through a
   mailed connect link whose redirects it follows (the suite's authorization server approves at
   once), then lists and calls every tool through Gatehouse's MCP endpoint (GATEHOUSE_BASE) with
-  the official Python SDK as the agent, at the scenario's protocol revision.
+  the official Python SDK as the agent, at the scenario's protocol revision. For the client
+  credentials scenarios the connector's grant is `client_credentials` with the scenario's
+  client id and its secret or private key: nobody connects it, Gatehouse gets its own token.
 - `reference`: the official Python SDK client itself against SERVER_URL (its OAuth client
-  provider for `auth/*`, redirects followed the same way), for the reference column.
+  provider for `auth/*`, redirects followed the same way; its client credentials providers for
+  those scenarios), for the reference column.
 
 Every tool is called with arguments made from its input schema (defaults where given, else a
 value of the declared type), as a generic agent would. A listing or a call Gatehouse answers
@@ -40,6 +43,7 @@ SCENARIO = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
 VERSION = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION", "2025-11-25")
 CONTEXT = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
 NEEDS_AUTH = SCENARIO.startswith("auth/")
+CLIENT_CREDENTIALS = SCENARIO.startswith("auth/client-credentials")
 
 
 def log(*parts) -> None:
@@ -181,14 +185,21 @@ async def through_gatehouse(server_url: str) -> None:
         auth = {"type": "oauth", "grant": "shared"}
         if CONTEXT.get("client_id"):
             auth["client_id"] = CONTEXT["client_id"]
-            auth["confidential"] = bool(CONTEXT.get("client_secret"))
+            auth["confidential"] = bool(CONTEXT.get("client_secret") or CONTEXT.get("private_key_pem"))
+        if CLIENT_CREDENTIALS:
+            auth["flow"] = "client_credentials"
         add += ["--config", json_file({"auth": auth})]
     gatehouse(*add)
+    where = ["--tenant", tenant, "--workspace", "main", "--connector", "c"]
     if NEEDS_AUTH and CONTEXT.get("client_id") and CONTEXT.get("client_secret"):
-        where = ["--tenant", tenant, "--workspace", "main", "--connector", "c"]
         gatehouse(
             "credential", "set", *where, "--oauth-client", "--field", "client_secret",
             env={"GATEHOUSE_FIELD_CLIENT_SECRET": CONTEXT["client_secret"]},
+        )
+    if NEEDS_AUTH and CONTEXT.get("client_id") and CONTEXT.get("private_key_pem"):
+        gatehouse(
+            "credential", "set", *where, "--oauth-client", "--field", "private_key",
+            env={"GATEHOUSE_FIELD_PRIVATE_KEY": CONTEXT["private_key_pem"]},
         )
     pools = {"pools": {"native": {"tools": ["c"], "native": True}}}
     gatehouse("workspace", "configure", "--tenant", tenant, "--workspace", "main", "--file", json_file(pools))
@@ -204,15 +215,16 @@ async def through_gatehouse(server_url: str) -> None:
             landed = await follow(http, base + path)
             log("connect flow ended with", landed.status_code, landed.text[:300].replace("\n", " "))
 
-    if NEEDS_AUTH:
-        await connect()
+    repair = connect if NEEDS_AUTH and not CLIENT_CREDENTIALS else None
+    if repair is not None:
+        await repair()
     headers = {
         "Gatehouse-Client-Id": sc[1],
         "Gatehouse-Client-Secret": sc[2],
         "Authorization": f"Bearer {token[1]}",
     }
     async with create_mcp_http_client(headers=headers) as http:
-        await use(f"{base}/t/{tenant}/w/main/mcp/native", http, connect if NEEDS_AUTH else None)
+        await use(f"{base}/t/{tenant}/w/main/mcp/native", http, repair)
 
 
 # ---- the reference: the SDK client itself --------------------------------------------------------
@@ -224,6 +236,11 @@ async def reference(server_url: str) -> None:
             await use(server_url, http)
         return
     from mcp.client.auth import OAuthClientProvider, TokenStorage
+    from mcp.client.auth.extensions.client_credentials import (
+        ClientCredentialsOAuthProvider,
+        PrivateKeyJWTOAuthProvider,
+        SignedJWTParameters,
+    )
     from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
     class Memory(TokenStorage):
@@ -249,6 +266,27 @@ async def reference(server_url: str) -> None:
 
         async def set_client_info(self, info) -> None:
             self.client = info
+
+    if CLIENT_CREDENTIALS:
+        storage = Memory()
+        storage.client = None
+        if CONTEXT.get("private_key_pem"):
+            signed = SignedJWTParameters(
+                issuer=CONTEXT["client_id"], subject=CONTEXT["client_id"], signing_key=CONTEXT["private_key_pem"],
+                signing_algorithm=CONTEXT.get("signing_algorithm", "ES256"),
+            )
+            auth = PrivateKeyJWTOAuthProvider(
+                server_url=server_url, storage=storage, client_id=CONTEXT["client_id"],
+                assertion_provider=signed.create_assertion_provider(),
+            )
+        else:
+            auth = ClientCredentialsOAuthProvider(
+                server_url=server_url, storage=storage, client_id=CONTEXT["client_id"],
+                client_secret=CONTEXT["client_secret"],
+            )
+        async with httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30, read=300)) as http:
+            await use(server_url, http)
+        return
 
     landed: dict = {}
 

@@ -70,6 +70,12 @@ if (downstreamClient) {
     response_types: ['code'],
     token_endpoint_auth_method: downstreamSecret ? env('OIDC_DOWNSTREAM_AUTH_METHOD', 'client_secret_basic') : 'none',
   });
+  // OIDC_CLIENT_CREDENTIALS=1: the confidential downstream client may also use the client
+  // credentials grant (no person; a token for the resource it names).
+  if (env('OIDC_CLIENT_CREDENTIALS', '') === '1') {
+    configuration.features.clientCredentials = { enabled: true };
+    configuration.clients.at(-1).grant_types.push('client_credentials');
+  }
   // The token endpoint methods the metadata advertises (e.g. only `none,client_secret_post`).
   if (process.env.OIDC_CLIENT_AUTH_METHODS) {
     configuration.clientAuthMethods = process.env.OIDC_CLIENT_AUTH_METHODS.split(',');
@@ -115,7 +121,9 @@ const provider = new Provider(issuer, configuration);
 // Optional: counts of token-endpoint refreshes and revocations at GET /_stats (tests assert
 // that a refresh token is never sent twice).
 if (env('OIDC_TEST_STATS', '') === '1') {
-  const stats = { refresh_requests: 0, refresh_failures: 0, revocations: 0, authorizations: [], tokens: [] };
+  const stats = {
+    refresh_requests: 0, refresh_failures: 0, client_credentials_requests: 0, revocations: 0, authorizations: [], tokens: [],
+  };
   // How a client authenticated: Basic header, secret in the body, or neither.
   const auth = (ctx) => (ctx.headers.authorization?.startsWith('Basic ') ? 'client_secret_basic'
     : ctx.oidc?.body?.client_secret ? 'client_secret_post' : 'none');
@@ -128,6 +136,9 @@ if (env('OIDC_TEST_STATS', '') === '1') {
     if (ctx.oidc?.route === 'token' && ctx.oidc?.params?.grant_type === 'refresh_token') {
       stats.refresh_requests += 1;
       if (ctx.status >= 400) stats.refresh_failures += 1;
+    }
+    if (ctx.oidc?.route === 'token' && ctx.oidc?.params?.grant_type === 'client_credentials') {
+      stats.client_credentials_requests += 1;
     }
     if (ctx.oidc?.route === 'revocation') {
       stats.revocations += 1;

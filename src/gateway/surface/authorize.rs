@@ -53,6 +53,11 @@ async fn authorize_oauth(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Conne
         Err(Failure::Auth(p)) if p.code == "auth_required" => p,
         Err(f) => return failure(f),
     };
+    if problem.state == "client_credentials" {
+        // No person can authorize it (`crate::oauth::person_authorizes`): what the client
+        // authenticates with must be set again.
+        return Outcome::ok(json!({ "connector": id, "grant": grant, "status": problem.state, "message": problem.message }));
+    }
     let Some(member) = ctx.caller.member_id else {
         return Outcome::ok(json!({
             "connector": id, "grant": grant, "status": problem.state,

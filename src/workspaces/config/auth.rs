@@ -34,6 +34,13 @@ pub struct OauthAuth {
     /// `shared`: one grant for the workspace (people with `credential_administration`, or a
     /// mailed connect link); `personal`: each member's own grant.
     pub grant: SlotKind,
+    /// `authorization_code` (the default): a person authorizes through the provider.
+    /// `client_credentials` (the MCP OAuth client credentials extension): Gatehouse gets its
+    /// tokens itself, with no person, as the static confidential client `client_id` (its
+    /// `client_secret` or `private_key` sealed as the connector's `oauth_client` credential);
+    /// only for a `shared` grant.
+    #[serde(default, skip_serializing_if = "Flow::is_default")]
+    pub flow: Flow,
     /// The authorization server's issuer. A `remote_mcp` connector without one discovers it
     /// through its protected resource metadata (RFC 9728), or, where the server publishes none
     /// (MCP 2025-03-26), takes the server's origin; its metadata (RFC 8414, else OpenID
@@ -66,6 +73,23 @@ pub struct OauthAuth {
     pub resource: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
+}
+
+/// How a connector's OAuth grant is obtained.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Flow {
+    /// Authorization code with PKCE: a person authorizes.
+    #[default]
+    AuthorizationCode,
+    /// Client credentials (RFC 6749 §4.4): the client authenticates, no person is involved.
+    ClientCredentials,
+}
+
+impl Flow {
+    fn is_default(&self) -> bool {
+        *self == Flow::AuthorizationCode
+    }
 }
 
 /// Whose credential a slot holds.

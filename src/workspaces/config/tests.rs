@@ -23,6 +23,7 @@ fn field_level_issues() {
             headers: BTreeMap::from([("Authorization".into(), "Bearer x".into()), ("X-Team".into(), "blue".into())]),
             auth: Auth::Oauth(OauthAuth {
                 grant: SlotKind::Shared,
+                flow: Default::default(),
                 issuer: None,
                 authorization_endpoint: None,
                 token_endpoint: None,

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Auth, Connector, Document, MAX_CONNECTORS, MAX_HEADERS};
+use super::{Auth, Connector, Document, Flow, MAX_CONNECTORS, MAX_HEADERS, SlotKind};
 use crate::error::{Error, FieldIssue, Result};
 
 /// An http(s) URL naming a host and carrying no credentials.
@@ -82,6 +82,12 @@ pub(super) fn check_auth(
             }
             if o.confidential && o.client_id.is_none() {
                 bad(format!("{field}.confidential"), "a confidential client names its `client_id`");
+            }
+            if o.flow == Flow::ClientCredentials && !(o.confidential && o.grant == SlotKind::Shared) {
+                bad(
+                    format!("{field}.flow"),
+                    "client credentials are a shared grant of a confidential client: `\"grant\": \"shared\"`, `\"confidential\": true` and its `client_id`",
+                );
             }
             if let Some(resource) = &o.resource {
                 check_url(resource, &format!("{field}.resource"), bad);
