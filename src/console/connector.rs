@@ -116,8 +116,14 @@ const CONNECTOR_CODES: [&str; 7] =
 fn classify(tenant: &str, ws: &str, id: &str, connector: &Connector, code: &str, seen: String) -> ProblemView {
     let here = format!("/console/t/{tenant}/workspaces/{ws}");
     let oauth = connector.auth().oauth().is_some();
+    let client_credentials =
+        connector.auth().oauth().is_some_and(|o| o.flow == crate::workspaces::config::Flow::ClientCredentials);
     let credential = (format!("{here}#credential-{id}"), "Set the credential".to_owned());
     let (repair, link) = match code {
+        "auth_required" if client_credentials => (
+            "The authorization server refused the connector's client credentials. Set the client's secret or private key again.",
+            Some((format!("{here}#grant-{id}"), "The connector's grant".to_owned())),
+        ),
         "auth_required" if oauth => (
             "The connector is not authorized (or its authorization ended). Connect it again at its authorization server.",
             Some((format!("{here}/connectors/{id}/oauth/connect"), "Re-connect OAuth".to_owned())),

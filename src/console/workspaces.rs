@@ -82,6 +82,8 @@ pub struct GrantView {
     pub connected: String,
     /// Whether this person manages it (connect and disconnect).
     pub manageable: bool,
+    /// Client credentials: Gatehouse gets its tokens itself, so no person connects it.
+    pub client_credentials: bool,
 }
 
 pub struct ConnectorView {
@@ -232,6 +234,7 @@ async fn connector_view(
                     account: info.account_label.unwrap_or_default(),
                     connected: when_opt(&info.connected_at),
                     manageable: true,
+                    client_credentials: o.flow == crate::workspaces::config::Flow::ClientCredentials,
                 }
             }
             (None, true) => GrantView {
@@ -240,6 +243,7 @@ async fn connector_view(
                 account: String::new(),
                 connected: String::new(),
                 manageable: false,
+                client_credentials: false,
             },
             (_, false) => GrantView {
                 kind: o.grant.as_str().into(),
@@ -247,6 +251,7 @@ async fn connector_view(
                 account: String::new(),
                 connected: String::new(),
                 manageable: false,
+                client_credentials: false,
             },
         }),
     };
