@@ -92,7 +92,7 @@ pub async fn mint(
     let bound = workspaces::bound(db, tenant, workspace).await?;
     let c = bound.document.connectors.get(connector).ok_or(Error::NotFound { what: "connector" })?;
     match c.auth().oauth() {
-        Some(o) if o.grant == workspaces::config::SlotKind::Shared => crate::oauth::person_authorizes(connector, o)?,
+        Some(o) if o.grant == workspaces::config::SlotKind::Shared => o.person_authorizes(connector)?,
         _ => {
             return Err(Error::Conflict {
                 code: "not_oauth_shared",

@@ -74,6 +74,9 @@ pub async fn resolve(
     let deadline = tokio::time::Instant::now() + FOLLOWER_WAIT;
     let client_credentials = o.flow == Flow::ClientCredentials;
     let mut obtained = false;
+    // A client credentials renewal's request, read once per call (not per wait for another
+    // replica's renewal).
+    let mut asked: Option<super::client_credentials::Asked> = None;
     loop {
         let usable = row.as_ref().as_ref().filter(|g| g.status == "active" && g.envelope.is_some());
         if usable.is_none() && client_credentials && !obtained {
@@ -102,10 +105,15 @@ pub async fn resolve(
             (_, true) => {
                 // Asked as its first request was (the metadata gives the assertion's audience
                 // and the scopes), read before the lease.
-                let asked = Box::pin(super::client_credentials::Asked::of(state, connector, o)).await.map_err(|e| {
-                    tracing::warn!(error = %e, connector = %id, "the authorization server's metadata could not be read for a renewal");
-                    problem("unavailable", "unavailable", "the connector's authorization could not be renewed; retry shortly".into())
-                })?;
+                let asked = match &mut asked {
+                    Some(asked) => asked,
+                    slot @ None => slot.insert(
+                        Box::pin(super::client_credentials::Asked::of(state, connector, o)).await.map_err(|e| {
+                            tracing::warn!(error = %e, connector = %id, "the authorization server's metadata could not be read for a renewal");
+                            problem("unavailable", "unavailable", "the connector's authorization could not be renewed; retry shortly".into())
+                        })?,
+                    ),
+                };
                 Renewal::ClientCredentials { access: &tokens.access_token, asked }
             }
             (Some(refresh), false) => Renewal::RefreshToken(refresh),
@@ -170,7 +178,7 @@ enum Renewal<'a> {
     RefreshToken(&'a str),
     /// A client credentials connector asks again (its expiring access token marks the round,
     /// so one replica asks per token).
-    ClientCredentials { access: &'a str, asked: super::client_credentials::Asked },
+    ClientCredentials { access: &'a str, asked: &'a super::client_credentials::Asked },
 }
 
 /// One refresh attempt: the lease and the spent mark by one compare-and-set, then (only for

@@ -240,7 +240,7 @@ async fn show_grant(
 async fn connect_url(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, kind)): GrantPath) -> Result<Json<Value>> {
     let (_, connector, _, _) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
     if let Some(o) = connector.auth().oauth() {
-        super::person_authorizes(&id, o)?;
+        o.person_authorizes(&id)?;
     }
     let member = ctx.person()?.id;
     let url = super::connect_url(&state, &ctx.tenant.slug, &ws, &id, member).await?;

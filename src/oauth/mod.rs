@@ -157,20 +157,6 @@ fn client(state: &AppState, creds: &Creds, authorization: &str, token: &str) -> 
     })
 }
 
-/// Whether a person may authorize the connector: not one with client credentials, whose tokens
-/// Gatehouse gets itself (`oauth_client_credentials`).
-pub fn person_authorizes(id: &str, o: &OauthAuth) -> Result<()> {
-    if o.flow == crate::workspaces::config::Flow::ClientCredentials {
-        return Err(Error::Conflict {
-            code: "oauth_client_credentials",
-            message: format!(
-                "connector `{id}` uses client credentials: Gatehouse gets its tokens itself, so no person authorizes it"
-            ),
-        });
-    }
-    Ok(())
-}
-
 /// Who starts a flow: a member (who must come back), or a connect link.
 #[derive(Clone, Copy, Debug)]
 pub enum Origin {
@@ -192,7 +178,7 @@ pub async fn start(
         .auth()
         .oauth()
         .ok_or(Error::Conflict { code: "not_oauth", message: format!("connector `{id}` does not authenticate with OAuth") })?;
-    person_authorizes(id, o)?;
+    o.person_authorizes(id)?;
     let owner = match (o.grant, origin) {
         (SlotKind::Shared, _) => Owner::Shared,
         (SlotKind::Personal, Origin::Member(m)) => Owner::Member(m),

@@ -54,7 +54,7 @@ async fn authorize_oauth(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Conne
         Err(f) => return failure(f),
     };
     if problem.state == "client_credentials" {
-        // No person can authorize it (`crate::oauth::person_authorizes`): what the client
+        // No person can authorize it (`OauthAuth::person_authorizes`): what the client
         // authenticates with must be set again.
         return Outcome::ok(json!({ "connector": id, "grant": grant, "status": problem.state, "message": problem.message }));
     }

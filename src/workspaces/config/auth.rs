@@ -75,6 +75,22 @@ pub struct OauthAuth {
     pub scopes: Vec<String>,
 }
 
+impl OauthAuth {
+    /// Whether a person may authorize the connector: not one with client credentials, whose
+    /// tokens Gatehouse gets itself (`oauth_client_credentials`).
+    pub fn person_authorizes(&self, id: &str) -> crate::error::Result<()> {
+        if self.flow == Flow::ClientCredentials {
+            return Err(crate::error::Error::Conflict {
+                code: "oauth_client_credentials",
+                message: format!(
+                    "connector `{id}` uses client credentials: Gatehouse gets its tokens itself, so no person authorizes it"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// How a connector's OAuth grant is obtained.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
