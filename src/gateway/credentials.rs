@@ -31,6 +31,9 @@ pub struct Credential {
     /// `<owner>@<digest of version and update time>`: a replaced credential opens a new
     /// downstream session. Holds no secret.
     pub tag: String,
+    /// A DPoP-bound OAuth grant's binding: every request to the downstream then carries a
+    /// fresh proof of the grant's key (`DPoP` header).
+    pub dpop: Option<Arc<crate::oauth::dpop::Binding>>,
 }
 
 impl std::fmt::Debug for Credential {
@@ -181,7 +184,7 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Co
         headers.push((name, value));
     }
     let digest = Sha256::digest(format!("{}|{}", row.version, row.updated_at.timestamp_micros()));
-    Ok(Some(Credential { headers, tag: format!("{}@{}", owner.as_text(), hex::encode(&digest[..8])) }))
+    Ok(Some(Credential { headers, tag: format!("{}@{}", owner.as_text(), hex::encode(&digest[..8])), dpop: None }))
 }
 
 /// A downstream refused the credential of a call (HTTP `status`, 401 or 403): the problem to

@@ -118,7 +118,14 @@ pub async fn call(
 ) -> Result<CallToolResult, Failure> {
     let tool = api.tools.iter().find(|t| t.name == name).ok_or_else(|| Failure::Rejected(format!("no tool `{name}`")))?;
     let url = request_url(api, tool, args).map_err(Failure::BadArguments)?;
-    let mut request = http.request(tool.method.as_reqwest(), url).header(reqwest::header::ACCEPT, "application/json");
+    let mut request = http.request(tool.method.as_reqwest(), url.clone()).header(reqwest::header::ACCEPT, "application/json");
+    if let Some(dpop) = credential.and_then(|c| c.dpop.as_deref()) {
+        // A DPoP-bound grant's proof for this request (no nonce retry here: an API that asks for
+        // one refuses the call, which reaches the agent as the grant's refusal).
+        let mut proof = axum::http::HeaderMap::new();
+        dpop.stamp(&mut proof, tool.method.as_reqwest().as_str(), &url);
+        request = request.headers(proof);
+    }
     for (header, value) in &api.headers {
         request = request.header(header, value);
     }

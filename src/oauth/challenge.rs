@@ -154,13 +154,14 @@ pub fn resource_metadata<'a>(values: impl IntoIterator<Item = &'a str>) -> Optio
     bearer_param(values, "resource_metadata")
 }
 
-/// The parameter `name` (lowercase) of the first Bearer challenge in any of `values`.
+/// The parameter `name` (lowercase) of the first Bearer challenge in any of `values`; a DPoP
+/// challenge (RFC 9449 §7.1) counts as one, since it carries the same parameters.
 pub fn bearer_param<'a>(values: impl IntoIterator<Item = &'a str>, name: &str) -> Option<String> {
     values
         .into_iter()
         .filter_map(parse)
         .flatten()
-        .find(|c| c.scheme.eq_ignore_ascii_case("bearer"))
+        .find(|c| c.scheme.eq_ignore_ascii_case("bearer") || c.scheme.eq_ignore_ascii_case("dpop"))
         .and_then(|c| c.params.into_iter().find(|(n, _)| n == name).map(|(_, v)| v))
 }
 
@@ -197,6 +198,10 @@ mod tests {
         assert!(insufficient_scope([h]));
         assert_eq!(scopes([h]), Some(vec!["mcp:basic".to_owned(), "mcp:write".to_owned()]));
         assert!(!insufficient_scope([r#"Bearer error="invalid_token""#]));
+        assert_eq!(
+            resource_metadata([r#"DPoP algs="ES256", resource_metadata="https://r.example/m""#]).as_deref(),
+            Some("https://r.example/m")
+        );
         assert_eq!(scopes(["Bearer scope=\"\""]), None);
         for bad in ["Bearer realm=\"open", "Bearer =x", "Bearer realm=x y", "\"x\"", "Bearer a=b c=d"] {
             assert_eq!(parse(bad), None, "{bad}");

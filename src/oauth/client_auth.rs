@@ -276,6 +276,7 @@ mod tests {
             revocation_auth_methods: None,
             resource: None,
             scopes: None,
+            dpop: false,
         }
     }
 

@@ -118,6 +118,7 @@ pub async fn obtain(
     let tokens = Tokens {
         access_token: response.access_token().secret().clone(),
         refresh_token: response.refresh_token().map(|r| r.secret().clone()),
+        dpop_key: None,
     };
     let label = format!("client {client_id}");
     let grant = GrantParts {

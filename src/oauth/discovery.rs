@@ -47,6 +47,9 @@ pub struct Endpoints {
     /// the `scope` of the server's 401 challenge, else its protected resource metadata's
     /// `scopes_supported`; None: omit `scope`.
     pub scopes: Option<Vec<String>>,
+    /// The server offers DPoP with ES256 (`dpop_signing_alg_values_supported`, RFC 9449 §5.1):
+    /// a new grant gets its own proof key and DPoP-bound tokens.
+    pub dpop: bool,
 }
 
 impl Endpoints {
@@ -78,6 +81,7 @@ pub(super) struct ServerMetadata {
     authorization_response_iss_parameter_supported: bool,
     token_endpoint_auth_methods_supported: Option<Vec<String>>,
     revocation_endpoint_auth_methods_supported: Option<Vec<String>>,
+    dpop_signing_alg_values_supported: Option<Vec<String>>,
 }
 
 pub(super) fn unavailable(what: &str) -> Error {
@@ -327,6 +331,7 @@ pub async fn endpoints(http: &reqwest::Client, connector: &Connector, o: &OauthA
             revocation_auth_methods: None,
             resource: o.resource.clone(),
             scopes: None,
+            dpop: false,
         });
     }
     let (issuer, resource, scopes) = match (&o.issuer, connector) {
@@ -375,6 +380,7 @@ pub(super) fn from_metadata(
         revocation_auth_methods: m.revocation_endpoint_auth_methods_supported,
         resource,
         scopes,
+        dpop: super::dpop::offered(m.dpop_signing_alg_values_supported.as_deref()),
     })
 }
 

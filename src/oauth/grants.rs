@@ -99,7 +99,7 @@ pub async fn resolve(
             .access_expires_at
             .is_some_and(|e| e <= chrono::Utc::now() + chrono::Duration::seconds(store::EXPIRY_MARGIN_SECS));
         if !expiring {
-            return credential(owner, grant, &tokens.access_token);
+            return credential(owner, grant, &tokens);
         }
         let renewal = match (tokens.refresh_token.as_deref(), client_credentials) {
             (_, true) => {
@@ -116,9 +116,9 @@ pub async fn resolve(
                 };
                 Renewal::ClientCredentials { access: &tokens.access_token, asked }
             }
-            (Some(refresh), false) => Renewal::RefreshToken(refresh),
+            (Some(refresh), false) => Renewal::RefreshToken { refresh, dpop_key: tokens.dpop_key.as_deref() },
             // Nothing to refresh with: the access token is used until the server refuses it.
-            (None, false) => return credential(owner, grant, &tokens.access_token),
+            (None, false) => return credential(owner, grant, &tokens),
         };
         match Box::pin(refresh_once(state, ring, at, id, owner, grant, renewal)).await? {
             Refreshed::Done => {}
@@ -151,11 +151,20 @@ fn open(ring: &KeyRing, at: &Caller<'_>, id: &str, owner: Owner, envelope: &str)
     serde_json::from_slice(&plaintext).map_err(|_| unreadable())
 }
 
-fn credential(owner: Owner, grant: &store::Grant, access_token: &str) -> Result<Option<Credential>, Problem> {
-    let mut value = HeaderValue::from_str(&format!("Bearer {access_token}"))
-        .map_err(|_| problem("auth_required", "incomplete", "the access token cannot be sent in an HTTP header".into()))?;
+fn credential(owner: Owner, grant: &store::Grant, tokens: &Tokens) -> Result<Option<Credential>, Problem> {
+    let incomplete = || problem("auth_required", "incomplete", "the access token cannot be sent in an HTTP header".into());
+    // A DPoP-bound token travels with the DPoP scheme and a fresh proof per request (RFC 9449 §7.1).
+    let dpop = match tokens.dpop_key.as_deref() {
+        Some(stored) => {
+            let key = super::dpop::Key::from_stored(stored).ok_or_else(incomplete)?;
+            Some(std::sync::Arc::new(super::dpop::Binding::new(key, &tokens.access_token)))
+        }
+        None => None,
+    };
+    let scheme = if dpop.is_some() { "DPoP" } else { "Bearer" };
+    let mut value = HeaderValue::from_str(&format!("{scheme} {}", tokens.access_token)).map_err(|_| incomplete())?;
     value.set_sensitive(true);
-    Ok(Some(Credential { headers: vec![(HeaderName::from_static("authorization"), value)], tag: stamp(owner, grant) }))
+    Ok(Some(Credential { headers: vec![(HeaderName::from_static("authorization"), value)], tag: stamp(owner, grant), dpop }))
 }
 
 /// The tag of a grant's credential: its owner and a digest of its tokens' version.
@@ -174,8 +183,8 @@ enum Refreshed {
 
 /// How an expiring grant gets a new access token.
 enum Renewal<'a> {
-    /// With its refresh token (spent once sent).
-    RefreshToken(&'a str),
+    /// With its refresh token (spent once sent), and the grant's DPoP key if its tokens are bound.
+    RefreshToken { refresh: &'a str, dpop_key: Option<&'a str> },
     /// A client credentials connector asks again (its expiring access token marks the round,
     /// so one replica asks per token).
     ClientCredentials { access: &'a str, asked: &'a super::client_credentials::Asked },
@@ -208,7 +217,7 @@ async fn refresh_once(
     let client = client(state, &creds, &grant.token_endpoint, &grant.token_endpoint).map_err(unavailable)?;
     let holder = Uuid::new_v4();
     let spent = secrets::digest(match &renewal {
-        Renewal::RefreshToken(refresh) => refresh,
+        Renewal::RefreshToken { refresh, .. } => refresh,
         Renewal::ClientCredentials { access, .. } => access,
     });
     let spent = &spent;
@@ -223,7 +232,7 @@ async fn refresh_once(
         return Ok(Refreshed::Other);
     }
     let response = match &renewal {
-        Renewal::RefreshToken(refresh) => {
+        Renewal::RefreshToken { refresh, dpop_key } => {
             // The token is recorded as spent: from here on it is never sent again, whatever happens.
             let refresh_token = RefreshToken::new((*refresh).to_owned());
             let mut exchange = client.exchange_refresh_token(&refresh_token);
@@ -234,7 +243,14 @@ async fn refresh_once(
             for (name, value) in creds.assertion_params(&grant.token_endpoint).map_err(unavailable)? {
                 exchange = exchange.add_extra_param(name, value);
             }
-            exchange.request_async(&state.oauth.http).await
+            // A DPoP-bound grant's refresh carries a proof of its key (RFC 9449 §5).
+            match dpop_key.and_then(super::dpop::Key::from_stored) {
+                Some(key) => {
+                    let signer = super::dpop::Signer::new(key);
+                    exchange.request_async(&super::dpop::Http { inner: &state.oauth.http, signer: &signer }).await
+                }
+                None => exchange.request_async(&state.oauth.http).await,
+            }
         }
         Renewal::ClientCredentials { asked, .. } => asked.request(state, &client, &creds).await.map_err(unavailable)?,
     };
@@ -242,13 +258,14 @@ async fn refresh_once(
     let audit = &audit;
     match response {
         Ok(response) => {
-            let refresh_token = match &renewal {
-                Renewal::RefreshToken(refresh) => {
-                    Some(response.refresh_token().map_or_else(|| (*refresh).to_owned(), |r| r.secret().clone()))
-                }
-                Renewal::ClientCredentials { .. } => response.refresh_token().map(|r| r.secret().clone()),
+            let (refresh_token, dpop_key) = match &renewal {
+                Renewal::RefreshToken { refresh, dpop_key } => (
+                    Some(response.refresh_token().map_or_else(|| (*refresh).to_owned(), |r| r.secret().clone())),
+                    dpop_key.filter(|_| super::dpop_bound(&response)).map(str::to_owned),
+                ),
+                Renewal::ClientCredentials { .. } => (response.refresh_token().map(|r| r.secret().clone()), None),
             };
-            let tokens = Tokens { access_token: response.access_token().secret().clone(), refresh_token };
+            let tokens = Tokens { access_token: response.access_token().secret().clone(), refresh_token, dpop_key };
             let rotated = response.refresh_token().is_some();
             let expires_in = response.expires_in().map(|d| d.as_secs() as i64);
             let plaintext = Zeroizing::new(serde_json::to_vec(&tokens).map_err(|e| unavailable(anyhow::Error::from(e).into()))?);

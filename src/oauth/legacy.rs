@@ -61,6 +61,7 @@ pub(super) async fn endpoints(
         revocation_auth_methods: None,
         resource: None,
         scopes,
+        dpop: false,
     })
 }
 

@@ -24,6 +24,7 @@ mod client_credentials;
 mod connect;
 mod disconnect;
 pub mod discovery;
+pub mod dpop;
 mod grants;
 pub mod http;
 mod issuer;
@@ -92,16 +93,25 @@ struct Tokens {
     access_token: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     refresh_token: Option<String>,
+    /// The grant's DPoP proof key (`dpop::Key::stored`), when its tokens are DPoP-bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dpop_key: Option<String>,
 }
 
 impl Drop for Tokens {
     fn drop(&mut self) {
         use zeroize::Zeroize;
         self.access_token.zeroize();
-        if let Some(r) = self.refresh_token.as_mut() {
-            r.zeroize();
+        for secret in [self.refresh_token.as_mut(), self.dpop_key.as_mut()].into_iter().flatten() {
+            secret.zeroize();
         }
     }
+}
+
+/// Whether a token response's `token_type` is DPoP (RFC 9449 §5: the token is bound to the key
+/// whose proof asked for it; a server may still answer Bearer, and then the key is not used).
+fn dpop_bound(response: &oauth2::basic::BasicTokenResponse) -> bool {
+    matches!(response.token_type(), oauth2::basic::BasicTokenType::Extension(t) if t.eq_ignore_ascii_case("dpop"))
 }
 
 fn aad<'a>(tenant: TenantId, workspace: Uuid, connector: &'a str, owner: Owner, purpose: &'a str) -> Aad<'a> {
@@ -359,13 +369,23 @@ pub async fn finish(
     for (name, value) in creds.assertion_params(endpoints.issuer.as_deref().unwrap_or(&flow.token_endpoint))? {
         exchange = exchange.add_extra_param(name, value);
     }
-    let response = exchange.request_async(&state.oauth.http).await.map_err(|e| {
+    // A server that offers DPoP gets a proof with the exchange from this grant's own new key.
+    let signer = match endpoints.dpop {
+        true => Some(dpop::Signer::new(dpop::Key::generate().ok_or_else(|| anyhow::anyhow!("no DPoP key could be made"))?)),
+        false => None,
+    };
+    let exchanged = match &signer {
+        Some(signer) => exchange.request_async(&dpop::Http { inner: &state.oauth.http, signer }).await,
+        None => exchange.request_async(&state.oauth.http).await,
+    };
+    let response = exchanged.map_err(|e| {
         tracing::warn!(error = %e, connector = %flow.connector, "downstream OAuth code exchange failed");
         Error::Forbidden { code: "token_exchange_failed", message: "the authorization server refused the code".into() }
     })?;
     let tokens = Tokens {
         access_token: response.access_token().secret().clone(),
         refresh_token: response.refresh_token().map(|r| r.secret().clone()),
+        dpop_key: signer.filter(|_| dpop_bound(&response)).map(|s| s.key().stored()),
     };
     let expires_in = response.expires_in().map(|d| d.as_secs() as i64);
     let label = account_label(state, endpoints.userinfo.as_deref(), &tokens.access_token).await;

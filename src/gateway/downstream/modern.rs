@@ -166,7 +166,8 @@ impl Downstreams {
         for (name, value) in param_headers {
             headers.insert(name.clone(), value.clone());
         }
-        let sent = crate::gateway::mcp_client::stateless(http, url, headers, (REVISION, method, name), params, upstream);
+        let dpop = credential.and_then(|c| c.dpop.as_deref());
+        let sent = crate::gateway::mcp_client::stateless(http, url, headers, (REVISION, method, name), params, upstream, dpop);
         match tokio::time::timeout(deadline, sent).await {
             Ok(answer) => answer,
             Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),

@@ -163,7 +163,8 @@ pub(super) async fn connect(
     let timed_out = || Failure::Timeout(deadline.as_millis() as u64);
     match transport {
         RemoteTransport::StreamableHttp => {
-            let connect = crate::gateway::mcp_client::HttpSession::connect(http, url, custom);
+            let connect =
+                crate::gateway::mcp_client::HttpSession::connect(http, url, custom, credential.and_then(|c| c.dpop.clone()));
             let session = tokio::time::timeout(deadline, connect).await.map_err(|_| timed_out())??;
             Ok(Session::Http(Arc::new(session)))
         }

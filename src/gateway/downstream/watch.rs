@@ -306,13 +306,23 @@ impl Listening {
             }
             let mut params = modern::meta();
             params["notifications"] = filter;
-            let Some(stream) = mcp_client::listen(self.http.clone(), url, headers, modern::REVISION, &params).await? else {
+            let Some(stream) = mcp_client::listen(
+                self.http.clone(),
+                url,
+                headers,
+                modern::REVISION,
+                &params,
+                credential.and_then(|c| c.dpop.as_deref()),
+            )
+            .await?
+            else {
                 return Ok(Ended::Silent);
             };
             return self.hear(stream, None, version).await;
         }
         drop(downstreams);
-        let session = mcp_client::HttpSession::connect(self.http.clone(), url, headers).await?;
+        let session =
+            mcp_client::HttpSession::connect(self.http.clone(), url, headers, credential.and_then(|c| c.dpop.clone())).await?;
         let session = Closing(session);
         let Some(stream) = session.0.open_stream().await? else { return Ok(Ended::Silent) };
         let _ = self.ready.send(true);

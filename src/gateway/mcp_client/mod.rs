@@ -9,7 +9,10 @@
 //! ([`super::asks`]); on any other stream they are refused at once. On 2026-07-28 ([`stateless`]) a server asks for input with an `InputRequiredResult`
 //! instead (see `gateway::input`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use rmcp::model::{CallToolResult, JsonObject, Tool};
@@ -22,6 +25,7 @@ mod stateless;
 pub use stateless::{listen, stateless};
 
 use super::{downstream::Failure, sse::EventParser, upstream::Upstream};
+use crate::oauth::dpop::Binding;
 
 /// The revision this client asks for; a server may answer an older one, which is then used.
 pub const PROTOCOL: &str = "2025-11-25";
@@ -56,6 +60,39 @@ pub struct HttpSession {
     server: Value,
     /// Who answers the server's requests on the session's GET stream ([`asked`]).
     asked: asked::Asked,
+    /// The credential's DPoP binding: a fresh proof on every request ([`send`]).
+    dpop: Option<Arc<Binding>>,
+}
+
+/// One request to a downstream, with a fresh DPoP proof where the credential is bound, and
+/// once more with the server's nonce when it answers `use_dpop_nonce` (RFC 9449 §9).
+pub(crate) async fn send(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &reqwest::Url,
+    mut headers: HeaderMap,
+    body: Option<bytes::Bytes>,
+    dpop: Option<&Binding>,
+) -> Result<reqwest::Response, reqwest::Error> {
+    let mut asked_again = false;
+    loop {
+        if let Some(dpop) = dpop {
+            dpop.stamp(&mut headers, method.as_str(), url);
+        }
+        let mut request = http.request(method.clone(), url.clone()).headers(headers.clone());
+        if let Some(body) = &body {
+            request = request.body(body.clone());
+        }
+        let r = request.send().await?;
+        if let Some(dpop) = dpop
+            && !asked_again
+            && dpop.learn(r.status().as_u16(), r.headers())
+        {
+            asked_again = true;
+            continue;
+        }
+        return Ok(r);
+    }
 }
 
 /// Why a request failed, before it becomes a [`Failure`].
@@ -82,13 +119,18 @@ fn unavailable(e: reqwest::Error) -> Failure {
 
 impl HttpSession {
     /// Runs the handshake: `initialize`, then `notifications/initialized`.
-    pub async fn connect(http: reqwest::Client, url: &str, custom: HeaderMap) -> Result<HttpSession, Failure> {
+    pub async fn connect(
+        http: reqwest::Client,
+        url: &str,
+        custom: HeaderMap,
+        dpop: Option<Arc<Binding>>,
+    ) -> Result<HttpSession, Failure> {
         let url = reqwest::Url::parse(url).map_err(|_| Failure::Unavailable("the connector's URL is not a URL".into()))?;
         let mut headers = custom;
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let mut session =
-            HttpSession { http, url, headers, next_id: AtomicU64::new(1), server: Value::Null, asked: Default::default() };
+            HttpSession { http, url, headers, next_id: AtomicU64::new(1), server: Value::Null, asked: Default::default(), dpop };
         // Declared for every agent: whether this one can answer is judged per request, and a
         // request it cannot answer is refused to the server as the agent would refuse it.
         let params = json!({
@@ -129,7 +171,9 @@ impl HttpSession {
         if let Some(method) = method.and_then(|m| HeaderValue::from_str(m).ok()) {
             headers.insert(reqwest::header::HeaderName::from_static("mcp-method"), method);
         }
-        self.http.post(self.url.clone()).headers(headers).body(body).send().await.map_err(unavailable)
+        send(&self.http, reqwest::Method::POST, &self.url, headers, Some(body.into()), self.dpop.as_deref())
+            .await
+            .map_err(unavailable)
     }
 
     /// One request and its response's `result` (as `R`; `what` names it in the error when it
@@ -328,7 +372,11 @@ impl HttpSession {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let delete = self.http.delete(self.url.clone()).headers(self.headers.clone()).timeout(CLOSE_TIMEOUT);
+        let mut headers = self.headers.clone();
+        if let Some(dpop) = &self.dpop {
+            dpop.stamp(&mut headers, "DELETE", &self.url);
+        }
+        let delete = self.http.delete(self.url.clone()).headers(headers).timeout(CLOSE_TIMEOUT);
         runtime.spawn(async move {
             if let Err(e) = delete.send().await {
                 tracing::debug!(error = %e.without_url(), "could not delete a downstream session");
@@ -352,7 +400,8 @@ impl HttpSession {
         }
         headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
         headers.remove(header::CONTENT_TYPE);
-        let r = self.http.get(self.url.clone()).headers(headers).send().await.map_err(unavailable)?;
+        let r =
+            send(&self.http, reqwest::Method::GET, &self.url, headers, None, self.dpop.as_deref()).await.map_err(unavailable)?;
         opened(r)
     }
 

@@ -5,7 +5,10 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use serde_json::Value;
 
 use super::{HttpSession, Outgoing, PROTOCOL_VERSION, unavailable};
-use crate::gateway::{downstream::Failure, upstream::Upstream};
+use crate::{
+    gateway::{downstream::Failure, upstream::Upstream},
+    oauth::dpop::Binding,
+};
 
 /// Sends one stateless request (id 1; `request`: revision, method, `Mcp-Name`) with the
 /// revision and routing headers added to `headers`.
@@ -21,6 +24,7 @@ async fn stateless_post(
     headers: &mut HeaderMap,
     request: (&str, &str, Option<&str>),
     params: &Value,
+    dpop: Option<&Binding>,
 ) -> Result<(reqwest::Response, u64), Failure> {
     let (revision, method, name) = request;
     let url = reqwest::Url::parse(url).map_err(|_| Failure::Unavailable("the connector's URL is not a URL".into()))?;
@@ -37,7 +41,8 @@ async fn stateless_post(
     let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let body =
         serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id, method, params }).map_err(|e| Failure::Unavailable(e.to_string()))?;
-    let r = http.post(url).headers(headers.clone()).body(body).send().await.map_err(unavailable)?;
+    let r =
+        super::send(&http, reqwest::Method::POST, &url, headers.clone(), Some(body.into()), dpop).await.map_err(unavailable)?;
     Ok((r, id))
 }
 
@@ -51,8 +56,9 @@ pub async fn listen(
     mut headers: HeaderMap,
     revision: &str,
     params: &Value,
+    dpop: Option<&Binding>,
 ) -> Result<Option<reqwest::Response>, Failure> {
-    let (r, _) = stateless_post(http, url, &mut headers, (revision, "subscriptions/listen", None), params).await?;
+    let (r, _) = stateless_post(http, url, &mut headers, (revision, "subscriptions/listen", None), params, dpop).await?;
     if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED || r.status() == reqwest::StatusCode::NOT_FOUND {
         return Ok(None);
     }
@@ -78,8 +84,9 @@ pub async fn stateless(
     request: (&str, &str, Option<&str>),
     params: &Value,
     upstream: Option<&Upstream>,
+    dpop: Option<&Binding>,
 ) -> Result<Value, Failure> {
-    let (r, id) = stateless_post(http, url, &mut headers, request, params).await?;
+    let (r, id) = stateless_post(http, url, &mut headers, request, params, dpop).await?;
     let status = r.status();
     if let Some(refused) = Failure::refused(status.as_u16(), r.headers()) {
         return Err(refused);
