@@ -11,7 +11,7 @@ use common::{
     Machine, OidcPeer, Served, TestDb, admin_log_text as admin_log,
     browser::Browser,
     dev_sign_in,
-    downstream::{GateOptions, Seen, expire_access_tokens, protected_mcp, stats, walk_to_callback},
+    downstream::{GateOptions, Seen, expire_access_tokens, introspect, protected_mcp, stats, walk_to_callback},
     free_port, gatehouse, json_path as json_file, mcp_tool as tool, run, run_ok as ok, vault_key as key,
 };
 use reqwest::{Method, StatusCode};
@@ -422,6 +422,11 @@ async fn a_remote_mcp_server_names_its_authorization_server_and_gets_the_workspa
     for token in &tokens {
         assert!(!served.logs().contains(token.as_str()) && !raw.contains(token.as_str()));
     }
+    // The provider offers DPoP (RFC 9449; oidc-provider's default), so the grant's token is
+    // bound to the grant's own key, and the gate admitted each request only with the DPoP
+    // scheme and a fresh proof of that key (its method, URL and token, no jti twice).
+    let claims = introspect(&provider.issuer, tokens.last().unwrap()).await;
+    assert!(claims["cnf"]["jkt"].is_string(), "a DPoP-bound token: {claims}");
 
     // It registered itself once (RFC 7591), as a client of its own, and reuses that client.
     let registered = || async {
@@ -439,6 +444,26 @@ async fn a_remote_mcp_server_names_its_authorization_server_and_gets_the_workspa
     let landing = ann.walk(&url, |f| (f == "login").then(|| "ops".to_owned())).await;
     assert_eq!(landing.status, StatusCode::OK, "{landing:?}");
     assert_eq!(registered().await, ids, "the registration is reused");
+
+    // An hour passes: the refresh carries a proof of the same key (the provider binds a public
+    // client's refresh token to it and refuses any other), read back from the sealed grant by
+    // a replica that never saw the exchange; the new token is bound to the same key.
+    let echo = json!({ "address": "everything.echo", "args": { "message": "reconnected" } });
+    let (err, body, _) = tool(&mcp, &machine, "call_tool", echo).await;
+    assert!(!err, "{body}");
+    let before = seen.lock().unwrap().last().cloned().unwrap();
+    let bound_before = introspect(&provider.issuer, &before).await["cnf"]["jkt"].clone();
+    assert!(bound_before.is_string(), "the new grant's token is bound too");
+    let other = Served::start(cmd(&t, &keys)).await;
+    expire_access_tokens(&t).await;
+    let echo = json!({ "address": "everything.echo", "args": { "message": "after a refresh" } });
+    let (err, body, raw) = tool(&format!("{}/t/acme/w/main/mcp", other.base), &machine, "call_tool", echo).await;
+    assert!(!err, "{body}");
+    assert!(raw.contains("after a refresh"), "{raw}");
+    let refreshed = seen.lock().unwrap().last().cloned().unwrap();
+    assert_ne!(refreshed, before, "a new access token");
+    let claims = introspect(&provider.issuer, &refreshed).await;
+    assert_eq!(claims["cnf"]["jkt"], bound_before, "bound to the grant's key: {claims}");
 }
 
 /// RFC 9207 (SEP-2468): the provider promises `iss` on its authorization responses, so a

@@ -97,10 +97,12 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
     let challenge = options.challenge_path.map(|p| format!("Bearer realm=\"mcp\", resource_metadata=\"{base}{p}\""));
     let (log, issuer, upstream) = (seen.clone(), issuer.to_owned(), upstream.to_owned());
     let refusal = options.refuse.clone();
+    let jtis: Jtis = Default::default();
     let app = axum::Router::new().route(path, axum::routing::get(move || async move { axum::Json(metadata) })).fallback(
         move |request: Request| {
             let (log, issuer, upstream, own, challenge) =
                 (log.clone(), issuer.clone(), upstream.clone(), own.clone(), challenge.clone());
+            let jtis = jtis.clone();
             let refusal = refusal.lock().unwrap().clone();
             async move {
                 if let Some((status, value)) = refusal {
@@ -115,15 +117,25 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
                     }
                     r
                 };
-                let token = request
-                    .headers()
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-                    .map(str::to_owned);
-                let Some(token) = token else { return refuse("bearer token required") };
+                let presented =
+                    request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.split_once(' '));
+                let Some((scheme, token)) = presented.map(|(s, t)| (s.to_ascii_lowercase(), t.to_owned())) else {
+                    return refuse("bearer token required");
+                };
                 log.lock().unwrap().push(token.clone());
                 let claims = introspect(&issuer, &token).await;
+                // A DPoP-bound token (RFC 9449: `cnf.jkt` at introspection) is admitted only with
+                // the DPoP scheme and a valid fresh proof of that key for this request.
+                let proof = request.headers().get("dpop").and_then(|v| v.to_str().ok());
+                match (scheme.as_str(), claims["cnf"]["jkt"].as_str()) {
+                    ("dpop", Some(jkt)) => {
+                        if let Err(why) = check_proof(proof, request.method().as_str(), &own, &token, jkt, &jtis) {
+                            return refuse(why);
+                        }
+                    }
+                    ("bearer", None) => {}
+                    _ => return refuse("the token's binding and the Authorization scheme disagree"),
+                }
                 let audience = match &claims["aud"] {
                     Value::String(a) => vec![a.clone()],
                     Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
@@ -153,6 +165,46 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
     );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("{base}/mcp"), seen)
+}
+
+/// Every DPoP proof `jti` a gate has admitted (a replayed proof is refused).
+type Jtis = Arc<Mutex<std::collections::HashSet<String>>>;
+
+/// Checks a DPoP proof as a resource server must (RFC 9449 §4.3, §7.1): an ES256 `dpop+jwt`
+/// whose public JWK has the token's thumbprint (RFC 7638) and verifies the signature, for this
+/// method and URL, hashing this token (`ath`), recent, and never seen before.
+fn check_proof(proof: Option<&str>, method: &str, url: &str, token: &str, jkt: &str, jtis: &Jtis) -> Result<(), &'static str> {
+    use base64::Engine;
+    use sha2::Digest;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let proof = proof.ok_or("a DPoP proof is required")?;
+    let parts: Vec<&str> = proof.split('.').collect();
+    let [header, claims, signature] = parts[..] else { return Err("a proof is a JWS") };
+    let json = |part: &str| -> Option<Value> { serde_json::from_slice(&b64.decode(part).ok()?).ok() };
+    let (header, claims) = (json(header).ok_or("a malformed proof")?, json(claims).ok_or("a malformed proof")?);
+    if header["typ"] != "dpop+jwt" || header["alg"] != "ES256" || header["jwk"]["kty"] != "EC" {
+        return Err("not an ES256 dpop+jwt proof");
+    }
+    let (x, y) = (header["jwk"]["x"].as_str().unwrap_or(""), header["jwk"]["y"].as_str().unwrap_or(""));
+    let canonical = format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#);
+    if b64.encode(sha2::Sha256::digest(canonical.as_bytes())) != jkt {
+        return Err("the proof's key is not the token's");
+    }
+    let point = [&[4u8][..], &b64.decode(x).unwrap_or_default(), &b64.decode(y).unwrap_or_default()].concat();
+    let key = ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point);
+    let signed = &proof[..proof.rfind('.').unwrap_or(0)];
+    key.verify(signed.as_bytes(), &b64.decode(signature).unwrap_or_default()).map_err(|_| "the proof's signature")?;
+    let fresh = claims["iat"].as_i64().is_some_and(|iat| (chrono::Utc::now().timestamp() - iat).abs() <= 60);
+    if claims["htm"] != method || claims["htu"] != url || !fresh {
+        return Err("the proof is for another request");
+    }
+    if claims["ath"] != b64.encode(sha2::Sha256::digest(token.as_bytes())).as_str() {
+        return Err("the proof hashes another token");
+    }
+    if !jtis.lock().unwrap().insert(claims["jti"].as_str().unwrap_or("").to_owned()) {
+        return Err("a replayed proof");
+    }
+    Ok(())
 }
 
 /// A TLS-terminating proxy (`tests/peers/tls_proxy.mjs`) in front of `target`, with a fresh
