@@ -26,37 +26,47 @@ fn cmd(t: &TestDb, keys: &str) -> tokio::process::Command {
     c
 }
 
-/// A real HTTP API that answers `GET /v1/me` only for access tokens the provider's userinfo
-/// endpoint accepts (401 otherwise), with the provider's subject.
+/// A real HTTP API that answers `GET /v1/me` only for access tokens the provider vouches for
+/// (401 otherwise), with the provider's subject: a Bearer token through the provider's userinfo
+/// endpoint; a DPoP-bound one (RFC 9449, when the connector discovered a provider offering it)
+/// through introspection, admitted only with a valid fresh proof of its key.
 async fn protected_api(issuer: &str) -> (String, Seen) {
     use axum::{extract::Request, http::StatusCode, response::IntoResponse};
     let seen: Seen = Default::default();
-    let (log, userinfo) = (seen.clone(), format!("{issuer}/me"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let (log, issuer, jtis) = (seen.clone(), issuer.to_owned(), common::downstream::Jtis::default());
+    let own = origin.clone();
     let app = axum::Router::new().fallback(move |request: Request| {
-        let (log, userinfo) = (log.clone(), userinfo.clone());
+        let (log, issuer, jtis, url) = (log.clone(), issuer.clone(), jtis.clone(), format!("{own}{}", request.uri().path()));
         async move {
-            let Some(token) = request
-                .headers()
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::to_owned)
-            else {
+            let presented = request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.split_once(' '));
+            let Some((scheme, token)) = presented.map(|(s, t)| (s.to_ascii_lowercase(), t.to_owned())) else {
                 return (StatusCode::UNAUTHORIZED, "bearer token required").into_response();
             };
             log.lock().unwrap().push(token.clone());
-            let r = common::http().get(&userinfo).bearer_auth(&token).send().await.unwrap();
-            if r.status() != 200 {
-                return (StatusCode::UNAUTHORIZED, "the provider does not vouch for this token").into_response();
-            }
-            let claims: Value = r.json().await.unwrap();
-            axum::Json(json!({ "sub": claims["sub"] })).into_response()
+            let sub = if scheme == "dpop" {
+                let claims = introspect(&issuer, &token).await;
+                let proof = request.headers().get("dpop").and_then(|v| v.to_str().ok());
+                let Some(jkt) = claims["cnf"]["jkt"].as_str().filter(|_| claims["active"] == true) else {
+                    return (StatusCode::UNAUTHORIZED, "the provider does not vouch for this token").into_response();
+                };
+                if let Err(why) = common::downstream::check_proof(proof, request.method().as_str(), &url, &token, jkt, &jtis) {
+                    return (StatusCode::UNAUTHORIZED, why).into_response();
+                }
+                claims["sub"].clone()
+            } else {
+                let r = common::http().get(format!("{issuer}/me")).bearer_auth(&token).send().await.unwrap();
+                if r.status() != 200 {
+                    return (StatusCode::UNAUTHORIZED, "the provider does not vouch for this token").into_response();
+                }
+                r.json::<Value>().await.unwrap()["sub"].clone()
+            };
+            axum::Json(json!({ "sub": sub })).into_response()
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}/v1", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (base, seen)
+    (format!("{origin}/v1"), seen)
 }
 
 /// An HTTP API connector whose authorization server is named by configured endpoints.
@@ -477,7 +487,7 @@ async fn an_authorization_response_must_name_the_recorded_issuer_exactly() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let provider = OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT)]).await;
-    let (api, _seen) = protected_api(&provider.issuer).await;
+    let (api, seen) = protected_api(&provider.issuer).await;
     ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
     ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
     // The issuer is named, so its metadata (which promises `iss`) gives the endpoints.
@@ -542,6 +552,9 @@ async fn an_authorization_response_must_name_the_recorded_issuer_exactly() {
     let (err, body, _) = tool(&mcp, &machine, "call_tool", json!({ "address": "crm.me", "args": {} })).await;
     assert!(!err, "{body}");
     assert_eq!(body["sub"], "ann-at-crm");
+    // The discovered provider offers DPoP, so the API was shown a bound token and a proof.
+    let shown = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(introspect(&provider.issuer, &shown).await["cnf"]["jkt"].is_string());
 }
 
 /// A remote MCP server whose authorization server (oidc-provider) lets Gatehouse's

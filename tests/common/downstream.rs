@@ -168,12 +168,19 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
 }
 
 /// Every DPoP proof `jti` a gate has admitted (a replayed proof is refused).
-type Jtis = Arc<Mutex<std::collections::HashSet<String>>>;
+pub type Jtis = Arc<Mutex<std::collections::HashSet<String>>>;
 
 /// Checks a DPoP proof as a resource server must (RFC 9449 §4.3, §7.1): an ES256 `dpop+jwt`
 /// whose public JWK has the token's thumbprint (RFC 7638) and verifies the signature, for this
 /// method and URL, hashing this token (`ath`), recent, and never seen before.
-fn check_proof(proof: Option<&str>, method: &str, url: &str, token: &str, jkt: &str, jtis: &Jtis) -> Result<(), &'static str> {
+pub fn check_proof(
+    proof: Option<&str>,
+    method: &str,
+    url: &str,
+    token: &str,
+    jkt: &str,
+    jtis: &Jtis,
+) -> Result<(), &'static str> {
     use base64::Engine;
     use sha2::Digest;
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
