@@ -641,7 +641,13 @@ async fn client_credentials_need_no_person_and_are_renewed_once_across_replicas(
     }
     let s = stats(&provider.issuer).await;
     assert_eq!(s["client_credentials_requests"], 2, "one renewal across both replicas: {s}");
-    assert_ne!(seen.lock().unwrap().last().cloned().unwrap(), first, "calls now carry the new token");
+    let renewed = seen.lock().unwrap().last().cloned().unwrap();
+    assert_ne!(renewed, first, "calls now carry the new token");
+    // The provider offers DPoP: both tokens are bound, to the one key the grant keeps sealed
+    // (the gate admitted every call only with a fresh proof of it).
+    let (before, after) = (introspect(&provider.issuer, &first).await, introspect(&provider.issuer, &renewed).await);
+    assert!(before["cnf"]["jkt"].is_string(), "{before}");
+    assert_eq!(before["cnf"]["jkt"], after["cnf"]["jkt"], "{after}");
 
     // The workspace's shared grant, labelled with the client; no person connects it.
     let ann = dev_sign_in(&a, "ann@example.test").await;

@@ -24,6 +24,8 @@ pub struct Asked {
     resource: Option<String>,
     scopes: Option<Vec<String>>,
     token_auth_methods: Option<Vec<String>>,
+    /// The server offers DPoP (ES256): tokens are asked for bound to the grant's key.
+    dpop: bool,
 }
 
 impl Asked {
@@ -38,11 +40,20 @@ impl Asked {
             resource: endpoints.resource,
             scopes: scopes.filter(|s| !s.is_empty()),
             token_auth_methods: endpoints.token_auth_methods,
+            dpop: endpoints.dpop,
         })
     }
 
-    /// One `grant_type=client_credentials` request, authenticated as `creds` say.
-    pub async fn request(&self, state: &AppState, client: &Client, creds: &Creds) -> Result<TokenResult> {
+    /// One `grant_type=client_credentials` request, authenticated as `creds` say; where the
+    /// server offers DPoP, with a proof of the grant's key (`key`, as stored; a new one for a
+    /// first token). Also answers the key to store with the tokens when they came back bound.
+    pub async fn request(
+        &self,
+        state: &AppState,
+        client: &Client,
+        creds: &Creds,
+        key: Option<&str>,
+    ) -> Result<(TokenResult, Option<String>)> {
         let mut request = client.exchange_client_credentials();
         for scope in self.scopes.iter().flatten() {
             request = request.add_scope(OauthScope::new(scope.clone()));
@@ -53,7 +64,23 @@ impl Asked {
         for (name, value) in creds.assertion_params(&self.audience)? {
             request = request.add_extra_param(name, value);
         }
-        Ok(request.request_async(&state.oauth.http).await)
+        let signer = match self.dpop {
+            true => Some(dpop::Signer::new(
+                key.and_then(dpop::Key::from_stored)
+                    .or_else(dpop::Key::generate)
+                    .ok_or_else(|| anyhow::anyhow!("no DPoP key could be made"))?,
+            )),
+            false => None,
+        };
+        let result = match &signer {
+            Some(signer) => request.request_async(&dpop::Http { inner: &state.oauth.http, signer }).await,
+            None => request.request_async(&state.oauth.http).await,
+        };
+        let bound = match (&result, &signer) {
+            (Ok(response), Some(signer)) if dpop_bound(response) => Some(signer.key().stored()),
+            _ => None,
+        };
+        Ok((result, bound))
     }
 }
 
@@ -90,7 +117,8 @@ pub async fn obtain(
     let creds = Creds::load(state, tenant, workspace, id, client_id, method).await.map_err(refused)?;
     // The authorization endpoint is never used by this grant.
     let client = client(state, &creds, &asked.token, &asked.token).map_err(unavailable)?;
-    let response = match asked.request(state, &client, &creds).await.map_err(refused)? {
+    let (response, dpop_key) = asked.request(state, &client, &creds, None).await.map_err(refused)?;
+    let response = match response {
         Ok(response) => response,
         Err(e) => {
             let code = super::grants::token_error_code(&e);
@@ -118,7 +146,7 @@ pub async fn obtain(
     let tokens = Tokens {
         access_token: response.access_token().secret().clone(),
         refresh_token: response.refresh_token().map(|r| r.secret().clone()),
-        dpop_key: None,
+        dpop_key,
     };
     let label = format!("client {client_id}");
     let grant = GrantParts {

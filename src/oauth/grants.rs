@@ -114,7 +114,7 @@ pub async fn resolve(
                         })?,
                     ),
                 };
-                Renewal::ClientCredentials { access: &tokens.access_token, asked }
+                Renewal::ClientCredentials { access: &tokens.access_token, asked, dpop_key: tokens.dpop_key.as_deref() }
             }
             (Some(refresh), false) => Renewal::RefreshToken { refresh, dpop_key: tokens.dpop_key.as_deref() },
             // Nothing to refresh with: the access token is used until the server refuses it.
@@ -187,7 +187,7 @@ enum Renewal<'a> {
     RefreshToken { refresh: &'a str, dpop_key: Option<&'a str> },
     /// A client credentials connector asks again (its expiring access token marks the round,
     /// so one replica asks per token).
-    ClientCredentials { access: &'a str, asked: &'a super::client_credentials::Asked },
+    ClientCredentials { access: &'a str, asked: &'a super::client_credentials::Asked, dpop_key: Option<&'a str> },
 }
 
 /// One refresh attempt: the lease and the spent mark by one compare-and-set, then (only for
@@ -231,6 +231,8 @@ async fn refresh_once(
     if !won {
         return Ok(Refreshed::Other);
     }
+    // A client credentials renewal's key, when its new token came back bound.
+    let mut renewed_key = None;
     let response = match &renewal {
         Renewal::RefreshToken { refresh, dpop_key } => {
             // The token is recorded as spent: from here on it is never sent again, whatever happens.
@@ -252,7 +254,11 @@ async fn refresh_once(
                 None => exchange.request_async(&state.oauth.http).await,
             }
         }
-        Renewal::ClientCredentials { asked, .. } => asked.request(state, &client, &creds).await.map_err(unavailable)?,
+        Renewal::ClientCredentials { asked, dpop_key, .. } => {
+            let (response, bound) = asked.request(state, &client, &creds, *dpop_key).await.map_err(unavailable)?;
+            renewed_key = bound;
+            response
+        }
     };
     let audit = Audit { actor: "system:oauth_refresh".into(), request_id: None };
     let audit = &audit;
@@ -263,7 +269,7 @@ async fn refresh_once(
                     Some(response.refresh_token().map_or_else(|| (*refresh).to_owned(), |r| r.secret().clone())),
                     dpop_key.filter(|_| super::dpop_bound(&response)).map(str::to_owned),
                 ),
-                Renewal::ClientCredentials { .. } => (response.refresh_token().map(|r| r.secret().clone()), None),
+                Renewal::ClientCredentials { .. } => (response.refresh_token().map(|r| r.secret().clone()), renewed_key.take()),
             };
             let tokens = Tokens { access_token: response.access_token().secret().clone(), refresh_token, dpop_key };
             let rotated = response.refresh_token().is_some();
