@@ -380,13 +380,35 @@ pub(super) fn from_metadata(
         revocation_auth_methods: m.revocation_endpoint_auth_methods_supported,
         resource,
         scopes,
-        dpop: super::dpop::offered(m.dpop_signing_alg_values_supported.as_deref()),
+        dpop: o.dpop != Some(false) && super::dpop::offered(m.dpop_signing_alg_values_supported.as_deref()),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dpop_is_used_where_the_server_offers_es256_unless_the_connector_opts_out() {
+        let metadata = |algs: serde_json::Value| -> ServerMetadata {
+            serde_json::from_value(
+                serde_json::json!({ "issuer": "https://as.example", "authorization_endpoint": "https://as.example/a",
+                "token_endpoint": "https://as.example/t", "dpop_signing_alg_values_supported": algs }),
+            )
+            .unwrap()
+        };
+        let oauth = |dpop: Option<bool>| -> OauthAuth {
+            let mut o: OauthAuth = serde_json::from_value(serde_json::json!({ "grant": "shared" })).unwrap();
+            o.dpop = dpop;
+            o
+        };
+        let used = |o: &OauthAuth, algs| from_metadata(o, metadata(algs), None, None).unwrap().dpop;
+        assert!(used(&oauth(None), serde_json::json!(["ES256", "EdDSA"])));
+        assert!(used(&oauth(Some(true)), serde_json::json!(["ES256"])));
+        assert!(!used(&oauth(Some(false)), serde_json::json!(["ES256"])), "opted out");
+        assert!(!used(&oauth(None), serde_json::json!(["RS256"])), "no algorithm Gatehouse signs");
+        assert!(!used(&oauth(None), serde_json::Value::Null), "not offered");
+    }
 
     #[test]
     fn well_known_urls_insert_the_suffix_before_the_path() {

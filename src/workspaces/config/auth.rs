@@ -73,6 +73,11 @@ pub struct OauthAuth {
     pub resource: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
+    /// DPoP (RFC 9449): by default a grant is DPoP-bound when the authorization server offers
+    /// ES256 proofs; `false` keeps Bearer tokens, for a downstream that accepts only Bearer
+    /// although its authorization server offers DPoP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpop: Option<bool>,
 }
 
 impl OauthAuth {

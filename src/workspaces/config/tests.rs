@@ -32,6 +32,7 @@ fn field_level_issues() {
                 confidential: false,
                 resource: None,
                 scopes: Vec::new(),
+                dpop: None,
             }),
             timeout_ms: Some(5),
         },
