@@ -109,9 +109,18 @@ pub fn assertion(pem: &str, client_id: &str, audience: &str) -> Result<String> {
         "iat": now,
         "exp": now + LIFETIME_SECS,
     });
+    jws(&header, &claims, |input| key.sign(input))
+}
+
+/// A compact JWS (RFC 7515 §7.1) of `header` and `claims`, signed by `sign`.
+pub(super) fn jws<E>(
+    header: &serde_json::Value,
+    claims: &serde_json::Value,
+    sign: impl FnOnce(&[u8]) -> std::result::Result<Vec<u8>, E>,
+) -> std::result::Result<String, E> {
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
     let signing_input = format!("{}.{}", b64(header.to_string().as_bytes()), b64(claims.to_string().as_bytes()));
-    let signature = key.sign(signing_input.as_bytes())?;
+    let signature = sign(signing_input.as_bytes())?;
     Ok(format!("{signing_input}.{}", b64(&signature)))
 }
 

@@ -64,22 +64,9 @@ impl Asked {
         for (name, value) in creds.assertion_params(&self.audience)? {
             request = request.add_extra_param(name, value);
         }
-        let signer = match self.dpop {
-            true => Some(dpop::Signer::new(
-                key.and_then(dpop::Key::from_stored)
-                    .or_else(dpop::Key::generate)
-                    .ok_or_else(|| anyhow::anyhow!("no DPoP key could be made"))?,
-            )),
-            false => None,
-        };
-        let result = match &signer {
-            Some(signer) => request.request_async(&dpop::Http { inner: &state.oauth.http, signer }).await,
-            None => request.request_async(&state.oauth.http).await,
-        };
-        let bound = match (&result, &signer) {
-            (Ok(response), Some(signer)) if dpop_bound(response) => Some(signer.key().stored()),
-            _ => None,
-        };
+        let signer = dpop::signer(key, self.dpop)?;
+        let result = request.request_async(&dpop::Http { inner: &state.oauth.http, signer: signer.as_ref() }).await;
+        let bound = result.as_ref().ok().and_then(|response| bound_key(response, signer.as_ref()));
         Ok((result, bound))
     }
 }

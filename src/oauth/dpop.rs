@@ -86,9 +86,8 @@ impl Key {
         if let Some(nonce) = nonce {
             claims["nonce"] = Value::String(nonce.to_owned());
         }
-        let input = format!("{}.{}", b64(header.to_string().as_bytes()), b64(claims.to_string().as_bytes()));
-        let signature = self.pair.sign(&SystemRandom::new(), input.as_bytes()).ok()?;
-        Some(format!("{input}.{}", b64(signature.as_ref())))
+        super::assertion::jws(&header, &claims, |input| self.pair.sign(&SystemRandom::new(), input).map(|s| s.as_ref().to_vec()))
+            .ok()
     }
 }
 
@@ -181,11 +180,21 @@ impl Binding {
     }
 }
 
-/// The OAuth HTTP client with a proof on every token request, asked once more with the
-/// server's nonce when it answers `use_dpop_nonce` (RFC 9449 §8).
+/// The signer of a grant's token requests: its stored key, else a new one where the server
+/// offers DPoP (`offered`); None: the requests carry no proof.
+pub fn signer(stored: Option<&str>, offered: bool) -> anyhow::Result<Option<Signer>> {
+    match stored.and_then(Key::from_stored) {
+        Some(key) => Ok(Some(Signer::new(key))),
+        None if offered => Ok(Some(Signer::new(Key::generate().ok_or_else(|| anyhow::anyhow!("no DPoP key could be made"))?))),
+        None => Ok(None),
+    }
+}
+
+/// The OAuth HTTP client with a proof on every token request where there is a signer, asked
+/// once more with the server's nonce when it answers `use_dpop_nonce` (RFC 9449 §8).
 pub struct Http<'a> {
     pub inner: &'a crate::oidc::Http,
-    pub signer: &'a Signer,
+    pub signer: Option<&'a Signer>,
 }
 
 impl<'c> openidconnect::AsyncHttpClient<'c> for Http<'_> {
@@ -193,6 +202,7 @@ impl<'c> openidconnect::AsyncHttpClient<'c> for Http<'_> {
     type Future = futures::future::BoxFuture<'c, std::result::Result<openidconnect::HttpResponse, reqwest::Error>>;
 
     fn call(&'c self, request: openidconnect::HttpRequest) -> Self::Future {
+        let Some(signer) = self.signer else { return self.inner.call(request) };
         Box::pin(async move {
             let url = reqwest::Url::parse(&request.uri().to_string()).ok();
             let (parts, body) = request.into_parts();
@@ -203,12 +213,12 @@ impl<'c> openidconnect::AsyncHttpClient<'c> for Http<'_> {
                 *request.uri_mut() = parts.uri.clone();
                 *request.headers_mut() = parts.headers.clone();
                 if let Some(url) = &url {
-                    self.signer.stamp(request.headers_mut(), parts.method.as_str(), url, None);
+                    signer.stamp(request.headers_mut(), parts.method.as_str(), url, None);
                 }
                 let response = self.inner.call(request).await?;
                 let error = serde_json::from_slice::<Value>(response.body()).ok();
                 let error = error.as_ref().and_then(|e| e["error"].as_str());
-                if !asked_again && self.signer.learn(response.status().as_u16(), response.headers(), error) {
+                if !asked_again && signer.learn(response.status().as_u16(), response.headers(), error) {
                     asked_again = true;
                     continue;
                 }

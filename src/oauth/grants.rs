@@ -246,13 +246,8 @@ async fn refresh_once(
                 exchange = exchange.add_extra_param(name, value);
             }
             // A DPoP-bound grant's refresh carries a proof of its key (RFC 9449 §5).
-            match dpop_key.and_then(super::dpop::Key::from_stored) {
-                Some(key) => {
-                    let signer = super::dpop::Signer::new(key);
-                    exchange.request_async(&super::dpop::Http { inner: &state.oauth.http, signer: &signer }).await
-                }
-                None => exchange.request_async(&state.oauth.http).await,
-            }
+            let signer = super::dpop::signer(*dpop_key, false).map_err(|e| unavailable(e.into()))?;
+            exchange.request_async(&super::dpop::Http { inner: &state.oauth.http, signer: signer.as_ref() }).await
         }
         Renewal::ClientCredentials { asked, dpop_key, .. } => {
             let (response, bound) = asked.request(state, &client, &creds, *dpop_key).await.map_err(unavailable)?;

@@ -114,6 +114,11 @@ fn dpop_bound(response: &oauth2::basic::BasicTokenResponse) -> bool {
     matches!(response.token_type(), oauth2::basic::BasicTokenType::Extension(t) if t.eq_ignore_ascii_case("dpop"))
 }
 
+/// The key to keep with a token response's tokens: the signer's, when they came back bound.
+fn bound_key(response: &oauth2::basic::BasicTokenResponse, signer: Option<&dpop::Signer>) -> Option<String> {
+    signer.filter(|_| dpop_bound(response)).map(|s| s.key().stored())
+}
+
 fn aad<'a>(tenant: TenantId, workspace: Uuid, connector: &'a str, owner: Owner, purpose: &'a str) -> Aad<'a> {
     Aad { tenant: tenant.0, workspace, connector, owner, purpose }
 }
@@ -370,14 +375,8 @@ pub async fn finish(
         exchange = exchange.add_extra_param(name, value);
     }
     // A server that offers DPoP gets a proof with the exchange from this grant's own new key.
-    let signer = match endpoints.dpop {
-        true => Some(dpop::Signer::new(dpop::Key::generate().ok_or_else(|| anyhow::anyhow!("no DPoP key could be made"))?)),
-        false => None,
-    };
-    let exchanged = match &signer {
-        Some(signer) => exchange.request_async(&dpop::Http { inner: &state.oauth.http, signer }).await,
-        None => exchange.request_async(&state.oauth.http).await,
-    };
+    let signer = dpop::signer(None, endpoints.dpop)?;
+    let exchanged = exchange.request_async(&dpop::Http { inner: &state.oauth.http, signer: signer.as_ref() }).await;
     let response = exchanged.map_err(|e| {
         tracing::warn!(error = %e, connector = %flow.connector, "downstream OAuth code exchange failed");
         Error::Forbidden { code: "token_exchange_failed", message: "the authorization server refused the code".into() }
@@ -385,7 +384,7 @@ pub async fn finish(
     let tokens = Tokens {
         access_token: response.access_token().secret().clone(),
         refresh_token: response.refresh_token().map(|r| r.secret().clone()),
-        dpop_key: signer.filter(|_| dpop_bound(&response)).map(|s| s.key().stored()),
+        dpop_key: bound_key(&response, signer.as_ref()),
     };
     let expires_in = response.expires_in().map(|d| d.as_secs() as i64);
     let label = account_label(state, endpoints.userinfo.as_deref(), &tokens.access_token).await;
