@@ -40,18 +40,19 @@ async fn protected_api(issuer: &str) -> (String, Seen) {
     let app = axum::Router::new().fallback(move |request: Request| {
         let (log, issuer, jtis, url) = (log.clone(), issuer.clone(), jtis.clone(), format!("{own}{}", request.uri().path()));
         async move {
-            let presented = request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.split_once(' '));
-            let Some((scheme, token)) = presented.map(|(s, t)| (s.to_ascii_lowercase(), t.to_owned())) else {
+            let Some((scheme, token)) = common::downstream::presented(request.headers()) else {
                 return (StatusCode::UNAUTHORIZED, "bearer token required").into_response();
             };
             log.lock().unwrap().push(token.clone());
             let sub = if scheme == "dpop" {
                 let claims = introspect(&issuer, &token).await;
-                let proof = request.headers().get("dpop").and_then(|v| v.to_str().ok());
-                let Some(jkt) = claims["cnf"]["jkt"].as_str().filter(|_| claims["active"] == true) else {
+                if claims["active"] != true {
                     return (StatusCode::UNAUTHORIZED, "the provider does not vouch for this token").into_response();
-                };
-                if let Err(why) = common::downstream::check_proof(proof, request.method().as_str(), &url, &token, jkt, &jtis) {
+                }
+                let request_line = (request.method().as_str(), url.as_str());
+                if let Err(why) =
+                    common::downstream::check_binding(&scheme, &claims, request.headers(), request_line, &token, &jtis)
+                {
                     return (StatusCode::UNAUTHORIZED, why).into_response();
                 }
                 claims["sub"].clone()

@@ -117,24 +117,13 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
                     }
                     r
                 };
-                let presented =
-                    request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.split_once(' '));
-                let Some((scheme, token)) = presented.map(|(s, t)| (s.to_ascii_lowercase(), t.to_owned())) else {
-                    return refuse("bearer token required");
-                };
+                let Some((scheme, token)) = presented(request.headers()) else { return refuse("bearer token required") };
                 log.lock().unwrap().push(token.clone());
                 let claims = introspect(&issuer, &token).await;
-                // A DPoP-bound token (RFC 9449: `cnf.jkt` at introspection) is admitted only with
-                // the DPoP scheme and a valid fresh proof of that key for this request.
-                let proof = request.headers().get("dpop").and_then(|v| v.to_str().ok());
-                match (scheme.as_str(), claims["cnf"]["jkt"].as_str()) {
-                    ("dpop", Some(jkt)) => {
-                        if let Err(why) = check_proof(proof, request.method().as_str(), &own, &token, jkt, &jtis) {
-                            return refuse(why);
-                        }
-                    }
-                    ("bearer", None) => {}
-                    _ => return refuse("the token's binding and the Authorization scheme disagree"),
+                if let Err(why) =
+                    check_binding(&scheme, &claims, request.headers(), (request.method().as_str(), &own), &token, &jtis)
+                {
+                    return refuse(why);
                 }
                 let audience = match &claims["aud"] {
                     Value::String(a) => vec![a.clone()],
@@ -169,6 +158,31 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
 
 /// Every DPoP proof `jti` a gate has admitted (a replayed proof is refused).
 pub type Jtis = Arc<Mutex<std::collections::HashSet<String>>>;
+
+/// The `Authorization` header's scheme (lowercase) and token.
+pub fn presented(headers: &axum::http::HeaderMap) -> Option<(String, String)> {
+    let (scheme, token) = headers.get("authorization")?.to_str().ok()?.split_once(' ')?;
+    Some((scheme.to_ascii_lowercase(), token.to_owned()))
+}
+
+/// Whether a token is presented as its introspection `claims` say it must be: a DPoP-bound one
+/// (RFC 9449: `cnf.jkt`) only with the DPoP scheme and a valid fresh proof of that key for
+/// this request (`method`, `url`), any other with the Bearer scheme.
+pub fn check_binding(
+    scheme: &str,
+    claims: &Value,
+    headers: &axum::http::HeaderMap,
+    (method, url): (&str, &str),
+    token: &str,
+    jtis: &Jtis,
+) -> Result<(), &'static str> {
+    let proof = headers.get("dpop").and_then(|v| v.to_str().ok());
+    match (scheme, claims["cnf"]["jkt"].as_str()) {
+        ("dpop", Some(jkt)) => check_proof(proof, method, url, token, jkt, jtis),
+        ("bearer", None) => Ok(()),
+        _ => Err("the token's binding and the Authorization scheme disagree"),
+    }
+}
 
 /// Checks a DPoP proof as a resource server must (RFC 9449 §4.3, §7.1): an ES256 `dpop+jwt`
 /// whose public JWK has the token's thumbprint (RFC 7638) and verifies the signature, for this
