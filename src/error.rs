@@ -192,6 +192,12 @@ fn connection_lost(e: &sqlx::Error) -> bool {
         || matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")))
 }
 
+/// A problem response's `code`, kept beside the body so the access log names it (the log line
+/// of each response, in `crate::http`); the suite checks each code it sees against the route's
+/// document.
+#[derive(Debug, Clone)]
+pub struct ProblemCode(pub Box<str>);
+
 /// Builds a problem+json response. `extra` fields are merged into the body.
 pub fn problem(status: StatusCode, code: &str, detail: &str, extra: Option<Value>) -> Response {
     let mut body = json!({
@@ -206,6 +212,7 @@ pub fn problem(status: StatusCode, code: &str, detail: &str, extra: Option<Value
     }
     let mut response = (status, body.to_string()).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response.extensions_mut().insert(ProblemCode(code.into()));
     response
 }
 

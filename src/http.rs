@@ -13,19 +13,18 @@ use axum::{
 use serde_json::json;
 use tower::ServiceBuilder;
 use tower_http::{
-    LatencyUnit,
     catch_panic::CatchPanicLayer,
     compression::CompressionLayer,
     limit::RequestBodyLimitLayer,
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
     timeout::TimeoutLayer,
-    trace::{DefaultOnResponse, TraceLayer},
+    trace::{OnResponse, TraceLayer},
 };
 
 use crate::{
     AppState,
     db::migrate,
-    error::{Error, problem},
+    error::{Error, ProblemCode, problem},
     extract::REQUEST_ID,
 };
 
@@ -61,11 +60,7 @@ pub fn router(state: AppState) -> Router {
                 // 1. A request id before anything else, so every log line and response has it.
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
                 // 2. The request span: matched route template, request id; tenant id filled later.
-                .layer(
-                    TraceLayer::new_for_http()
-                        .make_span_with(request_span)
-                        .on_response(DefaultOnResponse::new().level(tracing::Level::INFO).latency_unit(LatencyUnit::Micros)),
-                )
+                .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(LogResponse))
                 // 3. Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::x_request_id())
                 // 4. Errors produced by the layers below (413, 408, 405 …) become problem+json.
@@ -97,6 +92,22 @@ fn request_span(req: &Request) -> tracing::Span {
         request_id = request_id,
         tenant_id = tracing::field::Empty,
     )
+}
+
+/// The access log's line for each response: status, latency and, for a problem, its `code`.
+#[derive(Clone, Copy)]
+struct LogResponse;
+
+impl<B> OnResponse<B> for LogResponse {
+    fn on_response(self, response: &axum::http::Response<B>, latency: Duration, _: &tracing::Span) {
+        let code = response.extensions().get::<ProblemCode>().map(|c| &*c.0);
+        tracing::info!(
+            status = response.status().as_u16(),
+            latency_us = latency.as_micros() as u64,
+            code,
+            "finished processing request"
+        );
+    }
 }
 
 async fn problem_for_bare_errors<B>(response: axum::http::Response<B>) -> Response

@@ -223,19 +223,35 @@ fn conventions(path: &str, method: &HttpMethod, op: &mut Operation) {
             None => vec![session, machine],
         });
     }
+    // A write under a tenant may carry an `Idempotency-Key` (crate::idempotency).
+    let keyed = write && path.starts_with("/api/v1/tenants/");
     let mut statuses: Vec<(&str, &str)> = vec![
         ("400", "`bad_request`: the path or query could not be read"),
         ("408", "`timeout`: the request took longer than the server's deadline"),
         ("500", "`internal`: a fault of the server, logged with the request id"),
-        ("503", "`database_unavailable`, `database_read_only` or another retryable refusal; retry after `retryAfterMs`"),
     ];
+    statuses.push((
+        "503",
+        if write {
+            "Retryable, after `retryAfterMs`: `database_unavailable`, `database_read_only` or `contention`; or \
+             `database_commit_unknown`: the connection was lost during the commit, so the change may or may not \
+             have been saved (retry with the same `Idempotency-Key` to find out)"
+        } else {
+            "Retryable, after `retryAfterMs`: `database_unavailable`, `database_read_only` or `contention`"
+        },
+    ));
     if !public {
         statuses.extend([
             ("401", "`unauthorized`: no valid session cookie or machine credentials"),
             (
                 "403",
-                "`permission_denied`, `person_required` (machines), `origin_mismatch` or `csrf_mismatch` \
-                 (browser writes), or the tenant is not active",
+                if write {
+                    "`permission_denied`; `person_required` (a machine on a route for people); `origin_mismatch` or \
+                     `csrf_failed` (a browser's write without the same `Origin` or the session's `X-CSRF-Token`); \
+                     `tenant_suspended`"
+                } else {
+                    "`permission_denied`; `person_required` (a machine on a route for people); `tenant_suspended`"
+                },
             ),
             ("404", "`not_found`: the tenant or an object of the path does not exist or is another tenant's"),
             ("421", "`tenant_moved`: the tenant lives on another deployment now (`base_url`, `location`)"),
@@ -244,19 +260,25 @@ fn conventions(path: &str, method: &HttpMethod, op: &mut Operation) {
     if op.request_body.is_some() {
         statuses.push(("413", "`payload_too_large`: the body is larger than the server accepts"));
     }
-    // A body, a query or a path segment beyond the tenant is checked by the handler.
-    let parameters = path.matches('{').count() > usize::from(path.starts_with("/api/v1/tenants/{tenant}"))
-        || op.parameters.as_ref().is_some_and(|p| !p.is_empty());
-    if op.request_body.is_some() || parameters {
-        statuses.push((
+    match (op.request_body.is_some(), keyed) {
+        (true, true) => statuses.push((
             "422",
-            "`invalid_json`, `unsupported_media_type` or the code of the field, parameter or segment that was refused",
-        ));
+            "`invalid_json` or `unsupported_media_type`: the body is not the JSON asked for; \
+             `invalid_idempotency_key` or `idempotency_key_reused` (for a different request in the last 24 hours)",
+        )),
+        (true, false) => statuses.push(("422", "`invalid_json` or `unsupported_media_type`: the body is not the JSON asked for")),
+        (false, true) => statuses.push((
+            "422",
+            "`invalid_idempotency_key` or `idempotency_key_reused` (for a different request in the last 24 hours)",
+        )),
+        (false, false) => {}
     }
-    if write && !public {
+    if keyed {
         statuses.push((
             "409",
-            "`idempotency_key_replayed`, `idempotency_key_in_progress` or another conflict with the current state",
+            "A retry with the same `Idempotency-Key`: `idempotency_key_in_progress` (the first is still running), \
+             `idempotency_answer_lost` (it was carried out, its answer lost) or `idempotency_answer_withheld` (its \
+             answer held a secret, shown only once)",
         ));
     }
     path_parameters(path, op);
@@ -276,7 +298,140 @@ fn conventions(path: &str, method: &HttpMethod, op: &mut Operation) {
     for (status, description) in statuses {
         op.responses.responses.entry(status.into()).or_insert_with(|| problem(description));
     }
+    let method = serde_json::to_value(method).ok();
+    let method = method.as_ref().and_then(|m| m.as_str()).unwrap_or_default();
+    for (_, _, status, codes) in CODES.iter().filter(|(m, p, _, _)| *m == method && *p == path) {
+        let listed = codes.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ");
+        match op.responses.responses.entry(status.to_string()) {
+            std::collections::btree_map::Entry::Occupied(mut e) => match e.get_mut() {
+                RefOr::T(r) => r.description = format!("{}; this operation's own: {listed}", r.description),
+                // `response = Problem` in the annotation: the status alone, now with its codes.
+                shared @ RefOr::Ref(_) => *shared = problem(&format!("This operation's problems: {listed}")),
+            },
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(problem(&format!("This operation's problems: {listed}")));
+            }
+        }
+    }
 }
+
+/// The problem codes particular to an operation, by status, beyond the shared ones that
+/// [`conventions`] names for every route (method, path, status, codes). The suite checks
+/// every problem a server answers against this document (tests/common/codes.rs), so a code
+/// that a route answers in a test and that is missing here fails that test.
+#[rustfmt::skip]
+const CODES: &[(&str, &str, u16, &[&str])] = &[
+    ("get", "/api/v1/platform/issues", 403, &["platform_admin_required"]),
+    ("post", "/api/v1/platform/issues/{fingerprint}/verdict", 403, &["platform_admin_required"]),
+    ("post", "/api/v1/platform/issues/{fingerprint}/verdict", 422, &["invalid_verdict", "invalid_version", "version_without_resolve"]),
+    ("get", "/api/v1/platform/reports", 403, &["platform_admin_required"]),
+    ("get", "/api/v1/platform/reports/{name}", 403, &["platform_admin_required"]),
+    ("get", "/api/v1/tenants/{tenant}/activity", 422, &["invalid_cursor", "invalid_limit", "invalid_outcome"]),
+    ("post", "/api/v1/tenants/{tenant}/blueprints", 409, &["slug_taken"]),
+    ("post", "/api/v1/tenants/{tenant}/blueprints", 422, &["invalid_slug"]),
+    ("post", "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions", 412, &["blueprint_changed"]),
+    ("post", "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions", 422, &["invalid_config"]),
+    ("post", "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/admit", 409, &["already_decided"]),
+    ("post", "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/admit", 422, &["invalid_reason"]),
+    ("post", "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/reject", 409, &["already_decided"]),
+    ("post", "/api/v1/tenants/{tenant}/blueprints/{blueprint}/versions/{version}/reject", 422, &["invalid_reason"]),
+    ("get", "/api/v1/tenants/{tenant}/findings", 422, &["invalid_status"]),
+    ("post", "/api/v1/tenants/{tenant}/findings/{id}/ack", 409, &["invalid_transition"]),
+    ("post", "/api/v1/tenants/{tenant}/invitations", 409, &["invitation_outstanding"]),
+    ("post", "/api/v1/tenants/{tenant}/invitations", 422, &["invalid_email"]),
+    ("delete", "/api/v1/tenants/{tenant}/invitations/{id}", 409, &["invitation_consumed"]),
+    ("get", "/api/v1/tenants/{tenant}/kv", 422, &["invalid_limit", "invalid_prefix"]),
+    ("post", "/api/v1/tenants/{tenant}/kv-cas", 412, &["precondition_failed"]),
+    ("post", "/api/v1/tenants/{tenant}/kv-cas", 422, &["invalid_expect", "invalid_key", "invalid_next"]),
+    ("get", "/api/v1/tenants/{tenant}/kv/{key}", 422, &["invalid_key"]),
+    ("put", "/api/v1/tenants/{tenant}/kv/{key}", 422, &["invalid_key", "invalid_ttl"]),
+    ("delete", "/api/v1/tenants/{tenant}/kv/{key}", 422, &["invalid_key"]),
+    ("delete", "/api/v1/tenants/{tenant}/mcp-clients/{id}", 503, &["replicas_unconfirmed"]),
+    ("get", "/api/v1/tenants/{tenant}/mcp-grants", 422, &["invalid_scope"]),
+    ("delete", "/api/v1/tenants/{tenant}/mcp-grants/{id}", 503, &["replicas_unconfirmed"]),
+    ("delete", "/api/v1/tenants/{tenant}/members/{id}", 409, &["last_owner"]),
+    ("delete", "/api/v1/tenants/{tenant}/members/{id}", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/service-credentials", 422, &["invalid_name"]),
+    ("delete", "/api/v1/tenants/{tenant}/service-credentials/{id}", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/snapshots/{file}/restore", 409, &["credential_unreadable", "vault_disabled"]),
+    ("post", "/api/v1/tenants/{tenant}/snapshots/{file}/restore", 412, &["copy_lease_lost", "erasure_epoch_changed", "workspace_reaping"]),
+    ("post", "/api/v1/tenants/{tenant}/snapshots/{file}/restore", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/suppress-rules", 422, &["invalid_expiry", "invalid_kind", "invalid_matcher", "invalid_reason", "rule_matches_everything"]),
+    ("post", "/api/v1/tenants/{tenant}/tokens", 409, &["token_cap_reached"]),
+    ("post", "/api/v1/tenants/{tenant}/tokens", 422, &["invalid_name"]),
+    ("delete", "/api/v1/tenants/{tenant}/tokens/{id}", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces", 409, &["slug_taken"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces", 422, &["invalid_slug"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/activate", 409, &["invalid_transition"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/activate", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/archive", 409, &["invalid_transition"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/archive", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/bind", 409, &["reaping", "version_not_admitted", "workspace_not_bindable"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/bind", 412, &["binding_changed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/bind", 503, &["replicas_unconfirmed"]),
+    ("patch", "/api/v1/tenants/{tenant}/workspaces/{workspace}/config", 409, &["workspace_not_active"]),
+    ("patch", "/api/v1/tenants/{tenant}/workspaces/{workspace}/config", 412, &["binding_changed"]),
+    ("patch", "/api/v1/tenants/{tenant}/workspaces/{workspace}/config", 422, &["invalid_config"]),
+    ("patch", "/api/v1/tenants/{tenant}/workspaces/{workspace}/config", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", 409, &["connector_exists"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", 412, &["binding_changed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", 422, &["invalid_config"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors", 503, &["replicas_unconfirmed"]),
+    ("delete", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", 412, &["binding_changed"]),
+    ("delete", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/connect-links", 409, &["not_oauth_shared", "vault_disabled"]),
+    ("put", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}", 409, &["slot_mismatch"]),
+    ("put", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}", 422, &["invalid_config"]),
+    ("put", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}", 503, &["replicas_unconfirmed"]),
+    ("delete", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}/test", 409, &["auth_required", "credential_unreadable"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/credentials/{slot}/test", 503, &["downstream_error"]),
+    ("get", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", 409, &["not_confidential", "vault_disabled"]),
+    ("put", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", 409, &["not_confidential", "vault_disabled"]),
+    ("put", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", 422, &["invalid_client_secret", "invalid_private_key"]),
+    ("put", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", 503, &["replicas_unconfirmed"]),
+    ("delete", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", 409, &["not_confidential", "vault_disabled"]),
+    ("delete", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/client-secret", 503, &["replicas_unconfirmed"]),
+    ("get", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}", 409, &["not_oauth"]),
+    ("delete", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}", 409, &["not_oauth"]),
+    ("delete", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}/connect", 409, &["not_oauth", "oauth_client_credentials"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/refresh", 409, &["auth_required", "credential_unreadable", "oauth_client_secret_missing"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/refresh", 503, &["downstream_error", "unavailable"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/erase", 412, &["erasure_retry_later"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/erase", 422, &["invalid_subject"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/erase", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork", 409, &["slug_taken", "workspace_not_active"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork", 412, &["copy_lease_lost", "erasure_epoch_changed", "workspace_reaping"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork", 422, &["invalid_hours"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/extend", 409, &["not_a_fork"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/extend", 422, &["invalid_hours"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/extend", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/pin", 409, &["not_a_fork"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/pin", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/unpin", 409, &["not_a_fork"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/fork/unpin", 503, &["replicas_unconfirmed"]),
+    ("put", "/api/v1/tenants/{tenant}/workspaces/{workspace}/peers/{connector}", 409, &["not_a_peer", "peer_cycle", "target_not_active"]),
+    ("put", "/api/v1/tenants/{tenant}/workspaces/{workspace}/peers/{connector}", 503, &["replicas_unconfirmed"]),
+    ("delete", "/api/v1/tenants/{tenant}/workspaces/{workspace}/peers/{connector}", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/reap", 409, &["invalid_transition", "reap_in_progress"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/reap", 412, &["reap_retry_later"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/reap", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/resume", 409, &["invalid_transition", "reaping"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/resume", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/snapshots", 409, &["credential_unreadable", "vault_disabled"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/snapshots", 412, &["copy_lease_lost", "erasure_epoch_changed", "workspace_reaping"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/suspend", 409, &["invalid_transition"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/suspend", 503, &["replicas_unconfirmed"]),
+    ("get", "/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins", 422, &["invalid_status"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins/{connector}/{tool}/approve", 409, &["pin_not_quarantined"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins/{connector}/{tool}/approve", 412, &["pin_changed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/tool-pins/{connector}/{tool}/approve", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/unarchive", 409, &["invalid_transition", "reaping"]),
+    ("post", "/api/v1/tenants/{tenant}/workspaces/{workspace}/unarchive", 503, &["replicas_unconfirmed"]),
+];
 
 /// Declares each `{name}` of the path that the annotation did not: a string, required.
 fn path_parameters(path: &str, op: &mut Operation) {
@@ -397,5 +552,123 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_row_of_the_code_table_names_an_operation_and_lists_its_codes() {
+        let doc = serde_json::to_value(build()).unwrap();
+        for (method, path, status, codes) in CODES {
+            let description = doc["paths"][path][method]["responses"][status.to_string()]["description"].as_str();
+            let description = description.unwrap_or_else(|| panic!("{method} {path} {status} is an operation's answer"));
+            for code in *codes {
+                assert!(description.contains(&format!("`{code}`")), "{method} {path} {status}: {description}");
+            }
+        }
+    }
+
+    /// Codes the source gives problems (the shapes `code: "…"`, `invalid("…"` and
+    /// `problem(StatusCode::…, "…"`) that the JSON API cannot answer: they belong to the MCP
+    /// endpoint, the OAuth and sign-in endpoints, the console's pages, the CLI or startup, or
+    /// never reach a client (recorded as an ops failure or a finding, or replaced on the way).
+    const OUTSIDE_THE_API: &[&str] = &[
+        "authorization_denied",
+        "client_revoked",
+        "credential_refused",
+        "cross_site_request",
+        "destination_written",
+        "export_already_imported",
+        "export_digest_mismatch",
+        "export_format_unsupported",
+        "export_integrity",
+        "export_invalid",
+        "export_key_invalid",
+        "export_missing",
+        "export_schema_mismatch",
+        "export_target_unwritable",
+        "export_truncated",
+        "export_unreadable",
+        "flow_claimed",
+        "idempotency_key_replayed",
+        "illegal_transition",
+        "invalid_base_url",
+        "invalid_callback",
+        "invalid_client",
+        "invalid_client_metadata",
+        "invalid_database_url",
+        "invalid_filter",
+        "invalid_format",
+        "invalid_grant",
+        "invalid_id_token",
+        "invalid_link",
+        "invalid_override",
+        "invalid_redirect_uri",
+        "invalid_request",
+        "invalid_role",
+        "invalid_target",
+        "invalid_time",
+        "issuer_mismatch",
+        "link_expired",
+        "machine_credentials_required",
+        "membership_fenced",
+        "missing_code",
+        "missing_state",
+        "missing_value",
+        "moves_unsettled",
+        "not_a_member",
+        "not_delivered",
+        "not_imported",
+        "not_ready",
+        "not_sealed",
+        "oauth_client_auth_unsupported",
+        "oauth_discovery_failed",
+        "oauth_misconfigured",
+        "oauth_registration_failed",
+        "oauth_registration_unsupported",
+        "oauth_resource_mismatch",
+        "provider_error",
+        "provider_unavailable",
+        "registration_limit",
+        "slug_mismatch",
+        "status_changed",
+        "tenant_exists",
+        "tenant_not_exportable",
+        "token_exchange_failed",
+        "tools_changed",
+        "unawaited_calls",
+        "unsupported_grant_type",
+        "verify_failed",
+        "workspace_suspended",
+        "write_budget_exceeded",
+        "wrong_member",
+    ];
+
+    #[test]
+    fn every_problem_code_in_the_source_is_documented_or_outside_the_api() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        let shape = regex::Regex::new(r#"(?:code: |[^_a-z]invalid\(|problem\(StatusCode::[A-Z_]+, )"([a-z0-9_]+)""#).unwrap();
+        let mut codes = BTreeSet::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            codes.extend(shape.captures_iter(&text).map(|c| c[1].to_owned()));
+        }
+        assert!(codes.len() > 100, "the source was read: {codes:?}");
+        let doc = serde_json::to_string(&build()).unwrap();
+        let missing: Vec<&String> =
+            codes.iter().filter(|c| !OUTSIDE_THE_API.contains(&c.as_str()) && !doc.contains(&format!("`{c}`"))).collect();
+        assert!(missing.is_empty(), "problem codes in no operation of the document (add them to CODES): {missing:?}");
+        let stale: Vec<&&str> =
+            OUTSIDE_THE_API.iter().filter(|c| !codes.contains(**c) || doc.contains(&format!("`{c}`"))).collect();
+        assert!(stale.is_empty(), "listed as outside the API, yet documented or gone from the source: {stale:?}");
     }
 }

@@ -97,3 +97,28 @@ async fn an_encoded_nul_in_a_path_or_query_is_a_bad_request_not_a_server_error()
     assert_eq!(r.status(), 200);
     assert!(!served.logs().contains("\"level\":\"ERROR\""), "{}", served.logs());
 }
+
+/// The suite-wide check of problem codes (tests/common/codes.rs) reads what a server answered
+/// from its log, and it can fail: a code the document does not list for the route is a miss.
+#[tokio::test]
+async fn every_problem_a_server_answers_is_read_from_its_log_and_checked_against_the_document() {
+    use common::codes::{Answered, answered, documented};
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let r = http().get(format!("{}/api/v1/tenants/acme/tokens", served.base)).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let seen = answered(&served.logs());
+    let unauthorized = Answered {
+        method: "get".into(),
+        route: "/api/v1/tenants/{tenant}/tokens".into(),
+        status: 401,
+        code: "unauthorized".into(),
+    };
+    assert!(seen.contains(&unauthorized), "{seen:?}");
+    assert!(documented(&unauthorized));
+    let planted = Answered { code: "no_such_code".into(), ..unauthorized.clone() };
+    assert!(!documented(&planted), "a code the document does not list is a miss");
+    let elsewhere = Answered { status: 418, ..unauthorized };
+    assert!(!documented(&elsewhere), "a status the operation does not list is a miss");
+}

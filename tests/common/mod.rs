@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod codes;
 pub mod downstream;
 pub mod hostile;
 pub mod leaks;
@@ -342,7 +343,9 @@ impl Drop for Served {
             return;
         }
         let _ = self.child.start_kill();
-        leaks::check(&format!("the log of serve at {} ({})", self.base, self.log.display()), &self.logs());
+        let logs = self.logs();
+        leaks::check(&format!("the log of serve at {} ({})", self.base, self.log.display()), &logs);
+        codes::check(&format!("serve at {} ({})", self.base, self.log.display()), &logs);
         let _ = std::fs::remove_file(&self.log);
     }
 }
