@@ -230,15 +230,12 @@ fn conventions(path: &str, method: &HttpMethod, op: &mut Operation) {
         ("408", "`timeout`: the request took longer than the server's deadline"),
         ("500", "`internal`: a fault of the server, logged with the request id"),
     ];
+    // Reads run in transactions too: a connection lost during any commit is answered so.
     statuses.push((
         "503",
-        if write {
-            "Retryable, after `retryAfterMs`: `database_unavailable`, `database_read_only` or `contention`; or \
-             `database_commit_unknown`: the connection was lost during the commit, so the change may or may not \
-             have been saved (retry with the same `Idempotency-Key` to find out)"
-        } else {
-            "Retryable, after `retryAfterMs`: `database_unavailable`, `database_read_only` or `contention`"
-        },
+        "Retryable, after `retryAfterMs`: `database_unavailable`, `database_read_only` or `contention`; or \
+         `database_commit_unknown`: the connection was lost during the commit (a write's change may or may not \
+         have been saved: retry with the same `Idempotency-Key` to find out)",
     ));
     if !public {
         statuses.extend([
