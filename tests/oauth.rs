@@ -384,7 +384,9 @@ async fn a_remote_mcp_server_names_its_authorization_server_and_gets_the_workspa
     .await;
     let everything = common::Everything::start().await;
     let upstream = everything.url.trim_end_matches("/mcp").to_owned();
-    let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream, GateOptions::default()).await;
+    let options = GateOptions::default();
+    let admitted = options.admitted.clone();
+    let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream, options).await;
     ok(cmd(&t, &keys), &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "ann@example.test"]).await;
     ok(cmd(&t, &keys), &["workspace", "create", "--tenant", "acme", "main"]).await;
     // No issuer, no endpoints, no client: the server's protected resource metadata names its
@@ -475,6 +477,20 @@ async fn a_remote_mcp_server_names_its_authorization_server_and_gets_the_workspa
     assert_ne!(refreshed, before, "a new access token");
     let claims = introspect(&provider.issuer, &refreshed).await;
     assert_eq!(claims["cnf"]["jkt"], bound_before, "bound to the grant's key: {claims}");
+
+    // The first replica still pools a session under the token from before the refresh: its
+    // next call opens one under the refreshed grant and ends the old session with a DELETE,
+    // which the gate lets through only with a valid proof of the grant's key.
+    let echo = json!({ "address": "everything.echo", "args": { "message": "back on the first replica" } });
+    let (err, body, _) = tool(&mcp, &machine, "call_tool", echo).await;
+    assert!(!err, "{body}");
+    let deleted = common::eventually(std::time::Duration::from_secs(10), || async {
+        admitted.lock().unwrap().iter().any(|(method, scheme)| method == "DELETE" && scheme == "dpop")
+    })
+    .await;
+    let admitted = admitted.lock().unwrap().clone();
+    assert!(deleted, "the old session's DELETE was admitted with a proof: {admitted:?}");
+    assert!(admitted.iter().all(|(_, scheme)| scheme == "dpop"), "every request proved the key: {admitted:?}");
 }
 
 /// RFC 9207 (SEP-2468): the provider promises `iss` on its authorization responses, so a

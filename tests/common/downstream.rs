@@ -78,7 +78,13 @@ pub struct GateOptions {
     /// While set, the gate refuses every MCP request, whatever its token, with this status and
     /// `WWW-Authenticate` value (a downstream that starts refusing a grant it accepted).
     pub refuse: Refusal,
+    /// Every request the gate let through, as (method, scheme): how a test sees that a GET or
+    /// a DELETE carried a valid proof.
+    pub admitted: Admitted,
 }
+
+/// What a gate admitted: `(method, scheme)` per request, the scheme lowercase.
+pub type Admitted = Arc<Mutex<Vec<(String, String)>>>;
 
 /// A switch that makes a gate refuse: `(status, WWW-Authenticate)`.
 pub type Refusal = Arc<Mutex<Option<(u16, String)>>>;
@@ -97,12 +103,13 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
     let challenge = options.challenge_path.map(|p| format!("Bearer realm=\"mcp\", resource_metadata=\"{base}{p}\""));
     let (log, issuer, upstream) = (seen.clone(), issuer.to_owned(), upstream.to_owned());
     let refusal = options.refuse.clone();
+    let admitted = options.admitted.clone();
     let jtis: Jtis = Default::default();
     let app = axum::Router::new().route(path, axum::routing::get(move || async move { axum::Json(metadata) })).fallback(
         move |request: Request| {
             let (log, issuer, upstream, own, challenge) =
                 (log.clone(), issuer.clone(), upstream.clone(), own.clone(), challenge.clone());
-            let jtis = jtis.clone();
+            let (jtis, admitted) = (jtis.clone(), admitted.clone());
             let refusal = refusal.lock().unwrap().clone();
             async move {
                 if let Some((status, value)) = refusal {
@@ -133,6 +140,7 @@ pub async fn protected_mcp(issuer: &str, upstream: &str, options: GateOptions) -
                 if claims["active"] != true || !audience.contains(&own) {
                     return refuse("the provider does not vouch for this token for this resource");
                 }
+                admitted.lock().unwrap().push((request.method().to_string(), scheme));
                 let (parts, body) = request.into_parts();
                 let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
                 let mut forward = super::http().request(parts.method, format!("{upstream}{}", parts.uri.path()));
