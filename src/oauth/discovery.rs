@@ -157,6 +157,18 @@ pub(super) async fn server_metadata_if_any(http: &reqwest::Client, issuer: &str)
     if failed { Err(unavailable("the authorization server metadata could not be fetched")) } else { Ok(None) }
 }
 
+/// The token endpoint of the identity provider `issuer` (its RFC 8414 metadata, else its OpenID
+/// discovery document, which must name it as issuer).
+pub(super) async fn token_endpoint_of(http: &reqwest::Client, issuer: &str) -> Result<String> {
+    let unusable = || Error::Unavailable {
+        code: "identity_provider_unavailable",
+        message: format!("the identity provider `{issuer}` publishes no usable metadata naming its token endpoint"),
+        retry_after_ms: Some(5000),
+    };
+    let metadata = server_metadata_if_any(http, issuer).await.map_err(|_| unusable())?.ok_or_else(unusable)?;
+    metadata.token_endpoint.filter(|u| Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))).ok_or_else(unusable)
+}
+
 /// Whether a protected resource metadata document's `resource` names the connector's `url`
 /// (RFC 9728 §3.3 asks for the resource the metadata was fetched for; a server's metadata may
 /// name the origin or a parent path of its MCP endpoint): same scheme, host and port, and the

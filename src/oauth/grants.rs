@@ -19,6 +19,15 @@ fn reconnect(at: &Caller<'_>, id: &str) -> String {
     )
 }
 
+/// The repair path of a grant a member gets with their identity token (no connect link leads
+/// there: the member's own client presents the token).
+fn identity_assertion(at: &Caller<'_>, id: &str) -> String {
+    format!(
+        "connector `{id}` uses each member's identity token (enterprise-managed authorization): the member presents a current one from the connector's identity provider, signed in to Gatehouse (POST /api/v1/tenants/{}/workspaces/{}/connectors/{id}/oauth/personal/identity-assertion with {{\"identity_token\": \"…\"}})",
+        at.tenant_slug, at.workspace_slug
+    )
+}
+
 /// The grant's row for this replica: cached while the request's epoch matches.
 async fn load(
     state: &AppState,
@@ -86,7 +95,12 @@ pub async fn resolve(
             row = load(state, at, id, owner, true).await?;
             continue;
         }
-        let Some(grant) = row.as_ref() else { return Err(problem("auth_required", "missing", reconnect(at, id))) };
+        let Some(grant) = row.as_ref().as_ref().filter(|g| o.flow != Flow::IdentityAssertion || g.status == "active") else {
+            if o.flow == Flow::IdentityAssertion {
+                return Err(problem("auth_required", "identity_assertion", identity_assertion(at, id)));
+            }
+            return Err(problem("auth_required", "missing", reconnect(at, id)));
+        };
         let Some(envelope) = grant.envelope.as_deref().filter(|_| grant.status == "active") else {
             return Err(problem(
                 "auth_required",

@@ -2,7 +2,8 @@
 //! (`/connect/{tenant}/{secret}`), the callback (`/oauth/callback`), and the grant's API
 //! (`…/connectors/{id}/oauth/{shared|personal}`: show, connect URL, disconnect), a static
 //! confidential client's secret (`…/connectors/{id}/oauth/client-secret`: set, show metadata,
-//! remove), and Gatehouse's Client ID Metadata Document (`/oauth/client-metadata.json`). No
+//! remove), a member's identity token for enterprise-managed authorization
+//! (`…/connectors/{id}/oauth/personal/identity-assertion`), and Gatehouse's Client ID Metadata Document (`/oauth/client-metadata.json`). No
 //! answer ever carries a token or a secret.
 
 use axum::{
@@ -247,6 +248,47 @@ async fn connect_url(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws,
     Ok(Json(json!({ "connector": id, "url": url, "expires_in_s": super::CONNECT_TTL_SECS })))
 }
 
+/// A member's identity token, presented for a connector with enterprise-managed authorization.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct IdentityToken {
+    /// An identity token (a signed JWT) from the connector's identity provider, naming the
+    /// signed-in member (their sign-in principal, or their verified email).
+    identity_token: String,
+}
+
+impl Drop for IdentityToken {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.identity_token.zeroize();
+    }
+}
+
+/// Connects the signed-in member's own grant of a connector with `"flow":
+/// "identity_assertion"`: the identity token is exchanged at the identity provider for an
+/// identity assertion (RFC 8693), which gets the downstream token as a JWT bearer grant (RFC
+/// 7523). Answers the grant; neither token is kept or shown.
+#[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/personal/identity-assertion", tag = "oauth", security(("session" = [])), request_body = IdentityToken, responses((status = 200, body = super::GrantInfo)))]
+async fn assert_identity(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, ws, id)): SecretPath,
+    crate::extract::ApiJson(body): crate::extract::ApiJson<IdentityToken>,
+) -> Result<Json<super::GrantInfo>> {
+    let (workspace, connector, kind, owner) = grant_of(&state, &ctx, &ws, &id, "personal").await?;
+    let o = connector.auth().oauth().ok_or(Error::NotFound { what: "grant" })?;
+    if o.flow != workspaces::config::Flow::IdentityAssertion {
+        return Err(Error::Conflict {
+            code: "not_identity_assertion",
+            message: format!("connector `{id}` does not take identity tokens (`\"flow\": \"identity_assertion\"`)"),
+        });
+    }
+    let member = ctx.person()?;
+    let token = &body.identity_token;
+    super::identity_assertion::connect(&state, ctx.tenant.id, workspace, &id, &connector, o, member, token, &ctx.audit).await?;
+    Ok(Json(super::show(&state, ctx.tenant.id, workspace, &id, kind, owner).await?))
+}
+
 /// Disconnects an OAuth grant (and asks the provider to revoke it when it advertises how).
 #[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}", tag = "oauth", responses((status = 200, body = Object, description = "What was disconnected and whether the provider was asked to revoke")))]
 async fn disconnect(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, kind)): GrantPath) -> Result<Json<Value>> {
@@ -341,6 +383,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(show_secret, set_secret, remove_secret))
         .routes(routes!(show_grant, disconnect))
         .routes(routes!(connect_url))
+        .routes(routes!(assert_identity))
         .route("/oauth/client-metadata.json", get(client_metadata))
         .route("/oauth/connect", get(connect))
         .route("/oauth/callback", get(callback))

@@ -27,6 +27,7 @@ pub mod discovery;
 pub mod dpop;
 mod grants;
 pub mod http;
+pub mod identity_assertion;
 mod issuer;
 mod legacy;
 mod registration;

@@ -16,9 +16,14 @@ picks who the client under test is:
   the official Python SDK as the agent, at the scenario's protocol revision. For the client
   credentials scenarios the connector's grant is `client_credentials` with the scenario's
   client id and its secret or private key: nobody connects it, Gatehouse gets its own token.
+  For enterprise-managed authorization the grant is each member's own (`identity_assertion`
+  with the scenario's identity provider): the person the identity token names signs in to
+  Gatehouse (the development sign-in), makes the agent's token, and presents the identity token;
+  Gatehouse exchanges it for an ID-JAG and that for the downstream's token.
 - `reference`: the official Python SDK client itself against SERVER_URL (its OAuth client
   provider for `auth/*`, redirects followed the same way; its client credentials providers for
-  those scenarios), for the reference column.
+  those scenarios; its identity assertion provider, fed by a token exchange at the scenario's
+  identity provider, for enterprise-managed authorization), for the reference column.
 
 Every tool is called with arguments made from its input schema (defaults where given, else a
 value of the declared type), as a generic agent would. A listing or a call Gatehouse answers
@@ -26,8 +31,11 @@ value of the declared type), as a generic agent would. A listing or a call Gateh
 connect link, then asked again. Exits non-zero when a step fails.
 """
 import asyncio
+import base64
+import html
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -44,6 +52,9 @@ VERSION = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION", "2025-11-25")
 CONTEXT = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
 NEEDS_AUTH = SCENARIO.startswith("auth/")
 CLIENT_CREDENTIALS = SCENARIO.startswith("auth/client-credentials")
+# Enterprise-managed authorization: the scenario hands over a member's identity token from its
+# identity provider (`idp_id_token`), which the member exchanges for their own grant.
+IDENTITY_ASSERTION = bool(CONTEXT.get("idp_id_token"))
 
 
 def log(*parts) -> None:
@@ -174,10 +185,56 @@ async def follow(http, url: str) -> httpx2.Response:
     raise SystemExit("too many redirects")
 
 
+def identity_email(token: str) -> str:
+    """The email an identity token names (read only to sign in as its person)."""
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["email"]
+
+
+async def sign_in(http, base: str, email: str) -> str:
+    """Signs `http` in through Gatehouse's development sign-in as `email`; answers the CSRF token."""
+    url = f"{base}/login?next=/"
+    for _ in range(20):
+        r = await http.get(url)
+        if r.status_code in (301, 302, 303, 307, 308):
+            url = str(r.url.join(r.headers["location"]))
+            continue
+        forms = re.finditer(r'<form method="post" action="([^"]+)">(.*?)</form>', r.text, re.S)
+        form = next((f for f in forms if 'name="email"' in f.group(2)), None)
+        if form is None:
+            break
+        fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form.group(2)))
+        fields = {k: html.unescape(v) for k, v in fields.items()}
+        fields.update(email=email, name=email)
+        r = await http.post(str(r.url.join(html.unescape(form.group(1)))), data=fields)
+        if r.status_code not in (301, 302, 303, 307, 308):
+            raise SystemExit(f"the development sign-in answered {r.status_code}")
+        url = str(r.url.join(r.headers["location"]))
+    me = (await http.get(f"{base}/api/v1/me")).json()
+    return me["csrf_token"]
+
+
+async def as_member(base: str, tenant: str, identity_token: str) -> str:
+    """The person the identity token names signs in, makes the agent's token (which carries
+    them) and presents the identity token for their grant of connector `c`; answers the token."""
+    async with httpx2.AsyncClient(timeout=30, follow_redirects=False) as http:
+        csrf = await sign_in(http, base, identity_email(identity_token))
+        headers = {"origin": base, "x-csrf-token": csrf}
+        r = await http.post(f"{base}/api/v1/tenants/{tenant}/tokens", json={"name": "conformance"}, headers=headers)
+        if r.status_code != 201:
+            raise SystemExit(f"the member's token was refused: {r.status_code} {r.text}")
+        token = r.json()["secret"]
+        path = f"/api/v1/tenants/{tenant}/workspaces/main/connectors/c/oauth/personal/identity-assertion"
+        r = await http.post(base + path, json={"identity_token": identity_token}, headers=headers)
+        log("identity assertion answered", r.status_code, r.text[:300])
+        return token
+
+
 async def through_gatehouse(server_url: str) -> None:
     base = os.environ["GATEHOUSE_BASE"].rstrip("/")
     tenant = "cc" + secrets.token_hex(6)
-    gatehouse("tenant", "create", tenant, "--name", tenant, "--owner-email", "ops@example.test")
+    owner = identity_email(CONTEXT["idp_id_token"]) if IDENTITY_ASSERTION else "ops@example.test"
+    gatehouse("tenant", "create", tenant, "--name", tenant, "--owner-email", owner)
     gatehouse("workspace", "create", "--tenant", tenant, "main")
     add = ["connector", "add", "--tenant", tenant, "--workspace", "main", "--id", "c", "--kind", "remote_mcp"]
     add += ["--url", server_url]
@@ -188,6 +245,11 @@ async def through_gatehouse(server_url: str) -> None:
             auth["confidential"] = bool(CONTEXT.get("client_secret") or CONTEXT.get("private_key_pem"))
         if CLIENT_CREDENTIALS:
             auth["flow"] = "client_credentials"
+        if IDENTITY_ASSERTION:
+            auth.update(grant="personal", flow="identity_assertion", identity_provider={
+                "issuer": CONTEXT["idp_issuer"], "token_endpoint": CONTEXT["idp_token_endpoint"],
+                "client_id": CONTEXT["idp_client_id"],
+            })
         add += ["--config", json_file({"auth": auth})]
     gatehouse(*add)
     where = ["--tenant", tenant, "--workspace", "main", "--connector", "c"]
@@ -204,7 +266,10 @@ async def through_gatehouse(server_url: str) -> None:
     pools = {"pools": {"native": {"tools": ["c"], "native": True}}}
     gatehouse("workspace", "configure", "--tenant", tenant, "--workspace", "main", "--file", json_file(pools))
     sc = gatehouse("service-credential", "create", "--tenant", tenant, "--name", "conformance")
-    token = gatehouse("token", "create", "--tenant", tenant, "--name", "conformance")
+    if IDENTITY_ASSERTION:
+        token = [None, await as_member(base, tenant, CONTEXT["idp_id_token"])]
+    else:
+        token = gatehouse("token", "create", "--tenant", tenant, "--name", "conformance")
     async def connect() -> None:
         async with httpx2.AsyncClient(timeout=30, follow_redirects=False) as http:
             args = ["connect-link", "create", "--tenant", tenant, "--workspace", "main", "--connector", "c"]
@@ -215,7 +280,7 @@ async def through_gatehouse(server_url: str) -> None:
             landed = await follow(http, base + path)
             log("connect flow ended with", landed.status_code, landed.text[:300].replace("\n", " "))
 
-    repair = connect if NEEDS_AUTH and not CLIENT_CREDENTIALS else None
+    repair = connect if NEEDS_AUTH and not (CLIENT_CREDENTIALS or IDENTITY_ASSERTION) else None
     if repair is not None:
         await repair()
     headers = {
@@ -266,6 +331,37 @@ async def reference(server_url: str) -> None:
 
         async def set_client_info(self, info) -> None:
             self.client = info
+
+    if IDENTITY_ASSERTION:
+        from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+
+        async with httpx2.AsyncClient(timeout=30) as http:
+            # The authorization server is configuration for this provider: the one the
+            # server's protected resource metadata names.
+            origin = server_url.split("/mcp")[0]
+            prm = (await http.get(f"{origin}/.well-known/oauth-protected-resource/mcp")).json()
+            issuer = prm["authorization_servers"][0]
+
+        async def id_jag(audience: str, resource: str) -> str:
+            """Leg 1 (RFC 8693), which the SDK leaves to the deployment."""
+            async with httpx2.AsyncClient(timeout=30) as http:
+                r = await http.post(CONTEXT["idp_token_endpoint"], data={
+                    "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+                    "subject_token": CONTEXT["idp_id_token"],
+                    "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+                    "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+                    "audience": audience, "resource": resource, "client_id": CONTEXT["idp_client_id"],
+                })
+                return r.json()["access_token"]
+
+        auth = IdentityAssertionOAuthProvider(
+            server_url=server_url, storage=Memory(), client_id=CONTEXT["client_id"],
+            client_secret=CONTEXT["client_secret"], issuer=issuer, assertion_provider=id_jag,
+            token_endpoint_auth_method="client_secret_basic",
+        )
+        async with httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30, read=300)) as http:
+            await use(server_url, http)
+        return
 
     if CLIENT_CREDENTIALS:
         storage = Memory()

@@ -53,9 +53,9 @@ async fn authorize_oauth(state: &AppState, ctx: &GatewayCtx, id: &str, c: &Conne
         Err(Failure::Auth(p)) if p.code == "auth_required" => p,
         Err(f) => return failure(f),
     };
-    if problem.state == "client_credentials" {
-        // No person can authorize it (`OauthAuth::person_authorizes`): what the client
-        // authenticates with must be set again.
+    if problem.state == "client_credentials" || problem.state == "identity_assertion" {
+        // No authorization page authorizes it (`OauthAuth::person_authorizes`): what the client
+        // authenticates with must be set again, or the member presents an identity token.
         return Outcome::ok(json!({ "connector": id, "grant": grant, "status": problem.state, "message": problem.message }));
     }
     let Some(member) = ctx.caller.member_id else {

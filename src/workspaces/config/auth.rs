@@ -38,9 +38,16 @@ pub struct OauthAuth {
     /// `client_credentials` (the MCP OAuth client credentials extension): Gatehouse gets its
     /// tokens itself, with no person, as the static confidential client `client_id` (its
     /// `client_secret` or `private_key` sealed as the connector's `oauth_client` credential);
-    /// only for a `shared` grant.
+    /// only for a `shared` grant. `identity_assertion` (the MCP enterprise-managed authorization
+    /// extension): each member's own grant, got with no authorization page from the member's
+    /// identity token at `identity_provider` (RFC 8693 token exchange for an ID-JAG, then the
+    /// RFC 7523 JWT bearer grant as the static confidential client `client_id`); only for a
+    /// `personal` grant.
     #[serde(default, skip_serializing_if = "Flow::is_default")]
     pub flow: Flow,
+    /// The enterprise identity provider of an `identity_assertion` flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_provider: Option<IdentityProvider>,
     /// The authorization server's issuer. A `remote_mcp` connector without one discovers it
     /// through its protected resource metadata (RFC 9728), or, where the server publishes none
     /// (MCP 2025-03-26), takes the server's origin; its metadata (RFC 8414, else OpenID
@@ -81,9 +88,18 @@ pub struct OauthAuth {
 }
 
 impl OauthAuth {
-    /// Whether a person may authorize the connector: not one with client credentials, whose
-    /// tokens Gatehouse gets itself (`oauth_client_credentials`).
+    /// Whether a person may authorize the connector at an authorization page: not one with
+    /// client credentials, whose tokens Gatehouse gets itself (`oauth_client_credentials`), nor
+    /// one whose members present identity tokens (`oauth_identity_assertion`).
     pub fn person_authorizes(&self, id: &str) -> crate::error::Result<()> {
+        if self.flow == Flow::IdentityAssertion {
+            return Err(crate::error::Error::Conflict {
+                code: "oauth_identity_assertion",
+                message: format!(
+                    "connector `{id}` takes each member's identity token instead of an authorization page: the member presents it (POST …/connectors/{id}/oauth/personal/identity-assertion)"
+                ),
+            });
+        }
         if self.flow == Flow::ClientCredentials {
             return Err(crate::error::Error::Conflict {
                 code: "oauth_client_credentials",
@@ -105,6 +121,24 @@ pub enum Flow {
     AuthorizationCode,
     /// Client credentials (RFC 6749 §4.4): the client authenticates, no person is involved.
     ClientCredentials,
+    /// Enterprise-managed authorization: a member's identity token is exchanged at their
+    /// identity provider for an identity assertion (ID-JAG), which the client presents as a JWT
+    /// bearer grant.
+    IdentityAssertion,
+}
+
+/// The enterprise identity provider that exchanges a member's identity token for an identity
+/// assertion (RFC 8693, `requested_token_type=urn:ietf:params:oauth:token-type:id-jag`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityProvider {
+    /// Its issuer: an identity token must name it as `iss`; its OpenID discovery gives the
+    /// token endpoint when none is configured.
+    pub issuer: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_endpoint: Option<String>,
+    /// Gatehouse's client id at the identity provider (a public client there).
+    pub client_id: String,
 }
 
 impl Flow {

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use auth::{Auth, Basic, Flow, OauthAuth, SlotKind};
+pub use auth::{Auth, Basic, Flow, IdentityProvider, OauthAuth, SlotKind};
 use validate::{check_auth, check_headers, check_timeout, check_url};
 pub use validate::{valid_connector_id, valid_field_name};
 

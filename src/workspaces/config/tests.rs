@@ -24,6 +24,7 @@ fn field_level_issues() {
             auth: Auth::Oauth(OauthAuth {
                 grant: SlotKind::Shared,
                 flow: Default::default(),
+                identity_provider: None,
                 issuer: None,
                 authorization_endpoint: None,
                 token_endpoint: None,
@@ -220,6 +221,40 @@ fn slot_templates_are_checked_and_rendered() {
     check_auth(&empty, &BTreeMap::new(), "auth", false, &mut |_, _| n += 1);
     assert_eq!(n, 1, "a slot that sends nothing is refused");
     assert!(serde_json::from_value::<Auth>(serde_json::json!({ "type": "slot", "slot": "team" })).is_err());
+}
+
+#[test]
+fn an_identity_assertion_is_a_personal_grant_of_a_confidential_client_with_its_identity_provider() {
+    let issues = |auth: serde_json::Value| {
+        let auth: Auth = serde_json::from_value(auth).unwrap();
+        let mut fields = Vec::new();
+        check_auth(&auth, &BTreeMap::new(), "auth", true, &mut |f, _| fields.push(f));
+        fields
+    };
+    let idp = serde_json::json!({ "issuer": "https://idp.example", "client_id": "gatehouse" });
+    let good = serde_json::json!({ "type": "oauth", "grant": "personal", "flow": "identity_assertion", "client_id": "c",
+        "confidential": true, "identity_provider": idp });
+    assert!(issues(good.clone()).is_empty(), "{:?}", issues(good.clone()));
+    let with = |key: &str, value: serde_json::Value| {
+        let mut auth = good.clone();
+        auth[key] = value;
+        auth
+    };
+    assert_eq!(issues(with("grant", "shared".into())), ["auth.flow"]);
+    assert_eq!(issues(with("confidential", false.into())), ["auth.flow"]);
+    assert_eq!(issues(with("identity_provider", serde_json::Value::Null)), ["auth.identity_provider"]);
+    assert_eq!(
+        issues(with("identity_provider", serde_json::json!({ "issuer": "ftp://idp", "token_endpoint": "x", "client_id": "" }))),
+        ["auth.identity_provider.issuer", "auth.identity_provider.token_endpoint", "auth.identity_provider.client_id"]
+    );
+    assert_eq!(issues(with("flow", "authorization_code".into())), ["auth.identity_provider"]);
+    assert!(
+        serde_json::from_value::<Auth>(with(
+            "identity_provider",
+            serde_json::json!({ "issuer": "https://i", "client_id": "c", "x": 1 })
+        ))
+        .is_err()
+    );
 }
 
 proptest! {

@@ -89,6 +89,30 @@ pub(super) fn check_auth(
                     "client credentials are a shared grant of a confidential client: `\"grant\": \"shared\"`, `\"confidential\": true` and its `client_id`",
                 );
             }
+            match (&o.identity_provider, o.flow == Flow::IdentityAssertion) {
+                (None, true) => {
+                    bad(format!("{field}.identity_provider"), "an identity assertion flow names its identity provider")
+                }
+                (Some(_), false) => {
+                    bad(format!("{field}.identity_provider"), "only an `identity_assertion` flow has an identity provider")
+                }
+                (Some(idp), true) => {
+                    check_url(&idp.issuer, &format!("{field}.identity_provider.issuer"), bad);
+                    if let Some(url) = &idp.token_endpoint {
+                        check_url(url, &format!("{field}.identity_provider.token_endpoint"), bad);
+                    }
+                    if idp.client_id.is_empty() || idp.client_id.len() > 256 || idp.client_id.chars().any(char::is_control) {
+                        bad(format!("{field}.identity_provider.client_id"), "a client id is 1 to 256 characters");
+                    }
+                    if !(o.confidential && o.grant == SlotKind::Personal) {
+                        bad(
+                            format!("{field}.flow"),
+                            "an identity assertion is each member's own grant of a confidential client: `\"grant\": \"personal\"`, `\"confidential\": true` and its `client_id`",
+                        );
+                    }
+                }
+                (None, false) => {}
+            }
             if let Some(resource) = &o.resource {
                 check_url(resource, &format!("{field}.resource"), bad);
                 if remote_mcp {
