@@ -564,3 +564,110 @@ async fn a_native_pool_whose_connector_needs_authorization_says_so_when_listing(
     let (err, body, _) = tool(&solo, &machine, "echo", echo).await;
     assert!(!err, "{body}");
 }
+
+/// A JWT whose claims are `claims` (its signature is the identity provider's to check, not
+/// Gatehouse's).
+fn identity_token(claims: Value) -> String {
+    use base64::Engine;
+    let e = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    format!("{}.{}.c2lnbmF0dXJl", e(&json!({ "alg": "ES256", "typ": "JWT" })), e(&claims))
+}
+
+#[tokio::test]
+async fn an_identity_token_that_is_not_the_members_or_that_the_provider_refuses_stores_nothing() {
+    let t = TestDb::new().await;
+    let keys = key("k1");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    // oidc-provider is both the identity provider and the authorization server; it offers no
+    // token exchange, so it refuses the exchange as a provider without the extension does.
+    let provider =
+        OidcPeer::start_with(&base, &[("OIDC_DOWNSTREAM_CLIENT_ID", CLIENT), ("OIDC_DOWNSTREAM_CLIENT_SECRET", SECRET)]).await;
+    let everything = common::Everything::start().await;
+    let upstream = everything.url.trim_end_matches("/mcp").to_owned();
+    let (mcp_url, seen) = protected_mcp(&provider.issuer, &upstream, GateOptions::default()).await;
+    tenant(&t, &keys).await;
+    let idp = json!({ "issuer": provider.issuer, "client_id": "gatehouse-at-the-idp" });
+    let auth = json!({ "type": "oauth", "grant": "personal", "flow": "identity_assertion", "client_id": CLIENT,
+        "confidential": true, "identity_provider": idp });
+    add_remote(&t, &keys, "everything", &mcp_url, auth).await;
+    let slot = ["credential", "set", "--tenant", "acme", "--workspace", "main", "--connector", "everything", "--oauth-client"];
+    let mut set = cmd(&t, &keys);
+    set.args(slot).args(["--field", "client_secret"]).env("GATEHOUSE_FIELD_CLIENT_SECRET", SECRET);
+    assert_eq!(common::run(set).await.0, 0);
+    let served = Served::start_on(cmd(&t, &keys), port).await;
+    let ann = dev_sign_in(&served, "ann@example.test").await;
+    let r = ann.write(Method::POST, "/api/v1/tenants/acme/tokens", json!({ "name": "ann's agent" })).await;
+    assert_eq!(r.status(), 201);
+    let mut machine = common::provision(&t.url, "acme").await;
+    machine.token = r.json::<Value>().await.unwrap()["secret"].as_str().unwrap().to_owned();
+    let mcp = format!("{}/t/acme/w/main/mcp", served.base);
+    let path = "/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/personal/identity-assertion";
+    let exp = chrono::Utc::now().timestamp() + 600;
+    let ann_claims = json!({ "iss": provider.issuer, "sub": "ann-at-idp", "email": "ann@example.test", "exp": exp });
+
+    // Not connected: the agent is told how a member connects, and gets no connect link.
+    let echo = json!({ "address": "everything.echo", "args": { "message": "hi" } });
+    let (err, body, _) = tool(&mcp, &machine, "call_tool", echo.clone()).await;
+    assert!(err && body["error"]["code"] == "auth_required", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("identity-assertion"), "{body}");
+    let (_, body, _) = tool(&mcp, &machine, "authorize_connector", json!({ "connector": "everything" })).await;
+    assert_eq!(body["status"], "identity_assertion", "{body}");
+    assert!(body.get("connect_url").is_none(), "{body}");
+    let r = ann
+        .write(Method::POST, "/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/personal/connect", json!({}))
+        .await;
+    assert_eq!(r.status(), 409);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "oauth_identity_assertion");
+
+    // Refused before anything is sent: not a JWT, another issuer (also a normalised variant),
+    // expired, another person's, an unverified email.
+    let with = |key: &str, value: Value| {
+        let mut c = ann_claims.clone();
+        c[key] = value;
+        identity_token(c)
+    };
+    let cases = [
+        ("not-a-jwt".to_owned(), 422, "invalid_identity_token"),
+        (with("iss", json!("https://elsewhere.example")), 422, "invalid_identity_token"),
+        (with("iss", json!(format!("{}/", provider.issuer))), 422, "invalid_identity_token"),
+        (with("exp", json!(1_000_000)), 422, "invalid_identity_token"),
+        (with("email", json!("bob@example.test")), 403, "identity_token_not_yours"),
+        (with("email_verified", json!(false)), 403, "identity_token_not_yours"),
+        // Ann's, but the provider refuses the exchange.
+        (identity_token(ann_claims.clone()), 403, "identity_exchange_refused"),
+    ];
+    let mut responses = Vec::new();
+    for (token, status, code) in cases {
+        let r = ann.write(Method::POST, path, json!({ "identity_token": token })).await;
+        assert_eq!(r.status(), status, "{code}");
+        let body = r.text().await.unwrap();
+        assert!(body.contains(&format!("\"code\":\"{code}\"")), "{body}");
+        assert!(!body.contains(&token), "the token is not echoed: {body}");
+        responses.push(body);
+    }
+    // A token cannot present one: only a signed-in person manages a grant.
+    let by_token = machine.headers(common::http().post(format!("{}{path}", served.base)));
+    let r = by_token.json(&json!({ "identity_token": "x.y.z" })).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+
+    // Nothing was stored or logged as a grant; the provider's refusal is an ops failure.
+    assert_eq!(count(&t, "SELECT count(*) FROM oauth_grants").await, 0);
+    assert_eq!(count(&t, "SELECT count(*) FROM credentials WHERE owner <> 'oauth_client'").await, 0);
+    assert_eq!(count(&t, "SELECT count(*) FROM admin_log WHERE action = 'oauth.connect'").await, 0);
+    assert_eq!(
+        count(&t, "SELECT count(*) FROM ops_failures WHERE operation = 'oauth.identity_assertion' AND stage = 'token_exchange'")
+            .await,
+        1
+    );
+    assert!(seen.lock().unwrap().is_empty(), "no token reached the downstream");
+    let r = ann
+        .client
+        .get(format!("{}/api/v1/tenants/acme/workspaces/main/connectors/everything/oauth/personal", served.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "missing");
+    let log = admin_log(&t).await;
+    assert!(!log.contains("ann-at-idp"), "{log}");
+}
