@@ -45,6 +45,17 @@ pub async fn request_meta(capabilities: Value, upstream: Option<&crate::gateway:
     meta
 }
 
+/// The JSON-RPC error of an unsupported protocol version.
+const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// Whether `message` refuses the request's protocol version (`-32022`) while its
+/// `data.supported` names [`REVISION`]: a request worth sending once more in that revision.
+fn retry_in_revision(message: &Value) -> bool {
+    let error = &message["error"];
+    error["code"].as_i64() == Some(UNSUPPORTED_VERSION)
+        && error["data"]["supported"].as_array().is_some_and(|v| v.iter().any(|v| v == REVISION))
+}
+
 impl Downstreams {
     /// Whether the connector's server speaks 2026-07-28: it answers `server/discover` listing
     /// that revision. Remembered per catalog key; an unreachable server is asked again next
@@ -167,7 +178,16 @@ impl Downstreams {
             headers.insert(name.clone(), value.clone());
         }
         let dpop = credential.and_then(|c| c.dpop.as_deref());
-        let sent = crate::gateway::mcp_client::stateless(http, url, headers, (REVISION, method, name), params, upstream, dpop);
+        let sent = async {
+            let ask = || {
+                let (http, headers) = (http.clone(), headers.clone());
+                crate::gateway::mcp_client::stateless(http, url, headers, (REVISION, method, name), params, upstream, dpop)
+            };
+            let message = ask().await?;
+            // A server that refuses the revision while naming it among those it supports is
+            // asked once more, in it (the version retry of 2026-07-28's transport).
+            if retry_in_revision(&message) { ask().await } else { Ok(message) }
+        };
         match tokio::time::timeout(deadline, sent).await {
             Ok(answer) => answer,
             Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),
@@ -269,5 +289,20 @@ impl Downstreams {
             result.remove("resultType");
         }
         Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refused_version_whose_server_names_this_revision_is_asked_again() {
+        let refusal = |code: i64, supported: Value| json!({ "jsonrpc": "2.0", "id": 1, "error": { "code": code, "message": "Unsupported protocol version", "data": { "supported": supported } } });
+        assert!(retry_in_revision(&refusal(-32022, json!(["2025-11-25", REVISION]))));
+        assert!(!retry_in_revision(&refusal(-32022, json!(["2025-11-25"]))), "a handshake-era server");
+        assert!(!retry_in_revision(&refusal(-32022, json!(REVISION))), "not a list");
+        assert!(!retry_in_revision(&refusal(-32602, json!([REVISION]))), "another error");
+        assert!(!retry_in_revision(&json!({ "jsonrpc": "2.0", "id": 1, "result": {} })));
     }
 }
