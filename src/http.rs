@@ -39,6 +39,8 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .merge(crate::metrics::router())
         .merge(nouns)
+        // SCIM 2.0 (RFC 7644): outside the JSON API and its document, with its own errors.
+        .merge(crate::scim::http::router())
         .merge(crate::console::router(&state))
         .merge(gateway);
     if dev_idp {

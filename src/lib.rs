@@ -36,6 +36,7 @@ pub mod pages;
 pub mod peers;
 pub mod reap;
 pub mod reports;
+pub mod scim;
 pub mod secrets;
 pub mod server;
 pub mod service_credentials;

@@ -236,37 +236,68 @@ pub async fn revoke_invitation(db: &Db, tenant: TenantId, audit: &Audit, id: Uui
 /// principal stop authenticating on the next request (machine authentication checks
 /// membership). The last owner cannot be removed.
 pub async fn remove(db: &Db, tenant: TenantId, audit: &Audit, member: Uuid) -> Result<()> {
-    db.serializable(Scope::Tenant(tenant), |conn, _| {
-        Box::pin(async move {
-            let m = store::get(&mut *conn, tenant, member).await?.ok_or(Error::NotFound { what: "member" })?;
-            if m.role == Role::Owner && store::count_role(&mut *conn, tenant, Role::Owner).await? <= 1 {
-                return Err(Error::Conflict { code: "last_owner", message: "a tenant keeps at least one owner".into() });
-            }
-            store::delete(&mut *conn, tenant, member).await?;
-            crate::sessions::end_for_principal(&mut *conn, &m.principal()).await?;
-            // Reading the principal's membership again puts it in this transaction's read set,
-            // so an accept of the same principal that overlaps this removal (it writes that
-            // row) and read the fence before this commits is a serialization conflict: it is
-            // retried, then sees the fence. See `accept_invitations`.
-            if store::by_principal(&mut *conn, tenant, &m.principal()).await?.is_some() {
-                return Err(anyhow::anyhow!("member {member} still present after its removal").into());
-            }
-            let fence = store::raise_fence(&mut *conn, tenant, &m.principal()).await?;
-            admin_log::record(
-                conn,
-                Entry {
-                    tenant: Some(tenant),
-                    audit,
-                    action: "member.remove",
-                    target: format!("member:{member}"),
-                    before: Some(json!({ "issuer": m.issuer, "subject": m.subject, "email": m.email, "role": m.role })),
-                    after: Some(json!({ "fence_raised_at": fence })),
-                },
-            )
-            .await?;
-            Ok(())
-        })
-    })
+    db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(remove_in(conn, tenant, audit, member))).await
+}
+
+/// [`remove`] inside the caller's tenant transaction (SCIM deprovisioning runs it in the same
+/// transaction as its own write).
+pub async fn remove_in(conn: &mut sqlx::PgConnection, tenant: TenantId, audit: &Audit, member: Uuid) -> Result<()> {
+    let m = store::get(&mut *conn, tenant, member).await?.ok_or(Error::NotFound { what: "member" })?;
+    if m.role == Role::Owner && store::count_role(&mut *conn, tenant, Role::Owner).await? <= 1 {
+        return Err(Error::Conflict { code: "last_owner", message: "a tenant keeps at least one owner".into() });
+    }
+    store::delete(&mut *conn, tenant, member).await?;
+    crate::sessions::end_for_principal(&mut *conn, &m.principal()).await?;
+    // Reading the principal's membership again puts it in this transaction's read set,
+    // so an accept of the same principal that overlaps this removal (it writes that
+    // row) and read the fence before this commits is a serialization conflict: it is
+    // retried, then sees the fence. See `accept_invitations`.
+    if store::by_principal(&mut *conn, tenant, &m.principal()).await?.is_some() {
+        return Err(anyhow::anyhow!("member {member} still present after its removal").into());
+    }
+    let fence = store::raise_fence(&mut *conn, tenant, &m.principal()).await?;
+    admin_log::record(
+        conn,
+        Entry {
+            tenant: Some(tenant),
+            audit,
+            action: "member.remove",
+            target: format!("member:{member}"),
+            before: Some(json!({ "issuer": m.issuer, "subject": m.subject, "email": m.email, "role": m.role })),
+            after: Some(json!({ "fence_raised_at": fence })),
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Sets a member's role inside the caller's tenant transaction, with its admin-log row; a
+/// role already as asked writes nothing. Owners are not changed here (a tenant's owners are
+/// its own, never a directory's).
+pub async fn set_role_in(
+    conn: &mut sqlx::PgConnection,
+    tenant: TenantId,
+    audit: &Audit,
+    member: &Member,
+    role: Role,
+) -> Result<()> {
+    if member.role == role || member.role == Role::Owner || role == Role::Owner {
+        return Ok(());
+    }
+    if !store::set_role(&mut *conn, tenant, member.id, role).await? {
+        return Err(Error::NotFound { what: "member" });
+    }
+    admin_log::record(
+        conn,
+        Entry {
+            tenant: Some(tenant),
+            audit,
+            action: "member.role",
+            target: format!("member:{}", member.id),
+            before: Some(json!({ "role": member.role })),
+            after: Some(json!({ "role": role })),
+        },
+    )
     .await
 }
 
@@ -401,7 +432,8 @@ impl Permission {
 
 /// What other nouns may run inside their own transaction; the store itself is private.
 pub mod tx {
-    pub use super::store::{by_principal, get, memberships_of, upsert};
+    pub use super::store::{by_email, by_principal, get, memberships_of, upsert};
+    pub use super::{remove_in, set_role_in};
 }
 
 #[cfg(test)]

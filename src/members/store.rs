@@ -139,6 +139,35 @@ pub async fn by_principal(conn: &mut PgConnection, tenant: TenantId, p: &Princip
     .transpose()
 }
 
+/// The tenant's members whose email address is `email` (lowercased), oldest first.
+pub async fn by_email(conn: &mut PgConnection, tenant: TenantId, email: &str) -> Result<Vec<Member>> {
+    sqlx::query_as!(
+        MemberRow,
+        "SELECT id, issuer, subject, email, display_name, role, created_at FROM members
+         WHERE tenant_id = $1 AND lower(email) = $2 ORDER BY created_at, id",
+        tenant.0,
+        email,
+    )
+    .fetch_all(conn)
+    .await?
+    .into_iter()
+    .map(Member::try_from)
+    .collect()
+}
+
+pub async fn set_role(conn: &mut PgConnection, tenant: TenantId, id: Uuid, role: Role) -> Result<bool> {
+    Ok(sqlx::query!(
+        "UPDATE members SET role = $3, updated_at = now() WHERE tenant_id = $1 AND id = $2",
+        tenant.0,
+        id,
+        role.as_str(),
+    )
+    .execute(conn)
+    .await?
+    .rows_affected()
+        == 1)
+}
+
 pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<Member>> {
     sqlx::query_as!(
         MemberRow,

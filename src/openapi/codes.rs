@@ -39,6 +39,7 @@ pub(super) const CODES: &[(&str, &str, u16, &[&str])] = &[
     ("delete", "/api/v1/tenants/{tenant}/mcp-grants/{id}", 503, &["replicas_unconfirmed"]),
     ("delete", "/api/v1/tenants/{tenant}/members/{id}", 409, &["last_owner"]),
     ("delete", "/api/v1/tenants/{tenant}/members/{id}", 503, &["replicas_unconfirmed"]),
+    ("post", "/api/v1/tenants/{tenant}/scim-tokens", 422, &["invalid_name"]),
     ("post", "/api/v1/tenants/{tenant}/service-credentials", 422, &["invalid_name"]),
     ("delete", "/api/v1/tenants/{tenant}/service-credentials/{id}", 503, &["replicas_unconfirmed"]),
     ("post", "/api/v1/tenants/{tenant}/snapshots/{file}/restore", 409, &["credential_unreadable", "slug_taken", "vault_disabled"]),

@@ -130,6 +130,7 @@ const OUTSIDE_THE_API: &[&str] = &[
     "token_exchange_failed",
     "tools_changed",
     "unawaited_calls",
+    "uniqueness",
     "unsupported_grant_type",
     "value_on_command_line",
     "verify_failed",

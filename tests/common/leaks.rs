@@ -12,8 +12,8 @@
 use std::sync::Mutex;
 
 /// Prefixes of the secrets Gatehouse issues (tokens, service credential secrets, connect links,
-/// MCP OAuth access and refresh tokens, authorization codes).
-const ISSUED: [&str; 6] = ["gth_", "gss_", "gcl_", "gha_", "ghr_", "ghz_"];
+/// MCP OAuth access and refresh tokens, authorization codes, SCIM tokens).
+const ISSUED: [&str; 7] = ["gth_", "gss_", "gcl_", "gha_", "ghr_", "ghz_", "gsm_"];
 const ISSUED_LEN: usize = 43;
 
 static RECORDED: Mutex<Vec<String>> = Mutex::new(Vec::new());
