@@ -65,8 +65,9 @@ pub fn router(state: AppState) -> Router {
                 .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(LogResponse))
                 // 3. Echo the id on every response, errors included.
                 .layer(PropagateRequestIdLayer::x_request_id())
-                // 4. Errors produced by the layers below (413, 408, 405 …) become problem+json.
-                .layer(middleware::map_response(problem_for_bare_errors))
+                // 4. Errors produced by the layers below (413, 408, 405 …) become problem+json,
+                //    or SCIM errors under /scim/ (a directory reads only those).
+                .layer(middleware::from_fn(bare_errors))
                 // 5. A panic answers a bare 500 instead of dropping the connection.
                 .layer(CatchPanicLayer::custom(|_| {
                     problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error", None)
@@ -110,6 +111,12 @@ impl<B> OnResponse<B> for LogResponse {
             "finished processing request"
         );
     }
+}
+
+async fn bare_errors(req: Request, next: middleware::Next) -> Response {
+    let scim = req.uri().path().starts_with(crate::scim::http::PREFIX);
+    let response = next.run(req).await;
+    if scim { crate::scim::http::scim_for_bare_errors(response) } else { problem_for_bare_errors(response).await }
 }
 
 async fn problem_for_bare_errors<B>(response: axum::http::Response<B>) -> Response

@@ -170,6 +170,12 @@ async fn seed_every_table(d: &Deployment, tenant: Uuid, workspace: Uuid) {
         "INSERT INTO ops_findings (tenant_id, id, kind, subject, operation, code, occurrences, first_seen, last_seen, last_message)
          VALUES ($1, $3, 'recurring', repeat('0', 64), 'downstream.call', 'timeout', 1, now(), now(), 'slow')",
         "INSERT INTO ops_suppress_rules (tenant_id, id, code, reason, expires_at, created_by) VALUES ($1, $3, 'timeout', 'noise', now() + interval '1 day', 'test')",
+        "INSERT INTO scim_tokens (tenant_id, id, token_hash, prefix, name, created_by)
+         VALUES ($1, $3, sha256(convert_to($3::text, 'UTF8')), 'gsm_moved', 'directory', 'test')",
+        "INSERT INTO scim_users (tenant_id, id, user_name_key, email, attrs)
+         VALUES ($1, $3, 'bob', 'bob@example.test', '{\"userName\": \"bob\"}')",
+        "INSERT INTO scim_groups (tenant_id, id, display_name_key, attrs) VALUES ($1, $3, 'operator', '{\"displayName\": \"operator\"}')",
+        "INSERT INTO scim_group_members (tenant_id, group_id, user_id, entry) VALUES ($1, $3, $3, jsonb_build_object('value', $3::text))",
     ] {
         // One id for every row (each table's own; a version names its blueprint by it).
         sqlx::query(sql).bind(tenant).bind(workspace).bind(row_id).bind(&subject_key).execute(&mut *tx).await.unwrap();

@@ -170,6 +170,11 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO workspace_tombstones (tenant_id, workspace_id, slug, reaped_by) VALUES ($1, gen_random_uuid(), 'gone-' || $2, 'test')",
         "INSERT INTO peer_bindings (tenant_id, workspace_id, connector_id, target_workspace_id, created_by) VALUES ($1, $1, $2, $1, 'test')",
         "INSERT INTO member_fences (tenant_id, issuer, subject, raised_at) VALUES ($1, 'https://idp', $2, now())",
+        "INSERT INTO scim_tokens (tenant_id, id, token_hash, prefix, name, created_by)
+         VALUES ($1, gen_random_uuid(), convert_to($2 || 'scim', 'UTF8'), 'gsm_', 'n', 'test')",
+        "INSERT INTO scim_users (tenant_id, id, user_name_key, attrs) VALUES ($1, $1, $2, '{}')",
+        "INSERT INTO scim_groups (tenant_id, id, display_name_key, attrs) VALUES ($1, $1, $2, '{}')",
+        "INSERT INTO scim_group_members (tenant_id, group_id, user_id, entry) VALUES ($1, $1, $1, jsonb_build_object('value', $2))",
         "INSERT INTO tenant_moves (tenant_id, id, direction, export_id, manifest_digest)
          VALUES ($1, gen_random_uuid(), 'in', gen_random_uuid(), repeat('0', 63) || length($2))",
         "WITH r AS (INSERT INTO replicas (id, lease_expires_at) VALUES (gen_random_uuid(), now()) RETURNING id)

@@ -43,6 +43,28 @@ impl IntoResponse for ScimError {
     }
 }
 
+/// Where every SCIM route lives.
+pub const PREFIX: &str = "/scim/";
+
+/// An error the framework or a layer made up (no body, or plain text: a 413 from the body
+/// limit, a 408 from the deadline …) under [`PREFIX`], answered as a SCIM error of that
+/// status instead; SCIM errors and successes pass through.
+pub fn scim_for_bare_errors(response: Response) -> Response {
+    let status = response.status();
+    let made_up = response.headers().get(header::CONTENT_TYPE).is_none_or(|v| v.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !made_up {
+        return response;
+    }
+    let detail = status.canonical_reason().unwrap_or("error").to_lowercase();
+    let mut replaced = ScimError::status(status.as_u16(), detail).into_response();
+    for name in [header::ALLOW, header::RETRY_AFTER, header::WWW_AUTHENTICATE] {
+        if let Some(v) = response.headers().get(&name) {
+            replaced.headers_mut().insert(name, v.clone());
+        }
+    }
+    replaced
+}
+
 fn scim_json(body: Value) -> Response {
     let mut r = Json(body).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(SCIM_JSON));
@@ -114,6 +136,21 @@ impl FromRequest<AppState> for ScimBody {
         })?;
         let value = serde_json::from_slice(&bytes).map_err(|_| ScimError::syntax("the request body is not JSON"))?;
         Ok(ScimBody(value))
+    }
+}
+
+/// The query of a list or a get; one that cannot be read (a parameter given twice, bad
+/// percent-encoding) is a SCIM error, not axum's plain-text rejection.
+struct ScimQuery(ListParams);
+
+impl FromRequestParts<AppState> for ScimQuery {
+    type Rejection = ScimError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ScimResult<ScimQuery> {
+        let Query(p) = Query::<ListParams>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ScimError::syntax("the query string could not be read (is a parameter given twice?)"))?;
+        Ok(ScimQuery(p))
     }
 }
 
@@ -204,7 +241,7 @@ fn created(doc: Value) -> Response {
     r
 }
 
-async fn list_users(ctx: ScimCtx, State(state): State<AppState>, Query(p): Query<ListParams>) -> ScimResult<Response> {
+async fn list_users(ctx: ScimCtx, State(state): State<AppState>, ScimQuery(p): ScimQuery) -> ScimResult<Response> {
     let q = p.query(ResourceKind::User)?;
     Ok(scim_json(scim::list_users(&state.db, ctx.tenant, &ctx.base, &q).await?))
 }
@@ -222,7 +259,7 @@ async fn get_user(
     ctx: ScimCtx,
     State(state): State<AppState>,
     Path((_, id)): Path<(String, String)>,
-    Query(p): Query<ListParams>,
+    ScimQuery(p): ScimQuery,
 ) -> ScimResult<Response> {
     let proj = projection(ResourceKind::User, &p);
     Ok(scim_json(scim::get_user(&state.db, ctx.tenant, &ctx.base, resource_id(&id)?, &proj).await?))
@@ -255,7 +292,7 @@ async fn delete_user(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn list_groups(ctx: ScimCtx, State(state): State<AppState>, Query(p): Query<ListParams>) -> ScimResult<Response> {
+async fn list_groups(ctx: ScimCtx, State(state): State<AppState>, ScimQuery(p): ScimQuery) -> ScimResult<Response> {
     let q = p.query(ResourceKind::Group)?;
     Ok(scim_json(scim::list_groups(&state.db, ctx.tenant, &ctx.base, &q).await?))
 }
@@ -273,7 +310,7 @@ async fn get_group(
     ctx: ScimCtx,
     State(state): State<AppState>,
     Path((_, id)): Path<(String, String)>,
-    Query(p): Query<ListParams>,
+    ScimQuery(p): ScimQuery,
 ) -> ScimResult<Response> {
     let proj = projection(ResourceKind::Group, &p);
     Ok(scim_json(scim::get_group(&state.db, ctx.tenant, &ctx.base, resource_id(&id)?, &proj).await?))
@@ -407,7 +444,7 @@ struct NameBody {
 /// The tenant's SCIM tokens (never their secrets); owners and admins.
 #[utoipa::path(get, path = "/api/v1/tenants/{tenant}/scim-tokens", tag = "scim", security(("session" = [])),
     responses((status = 200, body = Vec<ScimToken>)))]
-async fn list_tokens(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Vec<ScimToken>>> {
+async fn list_scim_tokens(ctx: TenantCtx, State(state): State<AppState>) -> Result<Json<Vec<ScimToken>>> {
     ctx.require_admin()?;
     Ok(Json(scim::list_tokens(&state.db, ctx.tenant.id).await?))
 }
@@ -416,7 +453,7 @@ async fn list_tokens(ctx: TenantCtx, State(state): State<AppState>) -> Result<Js
 /// response and nowhere else, ever.
 #[utoipa::path(post, path = "/api/v1/tenants/{tenant}/scim-tokens", tag = "scim", security(("session" = [])), request_body = NameBody,
     responses((status = 201, body = scim::CreatedToken)))]
-async fn create_token(ctx: TenantCtx, State(state): State<AppState>, ApiJson(body): ApiJson<NameBody>) -> Result<Response> {
+async fn create_scim_token(ctx: TenantCtx, State(state): State<AppState>, ApiJson(body): ApiJson<NameBody>) -> Result<Response> {
     ctx.require_admin()?;
     let created = scim::create_token(&state.db, ctx.tenant.id, &ctx.audit, &body.name).await?;
     Ok(no_store((StatusCode::CREATED, Json(created)).into_response()))
@@ -426,7 +463,7 @@ async fn create_token(ctx: TenantCtx, State(state): State<AppState>, ApiJson(bod
 /// request with it is refused.
 #[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/scim-tokens/{id}", tag = "scim", security(("session" = [])),
     responses((status = 200, body = ScimToken)))]
-async fn revoke_token(
+async fn revoke_scim_token(
     ctx: TenantCtx,
     State(state): State<AppState>,
     Path((_, id)): Path<(String, String)>,
@@ -437,7 +474,7 @@ async fn revoke_token(
 
 /// The tenant admins' API for SCIM tokens: part of the JSON API and its document.
 pub fn api_router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(list_tokens, create_token)).routes(routes!(revoke_token))
+    OpenApiRouter::new().routes(routes!(list_scim_tokens, create_scim_token)).routes(routes!(revoke_scim_token))
 }
 
 pub fn router() -> Router<AppState> {

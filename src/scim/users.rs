@@ -46,7 +46,11 @@ async fn sync_member(
     let Some(email) = email else { return Ok(()) };
     for m in members::tx::by_email(&mut *conn, tenant, email).await? {
         if !active {
+            // The removal ends the sessions and raises the fence; the personal tokens are
+            // revoked too, so an invitation later does not bring them back. (MCP OAuth grants
+            // name the member row, which is gone: they never authenticate again.)
             members::tx::remove_in(&mut *conn, tenant, audit, m.id).await?;
+            crate::tokens::revoke_for_principal_in(&mut *conn, tenant, audit, &m.principal()).await?;
             continue;
         }
         let (mine, any) = store::role_groups(&mut *conn, tenant, user).await?;

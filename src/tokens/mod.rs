@@ -167,3 +167,28 @@ pub async fn revoke(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid) -> Resul
     })
     .await
 }
+
+/// Revokes every live personal token of `principal` inside the caller's tenant transaction,
+/// releasing their live slots, with an admin-log row each (SCIM deprovisioning: a person
+/// invited again later does not get their old tokens back). The count revoked.
+pub async fn revoke_for_principal_in(
+    conn: &mut sqlx::PgConnection,
+    tenant: TenantId,
+    audit: &Audit,
+    principal: &Principal,
+) -> Result<usize> {
+    let ids = store::revoke_for_principal(&mut *conn, tenant, principal).await?;
+    for id in &ids {
+        store::release(&mut *conn, tenant).await?;
+        let entry = Entry {
+            tenant: Some(tenant),
+            audit,
+            action: "token.revoke",
+            target: format!("token:{id}"),
+            before: None,
+            after: Some(json!({ "reason": "member_deprovisioned" })),
+        };
+        admin_log::record(&mut *conn, entry).await?;
+    }
+    Ok(ids.len())
+}

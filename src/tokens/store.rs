@@ -135,3 +135,17 @@ pub async fn revoke(conn: &mut PgConnection, tenant: TenantId, id: Uuid) -> Resu
     .await?;
     Ok(row.map(Token::from))
 }
+
+/// Revokes every live token issued to `p` (a person's personal tokens); their ids.
+pub async fn revoke_for_principal(conn: &mut PgConnection, tenant: TenantId, p: &Principal) -> Result<Vec<Uuid>> {
+    Ok(sqlx::query_scalar!(
+        "UPDATE access_tokens SET revoked_at = now()
+          WHERE tenant_id = $1 AND principal_issuer = $2 AND principal_subject = $3 AND revoked_at IS NULL
+         RETURNING id",
+        tenant.0,
+        p.issuer,
+        p.subject,
+    )
+    .fetch_all(conn)
+    .await?)
+}
