@@ -19,12 +19,23 @@ fn reconnect(at: &Caller<'_>, id: &str) -> String {
     )
 }
 
-/// The repair path of a grant a member gets with their identity token (no connect link leads
-/// there: the member's own client presents the token).
-fn identity_assertion(at: &Caller<'_>, id: &str) -> String {
-    format!(
-        "connector `{id}` uses each member's identity token (enterprise-managed authorization): the member presents a current one from the connector's identity provider, signed in to Gatehouse (POST /api/v1/tenants/{}/workspaces/{}/connectors/{id}/oauth/personal/identity-assertion with {{\"identity_token\": \"…\"}})",
+/// The `auth_required` problem of a grant a person must make (again): `state` and `why` for
+/// an authorization page's grant; for one a member gets with their identity token, whether
+/// missing or dead, the path where they present it (no connect link leads there).
+fn needs_person(o: &OauthAuth, at: &Caller<'_>, id: &str, state: &'static str, why: String) -> Problem {
+    if o.flow != Flow::IdentityAssertion {
+        return problem("auth_required", state, why);
+    }
+    let path = format!(
+        "POST /api/v1/tenants/{}/workspaces/{}/connectors/{id}/oauth/personal/identity-assertion",
         at.tenant_slug, at.workspace_slug
+    );
+    problem(
+        "auth_required",
+        "identity_assertion",
+        format!(
+            "connector `{id}` uses each member's identity token (enterprise-managed authorization): the member presents a current one from the connector's identity provider, signed in to Gatehouse ({path} with {{\"identity_token\": \"…\"}})"
+        ),
     )
 }
 
@@ -95,18 +106,10 @@ pub async fn resolve(
             row = load(state, at, id, owner, true).await?;
             continue;
         }
-        let Some(grant) = row.as_ref().as_ref().filter(|g| o.flow != Flow::IdentityAssertion || g.status == "active") else {
-            if o.flow == Flow::IdentityAssertion {
-                return Err(problem("auth_required", "identity_assertion", identity_assertion(at, id)));
-            }
-            return Err(problem("auth_required", "missing", reconnect(at, id)));
-        };
+        let Some(grant) = row.as_ref() else { return Err(needs_person(o, at, id, "missing", reconnect(at, id))) };
         let Some(envelope) = grant.envelope.as_deref().filter(|_| grant.status == "active") else {
-            return Err(problem(
-                "auth_required",
-                "auth_required",
-                format!("the authorization expired or was refused; {}", reconnect(at, id)),
-            ));
+            let why = format!("the authorization expired or was refused; {}", reconnect(at, id));
+            return Err(needs_person(o, at, id, "auth_required", why));
         };
         let tokens = open(ring, at, id, owner, envelope)?;
         let expiring = grant

@@ -141,11 +141,7 @@ pub async fn list_groups(db: &Db, tenant: TenantId, base: &Base, query: &ListQue
             })
         })
         .await?;
-    let matched = docs
-        .into_iter()
-        .filter(|d| query.filter.as_ref().is_none_or(|f| filter::matches(f, &Value::Object(d.clone()))))
-        .collect();
-    Ok(list_response(query, matched))
+    Ok(list_response(query, docs))
 }
 
 pub async fn replace_group(db: &Db, tenant: TenantId, audit: &Audit, base: &Base, id: Uuid, body: &Value) -> ScimResult<Value> {

@@ -318,14 +318,19 @@ impl ListQuery {
     }
 }
 
-/// A page of a list, as a `ListResponse`.
-fn list_response(query: &ListQuery, matched: Vec<Map<String, Value>>) -> Value {
+/// A page of the resources that match the query's filter, as a `ListResponse`.
+fn list_response(query: &ListQuery, docs: Vec<Map<String, Value>>) -> Value {
+    let matched: Vec<Value> =
+        docs.into_iter().map(Value::Object).filter(|d| query.filter.as_ref().is_none_or(|f| filter::matches(f, d))).collect();
     let total = matched.len();
     let page: Vec<Value> = matched
         .into_iter()
         .skip(query.start_index - 1)
         .take(query.count)
-        .map(|d| Value::Object(query.projection.apply(d)))
+        .map(|d| match d {
+            Value::Object(d) => Value::Object(query.projection.apply(d)),
+            other => other,
+        })
         .collect();
     json!({
         "schemas": [LIST_URN],

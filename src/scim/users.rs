@@ -166,11 +166,7 @@ pub async fn list_users(db: &Db, tenant: TenantId, base: &Base, query: &ListQuer
             })
         })
         .await?;
-    let matched = docs
-        .into_iter()
-        .filter(|d| query.filter.as_ref().is_none_or(|f| filter::matches(f, &Value::Object(d.clone()))))
-        .collect();
-    Ok(list_response(query, matched))
+    Ok(list_response(query, docs))
 }
 
 pub async fn replace_user(db: &Db, tenant: TenantId, audit: &Audit, base: &Base, id: Uuid, body: &Value) -> ScimResult<Value> {
