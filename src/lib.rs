@@ -42,6 +42,7 @@ pub mod server;
 pub mod service_credentials;
 pub mod sessions;
 pub mod snapshots;
+pub mod sso;
 pub mod telemetry;
 pub mod tenant_moves;
 pub mod tenants;
@@ -77,6 +78,8 @@ pub struct Services {
     pub config: Arc<config::Config>,
     /// Signs people in (through the configured provider, or the development one).
     pub rp: Arc<oidc::RelyingParty>,
+    /// Tenants' own OpenID connections' relying parties (issue 22), by connection.
+    pub sso: Arc<sso::Parties>,
     /// The built-in development provider, when active.
     pub dev_idp: Option<Arc<dev_idp::DevIdp>>,
     /// Sessions and catalogs of downstream MCP servers (this replica's).

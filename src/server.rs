@@ -13,7 +13,7 @@ use crate::{
     config::{Config, Secret},
     db::{Db, embedded, migrate},
     dev_idp::DevIdp,
-    oidc::{ProviderConfig, RelyingParty},
+    oidc::{ClientAuth, ProviderConfig, RelyingParty},
 };
 
 /// Where the database is: a URL given by the operator, or the embedded cluster we started.
@@ -64,7 +64,10 @@ pub fn sign_in(config: &Config) -> anyhow::Result<(Arc<RelyingParty>, Option<Arc
             let provider = ProviderConfig {
                 issuer: issuer.clone(),
                 client_id: config.oidc_client_id.clone().unwrap_or_default(),
-                client_secret: config.oidc_client_secret.as_ref().map(|s| s.expose().to_owned()),
+                auth: match config.oidc_client_secret.as_ref() {
+                    Some(s) => ClientAuth::Basic(s.expose().to_owned()),
+                    None => ClientAuth::None,
+                },
                 redirect_uri,
             };
             (Arc::new(RelyingParty::new(provider, http)), None)
@@ -75,7 +78,7 @@ pub fn sign_in(config: &Config) -> anyhow::Result<(Arc<RelyingParty>, Option<Arc
             let provider = ProviderConfig {
                 issuer: idp.issuer.clone(),
                 client_id: crate::dev_idp::CLIENT_ID.into(),
-                client_secret: Some(idp.client_secret.clone()),
+                auth: ClientAuth::Basic(idp.client_secret.clone()),
                 redirect_uri,
             };
             (Arc::new(RelyingParty::new(provider, http)), Some(Arc::new(idp)))
@@ -106,6 +109,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         db: db.clone(),
         config: Arc::new(config),
         rp,
+        sso: Arc::new(crate::sso::Parties::new(crate::oidc::http_client()?)),
         dev_idp,
         downstreams,
         log_levels: Arc::new(crate::gateway::log_levels::LogLevels::new(db.clone())),

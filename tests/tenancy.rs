@@ -175,6 +175,10 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO scim_users (tenant_id, id, user_name_key, attrs) VALUES ($1, $1, $2, '{}')",
         "INSERT INTO scim_groups (tenant_id, id, display_name_key, attrs) VALUES ($1, $1, $2, '{}')",
         "INSERT INTO scim_group_members (tenant_id, group_id, user_id, entry) VALUES ($1, $1, $1, jsonb_build_object('value', $2))",
+        "INSERT INTO sso_connections (tenant_id, id, name, issuer, client_id, auth_method, key_id, envelope, groups_claim,
+                                      role_mapping, default_role, jit, created_by)
+         VALUES ($1, $1, 'idp', 'https://idp.' || $2, 'c', 'client_secret_basic', 'k1', 'v1.k1.x.y', 'groups', '{}', 'member', 'create', 'test')",
+        "INSERT INTO sso_domains (domain, tenant_id, connection_id) VALUES ($2 || '.example', $1, $1)",
         "INSERT INTO tenant_moves (tenant_id, id, direction, export_id, manifest_digest)
          VALUES ($1, gen_random_uuid(), 'in', gen_random_uuid(), repeat('0', 63) || length($2))",
         "WITH r AS (INSERT INTO replicas (id, lease_expires_at) VALUES (gen_random_uuid(), now()) RETURNING id)

@@ -323,15 +323,21 @@ impl FromRequestParts<AppState> for TenantCtx {
             if tenant.status == Status::Moved {
                 return Err(moved(state, tenant.id, parts).await);
             }
+            // A session from another tenant's own connection is a stranger here.
+            if !session.may_enter(tenant.id) {
+                return Err(Error::NotFound { what: "tenant" });
+            }
             let principal = session.principal.clone();
             let (member, permissions) = state
                 .db
                 .serializable(Scope::Tenant(tenant.id), |conn, _| {
                     let principal = principal.clone();
+                    let session = &session;
                     Box::pin(async move {
                         let Some(member) = members::tx::by_principal(&mut *conn, tenant.id, &principal).await? else {
                             return Ok(None);
                         };
+                        crate::sso::tx::check_session(&mut *conn, tenant.id, session).await?;
                         let permissions = members::permissions(conn, tenant.id, member.role).await?;
                         Ok(Some((member, permissions)))
                     })

@@ -29,6 +29,7 @@ async fn home(State(state): State<AppState>, signed_in: Result<SignedIn, Error>)
     let tenants: Vec<(String, String)> = crate::members::memberships(&state.db, &session.principal)
         .await?
         .into_iter()
+        .filter(|(tenant, ..)| session.may_enter(*tenant))
         .map(|(_, slug, name, _)| (slug, name))
         .collect();
     // With one tenant there is nothing to choose.

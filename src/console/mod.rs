@@ -294,6 +294,7 @@ impl FromRequestParts<AppState> for Console {
         let tenants = crate::members::memberships(&state.db, &session.principal)
             .await?
             .into_iter()
+            .filter(|(tenant, ..)| session.may_enter(*tenant))
             .map(|(_, slug, name, _)| (slug, name))
             .collect();
         let layout = Layout {

@@ -192,11 +192,20 @@ async fn session(state: &AppState, headers: &HeaderMap) -> Result<Option<Session
 
 async fn member(state: &AppState, c: &Checked, session: &Session) -> Result<Member, Error> {
     let (tenant, principal) = (c.tenant.id, session.principal.clone());
+    if !session.may_enter(tenant) {
+        return Err(Error::Forbidden { code: "not_a_member", message: "you are not a member of this tenant".into() });
+    }
     state
         .db
         .single_decision(Scope::Tenant(tenant), move |conn, _| {
             let principal = principal.clone();
-            Box::pin(async move { members::tx::by_principal(conn, tenant, &principal).await })
+            Box::pin(async move {
+                let member = members::tx::by_principal(&mut *conn, tenant, &principal).await?;
+                if member.is_some() {
+                    crate::sso::tx::check_session(conn, tenant, session).await?;
+                }
+                Ok(member)
+            })
         })
         .await?
         .ok_or(Error::Forbidden { code: "not_a_member", message: "you are not a member of this tenant".into() })
@@ -220,7 +229,9 @@ pub async fn show(
             // The ordinary sign-in through the tenant's provider, back to this very request.
             let next = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
             let next: String = url::form_urlencoded::byte_serialize(next.as_bytes()).collect();
-            return Redirect::to(&format!("/login?next={next}")).into_response();
+            // Through the tenant's own connection when it has one.
+            let tenant: String = url::form_urlencoded::byte_serialize(slug.as_bytes()).collect();
+            return Redirect::to(&format!("/login?next={next}&tenant={tenant}")).into_response();
         }
         Err(e) => return page_for(&state, e),
     };

@@ -319,13 +319,22 @@ pub async fn accept_invitations(
     name: Option<&str>,
     started_at: DateTime<Utc>,
 ) -> Result<()> {
-    for (tenant, invitation, role) in store::claim_invitations(&mut *conn, email).await? {
-        if store::fence(&mut *conn, tenant, p).await?.is_some_and(|raised| raised >= started_at) {
-            return Err(Error::Conflict {
-                code: "membership_fenced",
-                message: "you were removed from a tenant after this sign-in began; sign in again to accept its invitation".into(),
-            });
-        }
+    accept_invitations_in(conn, audit, p, email, name, started_at, None).await
+}
+
+/// [`accept_invitations`], of the tenant `only` when given (a sign-in through that tenant's
+/// own connection accepts no other tenant's invitations).
+pub async fn accept_invitations_in(
+    conn: &mut sqlx::PgConnection,
+    audit: &Audit,
+    p: &Principal,
+    email: &str,
+    name: Option<&str>,
+    started_at: DateTime<Utc>,
+    only: Option<TenantId>,
+) -> Result<()> {
+    for (tenant, invitation, role) in store::claim_invitations(&mut *conn, email, only).await? {
+        check_fence(&mut *conn, tenant, p, started_at).await?;
         let (member, _) = store::upsert(&mut *conn, tenant, p, Some(email), name, role).await?;
         store::mark_invitation_consumer(&mut *conn, tenant, invitation, member.id).await?;
         let after = Some(json!({ "member": member.id, "role": member.role, "invitation": invitation }));
@@ -340,6 +349,37 @@ pub async fn accept_invitations(
         admin_log::record(&mut *conn, entry).await?;
     }
     Ok(())
+}
+
+async fn check_fence(conn: &mut sqlx::PgConnection, tenant: TenantId, p: &Principal, started_at: DateTime<Utc>) -> Result<()> {
+    if store::fence(conn, tenant, p).await?.is_some_and(|raised| raised >= started_at) {
+        return Err(Error::Conflict {
+            code: "membership_fenced",
+            message: "you were removed from a tenant after this sign-in began; sign in again to accept its invitation".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Makes `p` a member of `tenant` with `role` at their first sign-in through the tenant's own
+/// connection (just-in-time provisioning), inside the sign-in transaction, with its admin-log
+/// row; the membership fence holds as for invitations.
+#[allow(clippy::too_many_arguments)]
+pub async fn join_in(
+    conn: &mut sqlx::PgConnection,
+    tenant: TenantId,
+    audit: &Audit,
+    p: &Principal,
+    email: &str,
+    name: Option<&str>,
+    role: Role,
+    started_at: DateTime<Utc>,
+) -> Result<()> {
+    check_fence(&mut *conn, tenant, p, started_at).await?;
+    let (member, _) = store::upsert(&mut *conn, tenant, p, Some(email), name, role).await?;
+    let after = Some(json!({ "member": member.id, "role": member.role, "via": "sso" }));
+    let target = format!("member:{}", member.id);
+    admin_log::record(conn, Entry { tenant: Some(tenant), audit, action: "member.join", target, before: None, after }).await
 }
 
 pub async fn list(db: &Db, tenant: TenantId) -> Result<Vec<Member>> {

@@ -321,12 +321,18 @@ pub async fn revoke_invitation(conn: &mut PgConnection, tenant: TenantId, id: Uu
 /// Claims every outstanding, unexpired invitation for `email` (platform context): each is
 /// consumed by one conditional update, so an invitation is used once even when two
 /// sign-ins race. Returns (tenant, invitation id, role).
-pub async fn claim_invitations(conn: &mut PgConnection, email: &str) -> Result<Vec<(TenantId, Uuid, Role)>> {
+pub async fn claim_invitations(
+    conn: &mut PgConnection,
+    email: &str,
+    only: Option<TenantId>,
+) -> Result<Vec<(TenantId, Uuid, Role)>> {
     let rows = sqlx::query!(
         r#"UPDATE invitations SET consumed_at = now()
            WHERE email = $1 AND consumed_at IS NULL AND revoked_at IS NULL AND expires_at > now()
+             AND ($2::uuid IS NULL OR tenant_id = $2)
            RETURNING tenant_id AS "tenant_id: TenantId", id, role"#,
         email,
+        only.map(|t| t.0),
     )
     .fetch_all(conn)
     .await?;

@@ -17,7 +17,7 @@
 //!   resource metadata (`discovery`, also from a 401's challenge: `challenge`).
 //! - Disconnect writes a revocation intent; `sweep` settles the ones a crash left.
 
-mod assertion;
+pub mod assertion;
 pub mod challenge;
 pub mod client_auth;
 mod client_credentials;

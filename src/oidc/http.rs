@@ -18,7 +18,7 @@ use crate::{
     auth::{SignedIn, check_browser_write, session_cookie},
     db::Scope,
     error::{Error, Result},
-    members::{self, Principal, Role},
+    members::{self, Role},
     pages::{self, escape},
     secrets, sessions, tenants,
 };
@@ -64,26 +64,84 @@ fn browser_error(state: &AppState, e: Error) -> Response {
 #[derive(Deserialize)]
 struct LoginQuery {
     next: Option<String>,
+    /// `?tenant=slug`: sign in through that tenant's own connection, when it has one.
+    tenant: Option<String>,
+    /// The person's email address: its domain picks the tenant connection, if any.
+    email: Option<String>,
 }
 
 async fn login(State(state): State<AppState>, Query(q): Query<LoginQuery>) -> Response {
-    match start_login(&state, q.next.as_deref()).await {
+    match start_login(&state, q).await {
         Ok(r) => r,
         Err(e) => browser_error(&state, e),
     }
 }
 
-async fn start_login(state: &AppState, next: Option<&str>) -> Result<Response> {
-    let next = safe_next(next)?;
-    let started = state.rp.start().await?;
+/// `POST /login`: the discovery form's answer (`email`, `next`).
+async fn login_form(State(state): State<AppState>, axum::Form(q): axum::Form<LoginQuery>) -> Response {
+    let q = LoginQuery { email: Some(q.email.unwrap_or_default()), ..q };
+    match start_login(&state, q).await {
+        Ok(r) => r,
+        Err(e) => browser_error(&state, e),
+    }
+}
+
+/// Sign-in discovery: a tenant's own connection for `?tenant=` or the email's domain, else the
+/// deployment's provider. With tenant connections in the deployment and neither given, the
+/// person is first asked for their email address. Unknown tenants and domains go to the
+/// deployment's provider, exactly as ones without SSO do: nothing here tells which exist.
+async fn start_login(state: &AppState, q: LoginQuery) -> Result<Response> {
+    let next = safe_next(q.next.as_deref())?;
+    let email = q.email.as_deref().map(str::trim).filter(|e| !e.is_empty());
+    let asked = q.tenant.is_some() || q.email.is_some();
+    if !asked && crate::sso::any(&state.db).await? {
+        return Ok(discovery_page(state, &next));
+    }
+    let route = if asked { crate::sso::route(&state.db, q.tenant.as_deref(), email).await? } else { None };
+    let party = match route {
+        Some((tenant, id)) => crate::sso::party(state, tenant, id).await?,
+        None => None,
+    };
+    let rp = party.as_ref().map_or(&state.rp, |p| &p.rp);
+    let started = rp.start().await?;
+    let mut authorize_url = started.authorize_url.clone();
+    if let (Some(_), Some(email)) = (&party, email) {
+        // The provider may skip asking who it is.
+        let mut url = url::Url::parse(&authorize_url).map_err(anyhow::Error::from)?;
+        url.query_pairs_mut().append_pair("login_hint", email);
+        authorize_url = url.to_string();
+    }
     // The flow cookie binds the flow to this browser, so a callback URL planted in another
     // browser (login CSRF) is refused.
     let browser = secrets::random_b64(32);
     let (state_hash, browser_hash) = (secrets::digest(&started.state), secrets::digest(&browser));
-    store::save(&state.db, &state_hash, &browser_hash, &started.pkce_verifier, &started.nonce, &next).await?;
-    let mut response = Redirect::to(&started.authorize_url).into_response();
+    let flow = store::NewFlow {
+        state_hash: &state_hash,
+        browser_hash: &browser_hash,
+        verifier: &started.pkce_verifier,
+        nonce: &started.nonce,
+        next: &next,
+        sso: party.as_ref().map(|p| (p.tenant, p.connection.id)),
+    };
+    store::save(&state.db, &flow).await?;
+    let mut response = Redirect::to(&authorize_url).into_response();
     response.headers_mut().append(header::SET_COOKIE, cookie(state, FLOW_COOKIE, &browser, "/auth", store::FLOW_TTL_SECS));
     Ok(response)
+}
+
+/// The email prompt of sign-in discovery.
+fn discovery_page(state: &AppState, next: &str) -> Response {
+    let body = format!(
+        "<form method=\"post\" action=\"/login\">\
+         <p><label for=\"email\">Work email</label> \
+         <input id=\"email\" name=\"email\" type=\"email\" autocomplete=\"email\" required></p>\
+         <input type=\"hidden\" name=\"next\" value=\"{}\">\
+         <p><button>Continue</button></p></form>\
+         <p>Your organisation's sign-in is found from your email address. Anyone else signs in with this \
+         deployment's own provider.</p>",
+        escape(next)
+    );
+    pages::page(StatusCode::OK, "Sign in", state.config.dev_sign_in(), &body)
 }
 
 #[derive(Deserialize)]
@@ -118,8 +176,21 @@ async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -
         Some("state"),
         "unknown, expired or already used sign-in state",
     ))?;
-    let identity = state.rp.finish(&code, &flow.pkce_verifier, &flow.nonce).await?;
-    let raw = sign_in(state, &identity, flow.started_at, crate::extract::request_id(headers)).await?;
+    let party =
+        match flow.sso {
+            Some((tenant, id)) => Some(crate::sso::party(state, tenant, id).await?.ok_or(Error::Forbidden {
+                code: "sso_connection_gone",
+                message: "this sign-in's connection was removed".into(),
+            })?),
+            None => None,
+        };
+    // The flow's own provider checks the code and the ID token (its issuer, and its audience:
+    // this connection's client id), so nothing of another provider signs in here.
+    let identity = match &party {
+        Some(p) => p.rp.finish_with(&code, &flow.pkce_verifier, &flow.nonce, p.token_params()?).await?,
+        None => state.rp.finish(&code, &flow.pkce_verifier, &flow.nonce).await?,
+    };
+    let raw = sign_in(state, &identity, party.as_ref(), flow.started_at, crate::extract::request_id(headers)).await?;
     let mut response = Redirect::to(&flow.next_path).into_response();
     let secure = state.config.cookie_secure();
     let h = response.headers_mut();
@@ -135,6 +206,7 @@ async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -
 async fn sign_in(
     state: &AppState,
     identity: &Identity,
+    party: Option<&crate::sso::Party>,
     started_at: chrono::DateTime<chrono::Utc>,
     request_id: Option<String>,
 ) -> Result<String> {
@@ -147,12 +219,14 @@ async fn sign_in(
             Box::pin(async move {
                 let p = &identity.principal;
                 let (email, name) = (identity.email.as_deref(), identity.name.as_deref());
-                if identity.email_verified
+                if let Some(party) = party {
+                    crate::sso::admit(&mut *conn, &audit, party, identity, started_at).await?;
+                } else if identity.email_verified
                     && let Some(email) = email.and_then(|e| members::normalize_email(e).ok())
                 {
                     members::accept_invitations(&mut *conn, &audit, p, &email, name, started_at).await?;
                 }
-                if bootstrap && tenants::tx::count(&mut *conn).await? == 0 {
+                if party.is_none() && bootstrap && tenants::tx::count(&mut *conn).await? == 0 {
                     let tenant = tenants::create_in(&mut *conn, &audit, DEFAULT_TENANT, "Default").await?;
                     let (member, _) = members::tx::upsert(&mut *conn, tenant.id, p, email, name, Role::Owner).await?;
                     let after = Some(json!({ "member": member.id, "role": member.role, "bootstrap": true }));
@@ -166,12 +240,14 @@ async fn sign_in(
                     };
                     admin_log::record(&mut *conn, entry).await?;
                 }
-                let (raw, _) = sessions::create(&mut *conn, p, email, name).await?;
-                let after = Some(json!({ "issuer": p.issuer, "subject": p.subject, "email": email }));
+                let sso_tenant = party.map(|p| p.tenant);
+                let (raw, _) = sessions::create(&mut *conn, p, email, name, sso_tenant).await?;
+                let via = party.map(|p| p.connection.id);
+                let after = Some(json!({ "issuer": p.issuer, "subject": p.subject, "email": email, "sso_connection": via }));
                 admin_log::record(
                     conn,
                     Entry {
-                        tenant: None,
+                        tenant: sso_tenant,
                         audit: &audit,
                         action: "session.sign_in",
                         target: format!("person:{}", p.subject),
@@ -212,14 +288,20 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap, body: axum::b
     Ok(response)
 }
 
-async fn memberships(state: &AppState, p: &Principal) -> Result<Vec<Value>> {
+/// The tenants this session may act in (one, for a session of a tenant's own connection).
+async fn memberships(state: &AppState, session: &sessions::Session) -> Result<Vec<Value>> {
+    let p = &session.principal;
     let rows = state
         .db
         .serializable(Scope::Platform { reason: "list own memberships" }, move |conn, _| {
             Box::pin(members::tx::memberships_of(conn, p))
         })
         .await?;
-    Ok(rows.into_iter().map(|(_, slug, name, role)| json!({ "tenant": slug, "name": name, "role": role })).collect())
+    Ok(rows
+        .into_iter()
+        .filter(|(tenant, ..)| session.may_enter(*tenant))
+        .map(|(_, slug, name, role)| json!({ "tenant": slug, "name": name, "role": role }))
+        .collect())
 }
 
 /// The answer of `GET /api/v1/me`.
@@ -247,7 +329,7 @@ struct Membership {
 /// The signed-in person, their memberships and their CSRF token (for API writes).
 #[utoipa::path(get, path = "/api/v1/me", tag = "me", security(("session" = [])), responses((status = 200, body = Me)))]
 async fn me(State(state): State<AppState>, SignedIn(session): SignedIn) -> Result<Response> {
-    let memberships = memberships(&state, &session.principal).await?;
+    let memberships = memberships(&state, &session).await?;
     let body = json!({
         "principal": session.principal,
         "email": session.email,
@@ -269,7 +351,7 @@ async fn home(State(state): State<AppState>, headers: HeaderMap) -> Result<Respo
         return Ok(pages::page(StatusCode::OK, "Gatehouse", dev, "<p><a href=\"/login\">Sign in</a></p>"));
     };
     let who = session.email.clone().or(session.display_name.clone()).unwrap_or_else(|| session.principal.subject.clone());
-    let list = memberships(&state, &session.principal).await?;
+    let list = memberships(&state, &session).await?;
     let mut body = format!("<p>Signed in as <strong>{}</strong>.</p>", escape(&who));
     if list.is_empty() {
         body.push_str(&format!(
@@ -299,7 +381,7 @@ async fn home(State(state): State<AppState>, headers: HeaderMap) -> Result<Respo
 pub fn router() -> utoipa_axum::router::OpenApiRouter<AppState> {
     utoipa_axum::router::OpenApiRouter::new()
         .route("/", get(home))
-        .route("/login", get(login))
+        .route("/login", get(login).post(login_form))
         .route("/auth/callback", get(callback))
         .route("/logout", post(logout))
         .routes(utoipa_axum::routes!(me))

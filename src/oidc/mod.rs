@@ -38,9 +38,34 @@ type Client = CoreClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointNo
 pub struct ProviderConfig {
     pub issuer: String,
     pub client_id: String,
-    pub client_secret: Option<String>,
+    pub auth: ClientAuth,
     /// `{public_url}/auth/callback`
     pub redirect_uri: String,
+}
+
+/// How Gatehouse authenticates at the provider's token endpoint.
+#[derive(Clone)]
+pub enum ClientAuth {
+    /// A public client: only its id.
+    None,
+    /// `client_secret_basic`.
+    Basic(String),
+    /// `client_secret_post`.
+    Post(String),
+    /// `private_key_jwt`: each token request carries the assertion the caller signs (the
+    /// provider's `finish` takes it as extra form parameters).
+    PrivateKeyJwt,
+}
+
+impl std::fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClientAuth::None => "none",
+            ClientAuth::Basic(_) => "client_secret_basic",
+            ClientAuth::Post(_) => "client_secret_post",
+            ClientAuth::PrivateKeyJwt => "private_key_jwt",
+        })
+    }
 }
 
 /// What a successful sign-in proves.
@@ -50,6 +75,9 @@ pub struct Identity {
     pub email: Option<String>,
     pub email_verified: bool,
     pub name: Option<String>,
+    /// Every claim of the (verified) ID token, for claims the core set does not name, such as
+    /// a tenant connection's groups claim.
+    pub claims: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A sign-in flow's secrets, kept server-side until the callback.
@@ -77,6 +105,11 @@ impl RelyingParty {
         &self.config.issuer
     }
 
+    /// How this party authenticates at the token endpoint.
+    pub fn auth(&self) -> &ClientAuth {
+        &self.config.auth
+    }
+
     async fn metadata(&self, force: bool) -> Result<Arc<Metadata>> {
         if !force
             && let Some((at, m)) = self.cache.read().await.as_ref()
@@ -101,12 +134,19 @@ impl RelyingParty {
     fn client(&self, metadata: &Metadata) -> Result<Client> {
         let redirect =
             RedirectUrl::new(self.config.redirect_uri.clone()).map_err(|e| anyhow::anyhow!("bad redirect URI: {e}"))?;
-        Ok(CoreClient::from_provider_metadata(
+        let (secret, in_body) = match &self.config.auth {
+            ClientAuth::None => (None, false),
+            ClientAuth::Basic(s) => (Some(s.clone()), false),
+            ClientAuth::Post(s) => (Some(s.clone()), true),
+            ClientAuth::PrivateKeyJwt => (None, true),
+        };
+        let client = CoreClient::from_provider_metadata(
             metadata.clone(),
             ClientId::new(self.config.client_id.clone()),
-            self.config.client_secret.clone().map(ClientSecret::new),
+            secret.map(ClientSecret::new),
         )
-        .set_redirect_uri(redirect))
+        .set_redirect_uri(redirect);
+        Ok(if in_body { client.set_auth_type(openidconnect::AuthType::RequestBody) } else { client })
     }
 
     /// The provider's RP-initiated logout endpoint, when it advertises one.
@@ -141,21 +181,34 @@ impl RelyingParty {
     /// Exchanges the code and validates the ID token. A signature failure refreshes the
     /// provider's keys once (they may have rotated) before giving up.
     pub async fn finish(&self, code: &str, pkce_verifier: &str, nonce: &str) -> Result<Identity> {
+        self.finish_with(code, pkce_verifier, nonce, Vec::new()).await
+    }
+
+    /// [`RelyingParty::finish`], with `extra` form parameters on the token request (a
+    /// `private_key_jwt` client's assertion).
+    pub async fn finish_with(
+        &self,
+        code: &str,
+        pkce_verifier: &str,
+        nonce: &str,
+        extra: Vec<(&'static str, String)>,
+    ) -> Result<Identity> {
         let metadata = self.metadata(false).await?;
         let client = self.client(&metadata)?;
-        let response = client
+        let mut request = client
             .exchange_code(AuthorizationCode::new(code.to_owned()))
             .map_err(|e| anyhow::anyhow!("provider has no token endpoint: {e}"))?
-            .set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier.to_owned()))
-            .request_async(&self.http)
-            .await
-            .map_err(|e| {
-                tracing::warn!(error = %e, "code exchange failed");
-                Error::Forbidden {
-                    code: "token_exchange_failed",
-                    message: "the sign-in provider refused the authorization code".into(),
-                }
-            })?;
+            .set_pkce_verifier(PkceCodeVerifier::new(pkce_verifier.to_owned()));
+        for (name, value) in extra {
+            request = request.add_extra_param(name, value);
+        }
+        let response = request.request_async(&self.http).await.map_err(|e| {
+            tracing::warn!(error = %e, "code exchange failed");
+            Error::Forbidden {
+                code: "token_exchange_failed",
+                message: "the sign-in provider refused the authorization code".into(),
+            }
+        })?;
         let id_token = response
             .id_token()
             .ok_or(Error::Forbidden { code: "invalid_id_token", message: "the provider returned no ID token".into() })?;
@@ -185,6 +238,7 @@ impl RelyingParty {
             email: claims.email().map(|e| e.to_string()),
             email_verified: claims.email_verified().unwrap_or(false),
             name: claims.name().and_then(|n| n.get(None)).map(|n| n.to_string()),
+            claims: payload(&id_token.to_string()),
         })
     }
 
@@ -196,6 +250,16 @@ impl RelyingParty {
         *last = Some(Instant::now());
         true
     }
+}
+
+/// The claims of a compact JWT whose signature was already verified (empty when unreadable).
+fn payload(jwt: &str) -> serde_json::Map<String, serde_json::Value> {
+    use base64::Engine;
+    jwt.split('.')
+        .nth(1)
+        .and_then(|p| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(p.trim_end_matches('=')).ok())
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
 }
 
 fn invalid_id_token(reason: &str) -> Error {

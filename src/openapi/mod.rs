@@ -63,6 +63,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(crate::members::http::router())
         .merge(crate::tokens::http::router())
         .merge(crate::scim::http::api_router())
+        .merge(crate::sso::http::api_router())
         .merge(crate::service_credentials::http::router())
         .merge(crate::kv::http::router())
         .merge(crate::workspaces::http::router())
@@ -249,9 +250,10 @@ fn conventions(path: &str, method: &HttpMethod, op: &mut Operation) {
                 if write {
                     "`permission_denied`; `person_required` (a machine on a route for people); `origin_mismatch` or \
                      `csrf_failed` (a browser's write without the same `Origin` or the session's `X-CSRF-Token`); \
-                     `tenant_suspended`"
+                     `tenant_suspended`; `sso_required` (a session of another sign-in, where the tenant requires its SSO)"
                 } else {
-                    "`permission_denied`; `person_required` (a machine on a route for people); `tenant_suspended`"
+                    "`permission_denied`; `person_required` (a machine on a route for people); `tenant_suspended`; \
+                     `sso_required` (a session of another sign-in, where the tenant requires its SSO)"
                 },
             ),
             ("404", "`not_found`: the tenant or an object of the path does not exist or is another tenant's"),

@@ -14,6 +14,7 @@ use crate::{
     admin_log::{self, Audit, Entry},
     db::{Db, Scope},
     error::Result,
+    ids::TenantId,
     secrets,
 };
 
@@ -43,6 +44,17 @@ pub struct Session {
     pub created_at: DateTime<Utc>,
     pub idle_expires_at: DateTime<Utc>,
     pub absolute_expires_at: DateTime<Utc>,
+    /// Signed in through this tenant's own connection (issue 22): the session acts in that
+    /// tenant only. `None`: the deployment's provider.
+    pub sso_tenant: Option<TenantId>,
+}
+
+impl Session {
+    /// Whether this session may act in `tenant` at all (a tenant connection's session only in
+    /// its own tenant).
+    pub fn may_enter(&self, tenant: TenantId) -> bool {
+        self.sso_tenant.is_none_or(|t| t == tenant)
+    }
 }
 
 /// The cookie name: `__Host-` prefixed when the cookie is Secure, which pins it to this
@@ -57,12 +69,13 @@ pub async fn create(
     principal: &Principal,
     email: Option<&str>,
     name: Option<&str>,
+    sso_tenant: Option<TenantId>,
 ) -> Result<(String, Session)> {
     store::prune(&mut *conn).await?;
     let raw = secrets::random_b64(32);
     let csrf = secrets::random_b64(32);
     let id_hash = secrets::digest(&raw);
-    let new = store::NewSession { id_hash: &id_hash, principal, email, name, csrf: &csrf };
+    let new = store::NewSession { id_hash: &id_hash, principal, email, name, csrf: &csrf, sso_tenant };
     let session = store::insert(conn, &new, IDLE_SECS, ABSOLUTE_SECS).await?;
     Ok((raw, session))
 }

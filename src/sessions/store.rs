@@ -5,7 +5,7 @@ use sqlx::PgConnection;
 
 use super::Principal;
 use super::{PRUNE_BATCH, Session};
-use crate::error::Result;
+use crate::{error::Result, ids::TenantId};
 
 /// A `sessions` row as the statements here return it.
 struct Row {
@@ -18,6 +18,7 @@ struct Row {
     created_at: DateTime<Utc>,
     idle_expires_at: DateTime<Utc>,
     absolute_expires_at: DateTime<Utc>,
+    sso_tenant_id: Option<TenantId>,
 }
 
 impl From<Row> for Session {
@@ -31,6 +32,7 @@ impl From<Row> for Session {
             created_at: row.created_at,
             idle_expires_at: row.idle_expires_at,
             absolute_expires_at: row.absolute_expires_at,
+            sso_tenant: row.sso_tenant_id,
         }
     }
 }
@@ -57,16 +59,19 @@ pub struct NewSession<'a> {
     pub email: Option<&'a str>,
     pub name: Option<&'a str>,
     pub csrf: &'a str,
+    /// The tenant whose connection signed the person in, if any.
+    pub sso_tenant: Option<TenantId>,
 }
 
 /// Inserts a session that expires after `idle_secs` unused or `absolute_secs` in all.
 pub async fn insert(conn: &mut PgConnection, new: &NewSession<'_>, idle_secs: i64, absolute_secs: i64) -> Result<Session> {
-    let NewSession { id_hash, principal: p, email, name, csrf } = *new;
+    let NewSession { id_hash, principal: p, email, name, csrf, sso_tenant } = *new;
     let row = sqlx::query_as!(
         Row,
-        "INSERT INTO sessions (id_hash, issuer, subject, email, display_name, csrf_token, idle_expires_at, absolute_expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::float8), now() + make_interval(secs => $8::float8))
-         RETURNING id_hash, issuer, subject, email, display_name, csrf_token, created_at, idle_expires_at, absolute_expires_at",
+        r#"INSERT INTO sessions (id_hash, issuer, subject, email, display_name, csrf_token, idle_expires_at, absolute_expires_at, sso_tenant_id)
+         VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::float8), now() + make_interval(secs => $8::float8), $9)
+         RETURNING id_hash, issuer, subject, email, display_name, csrf_token, created_at, idle_expires_at, absolute_expires_at,
+                   sso_tenant_id AS "sso_tenant_id: TenantId""#,
         id_hash,
         p.issuer,
         p.subject,
@@ -75,6 +80,7 @@ pub async fn insert(conn: &mut PgConnection, new: &NewSession<'_>, idle_secs: i6
         csrf,
         idle_secs as f64,
         absolute_secs as f64,
+        sso_tenant.map(|t| t.0),
     )
     .fetch_one(conn)
     .await?;
@@ -86,7 +92,7 @@ pub async fn insert(conn: &mut PgConnection, new: &NewSession<'_>, idle_secs: i6
 pub async fn touch(conn: &mut PgConnection, id_hash: &[u8], idle_secs: i64) -> Result<Option<Session>> {
     let row = sqlx::query!(
         r#"SELECT id_hash, issuer, subject, email, display_name, csrf_token, created_at, idle_expires_at, absolute_expires_at,
-                  last_seen_at < now() - interval '1 minute' AS "stale!"
+                  sso_tenant_id AS "sso_tenant_id: TenantId", last_seen_at < now() - interval '1 minute' AS "stale!"
            FROM sessions
            WHERE id_hash = $1 AND idle_expires_at > now() AND absolute_expires_at > now()"#,
         id_hash,
@@ -116,6 +122,7 @@ pub async fn touch(conn: &mut PgConnection, id_hash: &[u8], idle_secs: i64) -> R
             created_at: row.created_at,
             idle_expires_at: row.idle_expires_at,
             absolute_expires_at: row.absolute_expires_at,
+            sso_tenant_id: row.sso_tenant_id,
         }
         .into(),
     ))

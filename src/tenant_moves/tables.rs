@@ -93,6 +93,11 @@ pub const TABLES: &[Table] = &[
     exclude("agent_subscriptions", "connected agents' sessions on the source deployment, kept a day; agents subscribe again"),
     exclude("agent_log_levels", "connected agents' sessions on the source deployment, kept a day; agents set their level again"),
     exclude("tenant_moves", "each deployment's own record of the moves it took part in"),
+    exclude(
+        "sso_connections",
+        "a tenant's OpenID clients are registered at its providers with the source's callback URL; registered again at the destination",
+    ),
+    exclude("sso_domains", "the email domains of the sso_connections left behind"),
 ];
 
 /// The registered table called `name`.

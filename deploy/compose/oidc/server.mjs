@@ -4,6 +4,7 @@
 // oidc-provider's built-in development login page: any login name signs in
 // as that subject, with an email of `<name>@example.test`. Signing keys are
 // generated at start, so sessions and tokens do not survive a restart.
+import { readFileSync } from 'node:fs';
 import Provider from 'oidc-provider';
 
 const env = (name, fallback) => process.env[name] || fallback;
@@ -31,18 +32,23 @@ const configuration = {
   claims: {
     openid: ['sub'],
     email: ['email', 'email_verified'],
-    profile: ['name', 'preferred_username'],
+    profile: ['name', 'preferred_username', 'groups'],
   },
   async findAccount(_ctx, id) {
     return {
       accountId: id,
       async claims() {
+        // OIDC_GROUPS_FILE (tests): a JSON object of login → groups, read at every sign-in,
+        // so a test can change a person's groups between two sign-ins.
+        const groupsFile = process.env.OIDC_GROUPS_FILE;
+        const groups = groupsFile ? JSON.parse(readFileSync(groupsFile, 'utf8'))[id] : undefined;
         return {
           sub: id,
           name: id,
           preferred_username: id,
-          email: `${id}@example.test`,
+          email: `${id}@${env('OIDC_EMAIL_DOMAIN', 'example.test')}`,
           email_verified: true,
+          ...(groups ? { groups } : {}),
         };
       },
     };
