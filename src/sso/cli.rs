@@ -14,50 +14,14 @@ pub enum Command {
     #[command(subcommand)]
     Connection(ConnectionCommand),
     /// Require (`on`) or stop requiring (`off`) sign-in through the tenant's connections.
-    Require {
-        #[command(flatten)]
-        t: TenantArg,
-        #[arg(value_parser = ["on", "off"])]
-        state: String,
-    },
+    Require(RequireArgs),
 }
 
 #[derive(Subcommand)]
 pub enum ConnectionCommand {
     /// Add a connection; prints its id. The secret is read from the environment variable
     /// named by `--client-secret-env` (never from the command line), or the key from a file.
-    Add {
-        #[command(flatten)]
-        t: TenantArg,
-        #[arg(long)]
-        name: String,
-        #[arg(long)]
-        issuer: String,
-        #[arg(long)]
-        client_id: String,
-        /// The environment variable holding the client secret.
-        #[arg(long)]
-        client_secret_env: Option<String>,
-        /// A PKCS#8 PEM file (private_key_jwt).
-        #[arg(long)]
-        private_key_file: Option<std::path::PathBuf>,
-        /// client_secret_basic (default with a secret), client_secret_post or private_key_jwt.
-        #[arg(long)]
-        auth_method: Option<String>,
-        /// An email domain the connection signs in (repeat for more).
-        #[arg(long = "domain", required = true)]
-        domains: Vec<String>,
-        #[arg(long)]
-        groups_claim: Option<String>,
-        /// `VALUE=ROLE`: a groups claim value and the role it gives (repeat for more).
-        #[arg(long = "role")]
-        roles: Vec<String>,
-        #[arg(long)]
-        default_role: Option<String>,
-        /// `create` (first sign-in creates the member) or `invitation` (default).
-        #[arg(long)]
-        jit: Option<String>,
-    },
+    Add(Box<AddArgs>),
     /// One connection per line: id, name, issuer, client id, domains, jit.
     List {
         #[command(flatten)]
@@ -70,26 +34,69 @@ pub enum ConnectionCommand {
     },
 }
 
+#[derive(clap::Args)]
+pub struct RequireArgs {
+    #[command(flatten)]
+    t: TenantArg,
+    #[arg(value_parser = ["on", "off"])]
+    state: String,
+}
+
+#[derive(clap::Args)]
+pub struct AddArgs {
+    #[command(flatten)]
+    t: TenantArg,
+    #[arg(long)]
+    name: String,
+    #[arg(long)]
+    issuer: String,
+    #[arg(long)]
+    client_id: String,
+    /// The environment variable holding the client secret.
+    #[arg(long)]
+    client_secret_env: Option<String>,
+    /// A PKCS#8 PEM file (private_key_jwt).
+    #[arg(long)]
+    private_key_file: Option<std::path::PathBuf>,
+    /// client_secret_basic (default with a secret), client_secret_post or private_key_jwt.
+    #[arg(long)]
+    auth_method: Option<String>,
+    /// An email domain the connection signs in (repeat for more).
+    #[arg(long = "domain", required = true)]
+    domains: Vec<String>,
+    #[arg(long)]
+    groups_claim: Option<String>,
+    /// `VALUE=ROLE`: a groups claim value and the role it gives (repeat for more).
+    #[arg(long = "role")]
+    roles: Vec<String>,
+    #[arg(long)]
+    default_role: Option<String>,
+    /// `create` (first sign-in creates the member) or `invitation` (default).
+    #[arg(long)]
+    jit: Option<String>,
+}
+
 pub async fn run(db: &Db, audit: &Audit, config: &Config, cmd: Command) -> anyhow::Result<Outcome> {
     match cmd {
-        Command::Require { t, state } => {
+        Command::Require(RequireArgs { t, state }) => {
             let s = super::set_required(db, t.resolve(db).await?, audit, state == "on", None).await?;
             println!("required\t{}\tenforced\t{}", s.required, s.enforced);
         }
-        Command::Connection(ConnectionCommand::Add {
-            t,
-            name,
-            issuer,
-            client_id,
-            client_secret_env,
-            private_key_file,
-            auth_method,
-            domains,
-            groups_claim,
-            roles,
-            default_role,
-            jit,
-        }) => {
+        Command::Connection(ConnectionCommand::Add(args)) => {
+            let AddArgs {
+                t,
+                name,
+                issuer,
+                client_id,
+                client_secret_env,
+                private_key_file,
+                auth_method,
+                domains,
+                groups_claim,
+                roles,
+                default_role,
+                jit,
+            } = *args;
             let client_secret = match client_secret_env {
                 Some(var) => Some(std::env::var(&var).map_err(|_| anyhow::anyhow!("the environment variable {var} is not set"))?),
                 None => None,
