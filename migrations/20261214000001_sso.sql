@@ -32,9 +32,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON sso_connections TO gatehouse_app;
 -- Sign-in discovery: an email domain belongs to at most one connection in the deployment, so
 -- an address routes to exactly one provider.
 CREATE TABLE sso_domains (
-    domain text PRIMARY KEY CHECK (domain = lower(domain) AND length(domain) BETWEEN 3 AND 253),
     tenant_id uuid NOT NULL,
+    domain text NOT NULL CHECK (domain = lower(domain) AND length(domain) BETWEEN 3 AND 253),
     connection_id uuid NOT NULL,
+    PRIMARY KEY (tenant_id, domain),
+    CONSTRAINT sso_domains_domain_key UNIQUE (domain),
     FOREIGN KEY (tenant_id, connection_id) REFERENCES sso_connections (tenant_id, id) ON DELETE CASCADE
 );
 CREATE INDEX sso_domains_connection ON sso_domains (tenant_id, connection_id);

@@ -22,6 +22,7 @@ mod ops;
 mod page;
 mod reports;
 mod secret_rows;
+mod sso;
 mod tokens;
 mod workspaces;
 
@@ -64,6 +65,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(mcp_clients::router())
         .merge(connector::router())
         .merge(lifecycle::router())
+        .merge(sso::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
 }
 
@@ -273,6 +275,7 @@ fn nav(slug: &str, role: Role, ctx: &TenantCtx, platform_admin: bool) -> Vec<Nav
     if is_admin(role) {
         items.push(item("admin-log", "Admin log", "/admin-log"));
         items.push(item("mcp-clients", "MCP clients", "/mcp-clients"));
+        items.push(item("sso", "Single sign-on", "/sso"));
     }
     if platform_admin {
         items.push(item("ops-issues", "Ops issues", "/ops-issues"));

@@ -406,7 +406,7 @@ pub async fn create(
             })?;
             store::set_domains(&mut *conn, tenant, id, &checked.email_domains)
                 .await
-                .map_err(|e| e.on_constraint("sso_domains_pkey", domain_taken))?;
+                .map_err(|e| e.on_constraint("sso_domains_domain_key", domain_taken))?;
             let c = store::get(&mut *conn, tenant, id).await?.ok_or(Error::NotFound { what: "SSO connection" })?;
             let entry = Entry {
                 tenant: Some(tenant),
@@ -486,7 +486,7 @@ pub async fn update(
             }
             store::set_domains(&mut *conn, tenant, id, &checked.email_domains)
                 .await
-                .map_err(|e| e.on_constraint("sso_domains_pkey", domain_taken))?;
+                .map_err(|e| e.on_constraint("sso_domains_domain_key", domain_taken))?;
             let after = store::get(&mut *conn, tenant, id).await?.ok_or(Error::NotFound { what: "SSO connection" })?;
             let entry = Entry {
                 tenant: Some(tenant),

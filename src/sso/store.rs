@@ -124,7 +124,7 @@ pub async fn update(conn: &mut PgConnection, tenant: TenantId, row: &NewRow<'_>,
 }
 
 /// Replaces the connection's domains (a domain another connection holds violates
-/// `sso_domains_pkey`).
+/// `sso_domains_domain_key`).
 pub async fn set_domains(conn: &mut PgConnection, tenant: TenantId, id: Uuid, domains: &[String]) -> Result<()> {
     sqlx::query!("DELETE FROM sso_domains WHERE tenant_id = $1 AND connection_id = $2", tenant.0, id).execute(&mut *conn).await?;
     sqlx::query!(

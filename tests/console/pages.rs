@@ -439,6 +439,31 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
     assert!(seen(&chrome, ".notice").await.contains("saved"));
     assert_eq!(status(format!("{console}/activity")).await, 403, "back to what the role grants");
 
+    // --- Single sign-on: a connection added in the form (a field error first), then removed. ---
+    chrome.goto(&format!("{console}/sso"), "sso-empty").await;
+    assert!(chrome.text("#require-state").await.contains("Not required"));
+    chrome.fill("#sso-name", "Acme IdP").await;
+    chrome.fill("#sso-issuer", "http://127.0.0.1:9/idp").await;
+    chrome.fill("#sso-client-id", "gatehouse").await;
+    chrome.fill("#sso-client-secret", "console-sso-secret-1").await;
+    chrome.fill("#sso-domains", "not a domain").await;
+    chrome.click("#sso-add").await;
+    assert!(seen(&chrome, "#form-error").await.contains("invalid_email_domain"));
+    assert!(!chrome.client.source().await.unwrap().contains("console-sso-secret-1"), "the secret is not sent back");
+    chrome.shot("sso-field-error").await;
+    chrome.fill("#sso-domains", "acme.example").await;
+    chrome.fill("#sso-client-secret", "console-sso-secret-1").await;
+    chrome.click("#sso-add").await;
+    assert!(seen(&chrome, ".notice").await.contains("Added Acme IdP"));
+    assert!(chrome.text("#connections").await.contains("acme.example"));
+    chrome.shot("sso-connection").await;
+    chrome.click("#connections a").await;
+    at(&chrome, "/sso/").await;
+    chrome.shot("sso-remove-confirm").await;
+    chrome.click("#confirm").await;
+    seen(&chrome, "#connections-heading").await;
+    assert!(chrome.client.source().await.unwrap().contains("No connections yet"));
+
     // --- Narrow screens: every new page at phone width. ---
     chrome.client.set_window_size(390, 844).await.unwrap();
     for (path, name) in [
@@ -447,6 +472,7 @@ async fn operations_pages_in_chromium_findings_rules_reports_mcp_clients_overrid
         ("/reports", "narrow-reports"),
         ("/reports/tenant_usage", "narrow-report"),
         ("/mcp-clients", "narrow-mcp-clients"),
+        ("/sso", "narrow-sso"),
         ("/ops-issues", "narrow-ops-issues"),
         ("/admin-log?action=ops.", "narrow-admin-log"),
         ("/members", "narrow-members-overrides"),
