@@ -120,6 +120,22 @@ async fn each_tenant_signs_in_through_its_own_provider_and_never_into_another() 
     assert_eq!(sealed.len(), 1);
     assert!(sealed.iter().all(|e| !e.contains("acme-peer-secret-1")), "sealed at rest");
     assert!(admin_actions(&t, "acme").await.contains(&"sso.connection.create".to_owned()));
+    // An edit is compare-and-set on the version read; without a secret the sealed one stays.
+    let id = created["id"].as_str().unwrap();
+    let mut edit = connection.clone();
+    edit.as_object_mut().unwrap().remove("client_secret");
+    edit["version"] = json!(0);
+    let path = format!("/api/v1/tenants/acme/sso/connections/{id}");
+    let r = owner.write(Method::PUT, &path, edit.clone()).await;
+    assert_eq!(r.status(), 412);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "sso_connection_changed");
+    edit["version"] = created["version"].clone();
+    edit["name"] = json!("Acme's IdP");
+    let r = owner.write(Method::PUT, &path, edit).await;
+    assert_eq!(r.status(), 200);
+    let edited: Value = r.json().await.unwrap();
+    assert_eq!((edited["name"].as_str(), edited["version"].as_i64()), (Some("Acme's IdP"), Some(2)));
+    assert_eq!(platform_rows(&t, "SELECT envelope FROM sso_connections WHERE $1 <> ''", "x").await, sealed, "secret kept");
 
     // Bravo's connection by the CLI (invitations only), secret from the environment.
     let mut add = gatehouse(Some(&t.url));
