@@ -175,6 +175,9 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO scim_users (tenant_id, id, user_name_key, attrs) VALUES ($1, $1, $2, '{}')",
         "INSERT INTO scim_groups (tenant_id, id, display_name_key, attrs) VALUES ($1, $1, $2, '{}')",
         "INSERT INTO scim_group_members (tenant_id, group_id, user_id, entry) VALUES ($1, $1, $1, jsonb_build_object('value', $2))",
+        "INSERT INTO impersonations (tenant_id, id, staff_issuer, staff_subject, staff_email, reason, minutes, approval_required)
+         VALUES ($1, gen_random_uuid(), 'https://idp', $2, $2 || '@staff.test', 'support', 30, true)",
+        "INSERT INTO impersonation_settings (tenant_id, approval_required) VALUES ($1, length($2) > 0)",
         "INSERT INTO tenant_moves (tenant_id, id, direction, export_id, manifest_digest)
          VALUES ($1, gen_random_uuid(), 'in', gen_random_uuid(), repeat('0', 63) || length($2))",
         "WITH r AS (INSERT INTO replicas (id, lease_expires_at) VALUES (gen_random_uuid(), now()) RETURNING id)

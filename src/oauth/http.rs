@@ -191,7 +191,7 @@ async fn grant_of(
             ctx.require_person(Permission::CredentialAdministration)?;
             Owner::Shared
         }
-        SlotKind::Personal => Owner::Member(ctx.require_person(Permission::ConnectorAccess)?.id),
+        SlotKind::Personal => Owner::Member(ctx.own_member()?),
     };
     let bound = workspaces::bound(&state.db, ctx.tenant.id, ws).await?;
     let connector = connector_of(&bound, id)?;

@@ -20,6 +20,8 @@ use crate::{
 /// A signed-in person the deployment names as a platform admin.
 pub struct PlatformAdmin {
     pub audit: Audit,
+    /// The person's session (impersonation grants name its principal and email).
+    pub session: crate::sessions::Session,
 }
 
 impl FromRequestParts<AppState> for PlatformAdmin {
@@ -32,7 +34,7 @@ impl FromRequestParts<AppState> for PlatformAdmin {
             return Err(Error::Forbidden { code: "platform_admin_required", message: "this needs a platform admin".into() });
         }
         let actor = format!("platform:{}#{}", session.principal.issuer, session.principal.subject);
-        Ok(PlatformAdmin { audit: Audit { actor, request_id: crate::extract::request_id(&parts.headers) } })
+        Ok(PlatformAdmin { audit: Audit { actor, request_id: crate::extract::request_id(&parts.headers) }, session })
     }
 }
 

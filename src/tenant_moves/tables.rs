@@ -54,6 +54,7 @@ pub const TABLES: &[Table] = &[
     export("scim_users"),
     export("scim_groups"),
     export("scim_group_members"),
+    export("impersonation_settings"),
     export("kv_entries"),
     export("member_fences"),
     export("blueprints"),
@@ -93,6 +94,7 @@ pub const TABLES: &[Table] = &[
     exclude("agent_subscriptions", "connected agents' sessions on the source deployment, kept a day; agents subscribe again"),
     exclude("agent_log_levels", "connected agents' sessions on the source deployment, kept a day; agents set their level again"),
     exclude("tenant_moves", "each deployment's own record of the moves it took part in"),
+    exclude("impersonations", "grants to the source deployment's staff, at most an hour long; the admin log keeps their history"),
 ];
 
 /// The registered table called `name`.
