@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use gatehouse::{
     admin_log::Audit, blueprints, cli::Outcome, config::Config, connect_links, copies, db::Db, erasure, error::Error, forks,
-    gateway::pins, kv, mcp_auth, ops, peers, reap, reports, scim, server, service_credentials, snapshots, tenants, tokens, vault,
-    workspaces,
+    gateway::pins, impersonation, kv, mcp_auth, ops, peers, reap, reports, scim, server, service_credentials, snapshots, tenants,
+    tokens, vault, workspaces,
 };
 
 #[derive(Parser)]
@@ -43,6 +43,9 @@ enum Command {
     /// SCIM provisioning: a tenant's SCIM tokens (`gsm_…`), for its directory.
     #[command(subcommand)]
     Scim(scim::cli::Command),
+    /// Staff impersonation grants of a tenant: list, approve, revoke; the approval setting.
+    #[command(subcommand)]
+    Impersonation(impersonation::cli::Command),
     /// Manage a tenant's service credentials (`gsc_…` + secret).
     #[command(subcommand, name = "service-credential")]
     ServiceCredential(service_credentials::cli::Command),
@@ -179,6 +182,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         Command::Kv(cmd) => kv::cli::run(db, audit, cmd).await,
         Command::Token(cmd) => tokens::cli::run(db, audit, config.token_cap, cmd).await,
         Command::Scim(cmd) => scim::cli::run(db, audit, cmd).await,
+        Command::Impersonation(cmd) => impersonation::cli::run(db, audit, cmd).await,
         Command::ServiceCredential(cmd) => service_credentials::cli::run(db, audit, cmd).await,
         Command::Workspace(WorkspaceCommand::Own(cmd)) => workspaces::cli::run(db, audit, cmd).await,
         Command::Workspace(WorkspaceCommand::Lifecycle(cmd)) => workspaces::lifecycle::cli::run(db, audit, cmd).await,

@@ -105,6 +105,11 @@ async fn a_grant_lets_staff_in_marked_and_without_minting_until_the_tenant_revok
     // In acme, on either replica, as an admin: a mutation is logged with the impersonator.
     assert_eq!(get(&w.staff, &w.a.base, workspaces).await.0, 200);
     assert_eq!(get(&w.staff, &w.b.base, workspaces).await.0, 200);
+    let (status, me) = get(&w.staff, &w.a.base, "/api/v1/tenants/acme").await;
+    assert_eq!(status, 200);
+    assert_eq!(me["actor"]["role"], "admin", "{me}");
+    assert_eq!(me["actor"]["impersonation"]["grant_id"], id.as_str(), "{me}");
+    assert_eq!(get(&w.alice, &w.a.base, "/api/v1/tenants/acme").await.1["actor"]["impersonation"], Value::Null);
     let (status, created) = write(&w.staff, Method::POST, workspaces, json!({ "slug": "support-fix" })).await;
     assert_eq!(status, 201, "{created}");
     let actor = format!("staff:{STAFF}#{id}");
@@ -265,6 +270,13 @@ async fn with_approval_required_a_grant_waits_for_the_tenant_and_the_first_decis
         "already_decided",
     );
     assert_eq!(get(&w.staff, &w.a.base, workspaces).await.0, 404);
+
+    // The operator's command line sees and decides the same grants.
+    let listed = cli(&w.t.url, &["impersonation", "list", "--tenant", "acme"]).await;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed[0].starts_with(&format!("{second}\trevoked\t{STAFF}\t60\t")), "{listed:?}");
+    assert!(listed[1].starts_with(&format!("{id}\texpired\t")), "{listed:?}");
+    assert_eq!(cli(&w.t.url, &["impersonation", "settings", "--tenant", "acme"]).await, ["approval_required\ttrue"]);
 
     // A third, approved, then revoked from the console's banner by the owner.
     let (_, third) = request(&w, "acme", json!({ "reason": "ticket 9" })).await;

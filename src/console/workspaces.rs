@@ -420,6 +420,7 @@ async fn oauth_connect(
         );
     }
     managed_grant(&c, &state, &ws, &id).await?;
+    c.ctx.refuse_impersonation("mint OAuth connect URLs")?;
     let url = crate::oauth::connect_url(&state, c.slug(), &ws, &id, c.member.id).await?;
     Ok(Redirect::to(&url).into_response())
 }

@@ -10,6 +10,7 @@
 //! credentials or links, export sealed secrets, manage members, or decide grants and the
 //! setting (`impersonation_forbidden`, see [`crate::auth::TenantCtx::refuse_impersonation`]).
 
+pub mod cli;
 pub mod http;
 mod store;
 
