@@ -165,6 +165,21 @@ async fn a_grant_lets_staff_in_marked_and_without_minting_until_the_tenant_revok
     }
     let html = w.staff.client.get(format!("{}/console/t/acme/workspaces", w.a.base)).send().await.unwrap().text().await.unwrap();
     assert!(html.contains("Staff impersonation is active") && !html.contains("/impersonations/"), "{html}");
+    // A plain member sees it too, and may not revoke it.
+    let invited = write(
+        &w.alice,
+        Method::POST,
+        "/api/v1/tenants/acme/invitations",
+        json!({ "email": "mia@example.test", "role": "member" }),
+    )
+    .await;
+    assert_eq!(invited.0, 201, "{}", invited.1);
+    let mia = dev_sign_in(&w.a, "mia@example.test").await;
+    let html = mia.client.get(format!("{}/console/t/acme/workspaces", w.a.base)).send().await.unwrap().text().await.unwrap();
+    assert!(html.contains("Staff impersonation is active") && html.contains(STAFF), "{html}");
+    assert!(!html.contains("/impersonations/"), "no revoke form for a plain member");
+    let by_mia = write(&mia, Method::POST, &format!("/api/v1/tenants/acme/impersonations/{id}/revoke"), json!({})).await;
+    assert_problem(&by_mia, 403, "permission_denied");
 
     // The tenant's admin revokes; the staff person's very next request is a stranger's, on
     // the other replica too.

@@ -105,8 +105,8 @@ impl TenantCtx {
     }
 
     /// Refuses staff acting under an impersonation grant (403 `impersonation_forbidden`):
-    /// minting tokens, credentials or links, reading or exporting sealed secrets, managing
-    /// members, and deciding grants are the tenant's own.
+    /// minting tokens, credentials or links, exporting sealed secrets, inviting members, and
+    /// deciding grants are the tenant's own (docs/decisions.md, "Staff impersonation").
     pub fn refuse_impersonation(&self, what: &str) -> Result<()> {
         match &self.impersonation {
             None => Ok(()),
@@ -427,7 +427,8 @@ async fn moved_or(state: &AppState, slug: &str, parts: &Parts, e: Error) -> Erro
 /// The role staff act with under an impersonation grant (docs/decisions.md).
 pub const IMPERSONATION_ROLE: Role = Role::Admin;
 
-/// Whether a session's email is one the deployment names in `GATEHOUSE_PLATFORM_ADMINS`.
+/// Whether a session's email is one the deployment names in `GATEHOUSE_PLATFORM_ADMINS`
+/// (compared lowercased, as the configuration stores them).
 pub fn platform_admin(state: &AppState, email: Option<&str>) -> bool {
     let email = email.map(str::to_lowercase).unwrap_or_default();
     !email.is_empty() && state.config.platform_admins.contains(&email)

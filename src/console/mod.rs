@@ -259,13 +259,6 @@ fn is_admin_with_activity(role: Role, ctx: &TenantCtx) -> bool {
     is_admin(role) && ctx.permissions.has(Permission::ActivityAccess)
 }
 
-/// A signed-in person the deployment names in `GATEHOUSE_PLATFORM_ADMINS` (by the email the
-/// sign-in provider asserts, as the platform API does).
-fn is_platform_admin(state: &AppState, email: Option<&str>) -> bool {
-    let email = email.map(str::to_lowercase).unwrap_or_default();
-    !email.is_empty() && state.config.platform_admins.contains(&email)
-}
-
 /// The navigation shows only what the person may open; the handlers check again.
 fn nav(slug: &str, role: Role, ctx: &TenantCtx, platform_admin: bool) -> Vec<NavItem> {
     let item = |key, label, path: &str| NavItem { key, label, href: format!("/console/t/{slug}{path}") };
@@ -332,12 +325,12 @@ impl FromRequestParts<AppState> for Console {
             tenant: Some(ctx.tenant.slug.clone()),
             role: member.role.as_str().to_owned(),
             tenants,
-            nav: nav(&ctx.tenant.slug, member.role, &ctx, is_platform_admin(state, session.email.as_deref())),
+            nav: nav(&ctx.tenant.slug, member.role, &ctx, crate::auth::platform_admin(state, session.email.as_deref())),
             impersonations,
             // Staff under a grant may end their own grant through the API, not others' here.
             can_revoke: is_admin(member.role) && ctx.impersonation.is_none(),
         };
-        let platform_admin = is_platform_admin(state, session.email.as_deref());
+        let platform_admin = crate::auth::platform_admin(state, session.email.as_deref());
         let platform_actor = format!("platform:{}#{}", session.principal.issuer, session.principal.subject);
         Ok(Console { ctx, member, layout, platform_admin, platform_actor })
     }

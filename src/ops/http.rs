@@ -29,8 +29,7 @@ impl FromRequestParts<AppState> for PlatformAdmin {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
         let SignedIn(session) = SignedIn::from_request_parts(parts, state).await?;
-        let email = session.email.as_deref().map(str::to_lowercase).unwrap_or_default();
-        if email.is_empty() || !state.config.platform_admins.contains(&email) {
+        if !crate::auth::platform_admin(state, session.email.as_deref()) {
             return Err(Error::Forbidden { code: "platform_admin_required", message: "this needs a platform admin".into() });
         }
         let actor = format!("platform:{}#{}", session.principal.issuer, session.principal.subject);
