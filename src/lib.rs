@@ -24,6 +24,7 @@ pub mod gateway;
 pub mod http;
 pub mod idempotency;
 pub mod ids;
+pub mod impersonation;
 pub mod kv;
 pub mod mcp_auth;
 pub mod members;

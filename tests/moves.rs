@@ -176,6 +176,7 @@ async fn seed_every_table(d: &Deployment, tenant: Uuid, workspace: Uuid) {
          VALUES ($1, $3, 'bob', 'bob@example.test', '{\"userName\": \"bob\"}')",
         "INSERT INTO scim_groups (tenant_id, id, display_name_key, attrs) VALUES ($1, $3, 'operator', '{\"displayName\": \"operator\"}')",
         "INSERT INTO scim_group_members (tenant_id, group_id, user_id, entry) VALUES ($1, $3, $3, jsonb_build_object('value', $3::text))",
+        "INSERT INTO impersonation_settings (tenant_id, approval_required) VALUES ($1, true)",
     ] {
         // One id for every row (each table's own; a version names its blueprint by it).
         sqlx::query(sql).bind(tenant).bind(workspace).bind(row_id).bind(&subject_key).execute(&mut *tx).await.unwrap();

@@ -304,7 +304,8 @@ async fn a_connection_refuses_id_tokens_of_another_issuer_or_audience() {
     let (code, _, err) = common::run(add).await;
     assert_eq!(code, 0, "{err}");
     let mut cmd = gatehouse(Some(&t.url));
-    cmd.env("GATEHOUSE_VAULT_KEYS", &keys);
+    // The provider asserts this address; through a tenant's connection it is no platform admin.
+    cmd.env("GATEHOUSE_VAULT_KEYS", &keys).env("GATEHOUSE_PLATFORM_ADMINS", "rogue@example.test");
     let served = Served::start(cmd).await;
     let attempt = || async {
         let b = Browser::new(&served.base);
@@ -314,6 +315,9 @@ async fn a_connection_refuses_id_tokens_of_another_issuer_or_audience() {
     let (ok, b) = attempt().await;
     assert_eq!(ok.status, 200, "the well-behaved provider signs in: {ok:?}");
     assert_eq!(memberships(&me(&b).await.1), [("charlie".to_owned(), "member".to_owned())]);
+    let r = b.client.get(format!("{}/api/v1/platform/issues", served.base)).send().await.unwrap();
+    assert_eq!(r.status(), 403, "a tenant's provider cannot make anyone a platform admin");
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "platform_admin_required");
     for (defect, reason) in [(Defect::WrongIssuer, "issuer"), (Defect::WrongAudience, "audience")] {
         rogue.set(defect);
         let (landing, b) = attempt().await;

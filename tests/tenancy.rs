@@ -179,6 +179,9 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
                                       role_mapping, default_role, jit, created_by)
          VALUES ($1, $1, 'idp', 'https://idp.' || $2, 'c', 'client_secret_basic', 'k1', 'v1.k1.x.y', 'groups', '{}', 'member', 'create', 'test')",
         "INSERT INTO sso_domains (domain, tenant_id, connection_id) VALUES ($2 || '.example', $1, $1)",
+        "INSERT INTO impersonations (tenant_id, id, staff_issuer, staff_subject, staff_email, reason, minutes, approval_required)
+         VALUES ($1, gen_random_uuid(), 'https://idp', $2, $2 || '@staff.test', 'support', 30, true)",
+        "INSERT INTO impersonation_settings (tenant_id, approval_required) VALUES ($1, length($2) > 0)",
         "INSERT INTO tenant_moves (tenant_id, id, direction, export_id, manifest_digest)
          VALUES ($1, gen_random_uuid(), 'in', gen_random_uuid(), repeat('0', 63) || length($2))",
         "WITH r AS (INSERT INTO replicas (id, lease_expires_at) VALUES (gen_random_uuid(), now()) RETURNING id)

@@ -59,6 +59,10 @@ pub struct TenantCtx {
     /// The tenant's epoch as this request read it (machines), to validate what the replica
     /// cached for the tenant (see [`crate::epochs`]).
     pub epoch: Option<i64>,
+    /// Set when a platform admin acts under an impersonation grant (see
+    /// [`crate::impersonation`]): the person is then no member, and acts as an admin whose
+    /// member id is the grant's id.
+    pub impersonation: Option<crate::impersonation::Live>,
 }
 
 impl TenantCtx {
@@ -100,8 +104,34 @@ impl TenantCtx {
         }
     }
 
-    /// The member behind the request, if any (a person, or a token issued by one).
+    /// Refuses staff acting under an impersonation grant (403 `impersonation_forbidden`):
+    /// minting tokens, credentials or links, exporting sealed secrets, inviting members, and
+    /// deciding grants are the tenant's own (docs/decisions.md, "Staff impersonation").
+    pub fn refuse_impersonation(&self, what: &str) -> Result<()> {
+        match &self.impersonation {
+            None => Ok(()),
+            Some(_) => Err(Error::Forbidden {
+                code: "impersonation_forbidden",
+                message: format!("staff under an impersonation grant may not {what}"),
+            }),
+        }
+    }
+
+    /// The signed-in member's own id, for what is personal to them (their credential slots and
+    /// OAuth grants): a person with connector access, never staff under an impersonation
+    /// grant, who have no member row to own anything.
+    pub fn own_member(&self) -> Result<Uuid> {
+        let id = self.require_person(Permission::ConnectorAccess)?.id;
+        self.refuse_impersonation("hold personal credentials")?;
+        Ok(id)
+    }
+
+    /// The member behind the request, if any (a person, or a token issued by one). Staff
+    /// under an impersonation grant are no member: `None`.
     pub fn member_id(&self) -> Option<Uuid> {
+        if self.impersonation.is_some() {
+            return None;
+        }
         match &self.actor {
             Actor::Person { member, .. } => Some(member.id),
             Actor::Machine { member_id, .. } => *member_id,
@@ -308,6 +338,7 @@ impl FromRequestParts<AppState> for TenantCtx {
                 },
                 permissions,
                 epoch: Some(epoch),
+                impersonation: None,
             }
         } else {
             let raw = session_cookie(&parts.headers, state.config.cookie_secure());
@@ -328,29 +359,43 @@ impl FromRequestParts<AppState> for TenantCtx {
                 return Err(Error::NotFound { what: "tenant" });
             }
             let principal = session.principal.clone();
-            let (member, permissions) = state
+            // Only a platform admin's session may act under an impersonation grant.
+            let staff = platform_admin(state, &session);
+            let (member, permissions, impersonation) = state
                 .db
                 .serializable(Scope::Tenant(tenant.id), |conn, _| {
                     let principal = principal.clone();
                     let session = &session;
                     Box::pin(async move {
-                        let Some(member) = members::tx::by_principal(&mut *conn, tenant.id, &principal).await? else {
+                        if let Some(member) = members::tx::by_principal(&mut *conn, tenant.id, &principal).await? {
+                            crate::sso::tx::check_session(&mut *conn, tenant.id, session).await?;
+                            let permissions = members::permissions(&mut *conn, tenant.id, member.role).await?;
+                            return Ok(Some((member, permissions, None)));
+                        }
+                        if !staff {
+                            return Ok(None);
+                        }
+                        let Some(live) = crate::impersonation::tx::live_for(&mut *conn, tenant.id, &principal).await? else {
                             return Ok(None);
                         };
-                        crate::sso::tx::check_session(&mut *conn, tenant.id, session).await?;
-                        let permissions = members::permissions(conn, tenant.id, member.role).await?;
-                        Ok(Some((member, permissions)))
+                        let permissions = members::permissions(&mut *conn, tenant.id, IMPERSONATION_ROLE).await?;
+                        Ok(Some((impersonated_member(&live, &principal), permissions, Some(live))))
                     })
                 })
                 .await?
                 .ok_or(Error::NotFound { what: "tenant" })?;
             refuse_inactive(tenant.status.as_str())?;
+            let actor = match &impersonation {
+                Some(live) => crate::impersonation::actor(&live.staff_email, live.id),
+                None => format!("member:{}", member.id),
+            };
             TenantCtx {
-                audit: Audit { actor: format!("member:{}", member.id), request_id },
+                audit: Audit { actor, request_id },
                 tenant: TenantRef { id: tenant.id, slug: tenant.slug },
                 actor: Actor::Person { member: Box::new(member), session: Box::new(session) },
                 permissions,
                 epoch: None,
+                impersonation,
             }
         };
         tracing::Span::current().record("tenant_id", tracing::field::display(ctx.tenant.id.0));
@@ -382,6 +427,31 @@ async fn moved_or(state: &AppState, slug: &str, parts: &Parts, e: Error) -> Erro
     match tenants::by_slug(&state.db, slug).await {
         Ok(t) if t.status == Status::Moved => moved(state, t.id, parts).await,
         _ => e,
+    }
+}
+
+/// The role staff act with under an impersonation grant (docs/decisions.md).
+pub const IMPERSONATION_ROLE: Role = Role::Admin;
+
+/// Whether a session is a platform admin's: its email is one the deployment names in
+/// `GATEHOUSE_PLATFORM_ADMINS` (compared lowercased, as the configuration stores them), and
+/// it was signed in by the deployment's own provider. A tenant's own provider asserts whatever
+/// email its tenant's admin lets it, so its sessions are never platform admins.
+pub fn platform_admin(state: &AppState, session: &Session) -> bool {
+    let email = session.email.as_deref().map(str::to_lowercase).unwrap_or_default();
+    session.sso_tenant.is_none() && !email.is_empty() && state.config.platform_admins.contains(&email)
+}
+
+/// The member staff act as under grant `live`: no row of the tenant's; its id is the grant's.
+fn impersonated_member(live: &crate::impersonation::Live, principal: &Principal) -> Member {
+    Member {
+        id: live.id,
+        issuer: principal.issuer.clone(),
+        subject: principal.subject.clone(),
+        email: Some(live.staff_email.clone()),
+        display_name: Some(format!("{} (staff, impersonating)", live.staff_email)),
+        role: IMPERSONATION_ROLE,
+        created_at: live.starts_at,
     }
 }
 

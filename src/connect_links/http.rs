@@ -44,6 +44,7 @@ async fn create_link(
     ApiJson(body): ApiJson<MintLink>,
 ) -> Result<(StatusCode, Json<Minted>)> {
     ctx.require_person(Permission::CredentialAdministration)?;
+    ctx.refuse_impersonation("mint connect links")?;
     let params = super::MintParams {
         tenant_slug: &ctx.tenant.slug,
         public_url: state.config.public_origin(),

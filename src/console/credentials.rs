@@ -75,6 +75,7 @@ struct NameForm {
 
 async fn create_credential(c: Console, State(state): State<AppState>, Form(form): Form<NameForm>) -> Result<Response, PageError> {
     c.require_admin()?;
+    c.ctx.refuse_impersonation("mint service credentials")?;
     match service_credentials::create(&state.db, c.ctx.tenant.id, &c.ctx.audit, &form.name).await {
         Ok(created) => {
             let shown = Some((created.credential.name.clone(), created.credential.client_id.clone(), created.client_secret));

@@ -46,6 +46,8 @@ async fn home(State(state): State<AppState>, signed_in: Result<SignedIn, Error>)
         role: String::new(),
         tenants,
         nav: Vec::new(),
+        impersonations: Vec::new(),
+        can_revoke: false,
     };
     let email = session.email.clone().unwrap_or_else(|| "your email address".into());
     render(StatusCode::OK, &HomePage { layout, email })

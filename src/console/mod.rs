@@ -15,6 +15,7 @@ mod connector;
 mod credentials;
 mod findings;
 mod home;
+mod impersonation;
 mod lifecycle;
 mod mcp_clients;
 mod members;
@@ -66,6 +67,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(connector::router())
         .merge(lifecycle::router())
         .merge(sso::router())
+        .merge(impersonation::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), guard))
 }
 
@@ -166,6 +168,19 @@ pub struct Layout {
     /// (slug, name) of every tenant the person belongs to, for the switcher.
     pub tenants: Vec<(String, String)>,
     pub nav: Vec<NavItem>,
+    /// The tenant's active impersonation grants: a banner on every page, for every member.
+    pub impersonations: Vec<Banner>,
+    /// Whether the viewer may revoke those grants from the banner (owners and admins).
+    pub can_revoke: bool,
+}
+
+/// One active impersonation grant, as the banner shows it.
+#[derive(Clone)]
+pub struct Banner {
+    pub id: String,
+    pub staff_email: String,
+    pub reason: String,
+    pub expires_at: String,
 }
 
 /// A signed-in person in a tenant, with the page layout. Machines are refused.
@@ -230,6 +245,8 @@ impl Layout {
             role: self.role.clone(),
             tenants: self.tenants.clone(),
             nav: self.nav.iter().map(|n| NavItem { key: n.key, label: n.label, href: n.href.clone() }).collect(),
+            impersonations: self.impersonations.clone(),
+            can_revoke: self.can_revoke,
         }
     }
 }
@@ -242,13 +259,6 @@ fn is_admin(role: Role) -> bool {
 /// (the same rule as their API routes).
 fn is_admin_with_activity(role: Role, ctx: &TenantCtx) -> bool {
     is_admin(role) && ctx.permissions.has(Permission::ActivityAccess)
-}
-
-/// A signed-in person the deployment names in `GATEHOUSE_PLATFORM_ADMINS` (by the email the
-/// sign-in provider asserts, as the platform API does).
-fn is_platform_admin(state: &AppState, email: Option<&str>) -> bool {
-    let email = email.map(str::to_lowercase).unwrap_or_default();
-    !email.is_empty() && state.config.platform_admins.contains(&email)
 }
 
 /// The navigation shows only what the person may open; the handlers check again.
@@ -294,6 +304,16 @@ impl FromRequestParts<AppState> for Console {
             Actor::Person { member, session } => ((**member).clone(), session),
             Actor::Machine { .. } => return Err(ctx.person().map(|_| ()).unwrap_err().into()),
         };
+        let impersonations = crate::impersonation::active(&state.db, ctx.tenant.id)
+            .await?
+            .into_iter()
+            .map(|g| Banner {
+                id: g.id.to_string(),
+                staff_email: g.staff_email,
+                reason: g.reason,
+                expires_at: g.expires_at.as_ref().map(when).unwrap_or_default(),
+            })
+            .collect();
         let tenants = crate::members::memberships(&state.db, &session.principal)
             .await?
             .into_iter()
@@ -309,9 +329,12 @@ impl FromRequestParts<AppState> for Console {
             tenant: Some(ctx.tenant.slug.clone()),
             role: member.role.as_str().to_owned(),
             tenants,
-            nav: nav(&ctx.tenant.slug, member.role, &ctx, is_platform_admin(state, session.email.as_deref())),
+            nav: nav(&ctx.tenant.slug, member.role, &ctx, crate::auth::platform_admin(state, session)),
+            impersonations,
+            // Staff under a grant may end their own grant through the API, not others' here.
+            can_revoke: is_admin(member.role) && ctx.impersonation.is_none(),
         };
-        let platform_admin = is_platform_admin(state, session.email.as_deref());
+        let platform_admin = crate::auth::platform_admin(state, session);
         let platform_actor = format!("platform:{}#{}", session.principal.issuer, session.principal.subject);
         Ok(Console { ctx, member, layout, platform_admin, platform_actor })
     }

@@ -88,6 +88,7 @@ struct NameForm {
 async fn create_token(c: Console, State(state): State<AppState>, Form(form): Form<NameForm>) -> Result<Response, PageError> {
     c.require(Permission::AccessTokenManagement)?;
     let principal = c.ctx.principal();
+    c.ctx.refuse_impersonation("mint access tokens")?;
     match tokens::create(&state.db, c.ctx.tenant.id, &c.ctx.audit, &form.name, principal.as_ref(), state.config.token_cap).await {
         Ok(created) => {
             let shown = Some((created.token.name.clone(), created.secret));

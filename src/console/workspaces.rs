@@ -339,7 +339,7 @@ pub(super) async fn managed_slot(
             c.ctx.require_person(Permission::CredentialAdministration)?;
             Owner::Shared
         }
-        SlotKind::Personal => Owner::Member(c.ctx.require_person(Permission::ConnectorAccess)?.id),
+        SlotKind::Personal => Owner::Member(c.ctx.own_member()?),
     };
     slots::require(state.config.vault_keys.as_ref())?;
     let (workspace, connector) = slots::resolve(&state.db, c.ctx.tenant.id, ws, id, kind).await?;
@@ -398,7 +398,7 @@ async fn managed_grant(
             c.ctx.require_person(Permission::CredentialAdministration)?;
             Owner::Shared
         }
-        SlotKind::Personal => Owner::Member(c.ctx.require_person(Permission::ConnectorAccess)?.id),
+        SlotKind::Personal => Owner::Member(c.ctx.own_member()?),
     };
     Ok((bound.workspace.id.0, connector, o, owner))
 }
@@ -420,6 +420,7 @@ async fn oauth_connect(
         );
     }
     managed_grant(&c, &state, &ws, &id).await?;
+    c.ctx.refuse_impersonation("mint OAuth connect URLs")?;
     let url = crate::oauth::connect_url(&state, c.slug(), &ws, &id, c.member.id).await?;
     Ok(Redirect::to(&url).into_response())
 }

@@ -206,6 +206,7 @@ pub async fn authenticate(state: &AppState, parts: &mut Parts, token: &str) -> R
         // Like a person's token: the member's connector access and nothing else.
         permissions: Permissions::none().with(Permission::ConnectorAccess, checked.connector_access),
         epoch: Some(epoch),
+        impersonation: None,
     })
 }
 

@@ -58,6 +58,7 @@ async fn invite(
     ApiJson(body): ApiJson<InviteBody>,
 ) -> Result<(StatusCode, Json<Invitation>)> {
     let me = ctx.require_admin()?;
+    ctx.refuse_impersonation("invite members")?;
     if body.role == Role::Owner && me.role != Role::Owner {
         return Err(Error::Forbidden { code: "permission_denied", message: "only an owner may invite an owner".into() });
     }

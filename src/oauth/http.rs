@@ -191,7 +191,7 @@ async fn grant_of(
             ctx.require_person(Permission::CredentialAdministration)?;
             Owner::Shared
         }
-        SlotKind::Personal => Owner::Member(ctx.require_person(Permission::ConnectorAccess)?.id),
+        SlotKind::Personal => Owner::Member(ctx.own_member()?),
     };
     let bound = workspaces::bound(&state.db, ctx.tenant.id, ws).await?;
     let connector = connector_of(&bound, id)?;
@@ -240,6 +240,8 @@ async fn show_grant(
 #[utoipa::path(post, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/{grant}/connect", tag = "oauth", security(("session" = [])), responses((status = 200, body = ConnectUrl)))]
 async fn connect_url(ctx: TenantCtx, State(state): State<AppState>, Path((_, ws, id, kind)): GrantPath) -> Result<Json<Value>> {
     let (_, connector, _, _) = grant_of(&state, &ctx, &ws, &id, &kind).await?;
+    // A signed connect URL is a bearer link, and its flow names a member who would own it.
+    ctx.refuse_impersonation("mint OAuth connect URLs")?;
     if let Some(o) = connector.auth().oauth() {
         o.person_authorizes(&id)?;
     }

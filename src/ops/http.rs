@@ -20,6 +20,8 @@ use crate::{
 /// A signed-in person the deployment names as a platform admin.
 pub struct PlatformAdmin {
     pub audit: Audit,
+    /// The person's session (impersonation grants name its principal and email).
+    pub session: crate::sessions::Session,
 }
 
 impl FromRequestParts<AppState> for PlatformAdmin {
@@ -27,12 +29,11 @@ impl FromRequestParts<AppState> for PlatformAdmin {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
         let SignedIn(session) = SignedIn::from_request_parts(parts, state).await?;
-        let email = session.email.as_deref().map(str::to_lowercase).unwrap_or_default();
-        if email.is_empty() || !state.config.platform_admins.contains(&email) {
+        if !crate::auth::platform_admin(state, &session) {
             return Err(Error::Forbidden { code: "platform_admin_required", message: "this needs a platform admin".into() });
         }
         let actor = format!("platform:{}#{}", session.principal.issuer, session.principal.subject);
-        Ok(PlatformAdmin { audit: Audit { actor, request_id: crate::extract::request_id(&parts.headers) } })
+        Ok(PlatformAdmin { audit: Audit { actor, request_id: crate::extract::request_id(&parts.headers) }, session })
     }
 }
 

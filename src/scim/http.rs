@@ -455,6 +455,7 @@ async fn list_scim_tokens(ctx: TenantCtx, State(state): State<AppState>) -> Resu
     responses((status = 201, body = scim::CreatedToken)))]
 async fn create_scim_token(ctx: TenantCtx, State(state): State<AppState>, ApiJson(body): ApiJson<NameBody>) -> Result<Response> {
     ctx.require_admin()?;
+    ctx.refuse_impersonation("mint SCIM tokens")?;
     let created = scim::create_token(&state.db, ctx.tenant.id, &ctx.audit, &body.name).await?;
     Ok(no_store((StatusCode::CREATED, Json(created)).into_response()))
 }

@@ -38,6 +38,7 @@ async fn create_credential(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<Response> {
     ctx.require_admin()?;
+    ctx.refuse_impersonation("mint service credentials")?;
     let created = service_credentials::create(&state.db, ctx.tenant.id, &ctx.audit, &body.name).await?;
     Ok(no_store((StatusCode::CREATED, Json(created)).into_response()))
 }

@@ -26,6 +26,7 @@ async fn export_snapshot(
     Path((_, slug)): Path<(String, String)>,
 ) -> Result<(StatusCode, Json<Exported>)> {
     ctx.require_person(Permission::CredentialAdministration)?;
+    ctx.refuse_impersonation("export sealed credentials in a snapshot")?;
     let exported = super::export(&state.db, &state.config, ctx.tenant.id, &ctx.audit, &slug).await?;
     Ok((StatusCode::CREATED, Json(exported)))
 }

@@ -54,6 +54,7 @@ pub const TABLES: &[Table] = &[
     export("scim_users"),
     export("scim_groups"),
     export("scim_group_members"),
+    export("impersonation_settings"),
     export("kv_entries"),
     export("member_fences"),
     export("blueprints"),
@@ -98,6 +99,7 @@ pub const TABLES: &[Table] = &[
         "a tenant's OpenID clients are registered at its providers with the source's callback URL; registered again at the destination",
     ),
     exclude("sso_domains", "the email domains of the sso_connections left behind"),
+    exclude("impersonations", "grants to the source deployment's staff, at most an hour long; the admin log keeps their history"),
 ];
 
 /// The registered table called `name`.

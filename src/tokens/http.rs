@@ -37,6 +37,7 @@ async fn list_tokens(ctx: TenantCtx, State(state): State<AppState>) -> Result<Js
     responses((status = 201, body = tokens::Created)))]
 async fn create_token(ctx: TenantCtx, State(state): State<AppState>, ApiJson(body): ApiJson<NameBody>) -> Result<Response> {
     ctx.require_person(Permission::AccessTokenManagement)?;
+    ctx.refuse_impersonation("mint access tokens")?;
     let created =
         tokens::create(&state.db, ctx.tenant.id, &ctx.audit, &body.name, ctx.principal().as_ref(), state.config.token_cap)
             .await?;

@@ -102,7 +102,7 @@ fn owner(ctx: &TenantCtx, kind: SlotKind) -> Result<Owner> {
             ctx.require_person(Permission::CredentialAdministration)?;
             Ok(Owner::Shared)
         }
-        SlotKind::Personal => Ok(Owner::Member(ctx.require_person(Permission::ConnectorAccess)?.id)),
+        SlotKind::Personal => Ok(Owner::Member(ctx.own_member()?)),
     }
 }
 
