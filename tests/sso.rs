@@ -327,3 +327,84 @@ async fn a_connection_refuses_id_tokens_of_another_issuer_or_audience() {
     }
     assert_eq!(served.terminate().await, 0);
 }
+
+/// A P-256 key made by `openssl`: its PKCS#8 PEM and its public JWK.
+async fn p256_key(dir: &std::path::Path) -> (String, Value) {
+    use base64::Engine;
+    let (pem, der) = (dir.join("key.pem"), dir.join("pub.der"));
+    for args in [
+        vec!["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", pem.to_str().unwrap()],
+        vec!["pkey", "-in", pem.to_str().unwrap(), "-pubout", "-outform", "DER", "-out", der.to_str().unwrap()],
+    ] {
+        let out = tokio::process::Command::new("openssl").args(&args).output().await.expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let spki = std::fs::read(&der).unwrap();
+    // The SubjectPublicKeyInfo ends with the uncompressed point: 04 || x || y.
+    let point = &spki[spki.len() - 64..];
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let jwk =
+        json!({ "kty": "EC", "crv": "P-256", "x": b64(&point[..32]), "y": b64(&point[32..]), "use": "sig", "alg": "ES256" });
+    (std::fs::read_to_string(&pem).unwrap(), jwk)
+}
+
+/// The two other ways a connection authenticates at its provider, each against a real
+/// `oidc-provider` whose client is registered with only that method (it refuses any other).
+#[tokio::test]
+async fn a_connection_authenticates_with_client_secret_post_or_private_key_jwt() {
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "delta", "--name", "Delta", "--owner-email", "owner@example.test"]).await;
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let dir = std::env::temp_dir().join(format!("gatehouse-sso-key-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (pem, jwk) = p256_key(&dir).await;
+    let jwks = json!({ "keys": [jwk] }).to_string();
+    let post = OidcPeer::start_with(
+        &base,
+        &[
+            ("OIDC_CLIENT_ID", "delta-post"),
+            ("OIDC_CLIENT_SECRET", "delta-post-secret-3"),
+            ("OIDC_CLIENT_AUTH_METHOD", "client_secret_post"),
+            ("OIDC_EMAIL_DOMAIN", "post.delta.test"),
+        ],
+    )
+    .await;
+    let keyed = OidcPeer::start_with(
+        &base,
+        &[
+            ("OIDC_CLIENT_ID", "delta-key"),
+            ("OIDC_CLIENT_AUTH_METHOD", "private_key_jwt"),
+            ("OIDC_CLIENT_JWKS", &jwks),
+            ("OIDC_EMAIL_DOMAIN", "key.delta.test"),
+        ],
+    )
+    .await;
+    let keys = common::vault_key("k1");
+    let mut cmd = gatehouse(Some(&t.url));
+    cmd.env("GATEHOUSE_PUBLIC_URL", &base).env("GATEHOUSE_VAULT_KEYS", &keys);
+    let served = Served::start_on(cmd, port).await;
+    let owner = Browser::new(&base);
+    assert_eq!(owner.walk(&format!("{base}/login?next=/"), email_fill("owner@example.test")).await.status, 200);
+    for body in [
+        json!({ "name": "Post", "issuer": post.issuer, "client_id": "delta-post", "client_secret": "delta-post-secret-3",
+                "auth_method": "client_secret_post", "email_domains": ["post.delta.test"], "jit": "create" }),
+        json!({ "name": "Key", "issuer": keyed.issuer, "client_id": "delta-key", "private_key": pem,
+                "email_domains": ["key.delta.test"], "jit": "create" }),
+    ] {
+        let r = owner.write(Method::POST, "/api/v1/tenants/delta/sso/connections", body).await;
+        assert_eq!(r.status(), 201);
+        let text = r.text().await.unwrap();
+        assert!(!text.contains("PRIVATE KEY") && !text.contains("delta-post-secret-3"), "{text}");
+    }
+    for (email, issuer) in [("erin@post.delta.test", &post.issuer), ("finn@key.delta.test", &keyed.issuer)] {
+        let (landing, _) = sign_in(&base, email).await;
+        assert_eq!(landing.status, 200, "{email}: {landing:?}");
+        let me: Value = serde_json::from_str(&landing.body).unwrap();
+        assert_eq!(&me["principal"]["issuer"], issuer);
+        assert_eq!(memberships(&me), [("delta".to_owned(), "member".to_owned())]);
+    }
+    assert_eq!(served.terminate().await, 0);
+    drop((post, keyed));
+    std::fs::remove_dir_all(&dir).ok();
+}

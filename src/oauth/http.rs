@@ -67,12 +67,22 @@ async fn has_session(state: &AppState, headers: &HeaderMap) -> Result<bool> {
 async fn session_member(state: &AppState, headers: &HeaderMap, tenant: crate::ids::TenantId) -> Result<Option<Uuid>> {
     let Some(raw) = session_cookie(headers, state.config.cookie_secure()) else { return Ok(None) };
     let Some(session) = sessions::lookup(&state.db, raw).await? else { return Ok(None) };
-    let principal = session.principal;
+    // A session of another tenant's own connection is nobody here.
+    if !session.may_enter(tenant) {
+        return Ok(None);
+    }
+    let principal = session.principal.clone();
     let member = state
         .db
         .single_decision(Scope::Tenant(tenant), |conn, _| {
-            let principal = principal.clone();
-            Box::pin(async move { members::tx::by_principal(conn, tenant, &principal).await })
+            let (principal, session) = (principal.clone(), &session);
+            Box::pin(async move {
+                let member = members::tx::by_principal(&mut *conn, tenant, &principal).await?;
+                if member.is_some() {
+                    crate::sso::tx::check_session(conn, tenant, session).await?;
+                }
+                Ok(member)
+            })
         })
         .await?;
     Ok(member.map(|m| m.id))

@@ -122,6 +122,18 @@ if (downstreamClient) {
   configuration.ttl = { AccessToken: ttl, RefreshToken: 86400, AuthorizationCode: 600, Grant: 86400, Session: 86400, Interaction: 3600 };
 }
 
+// OIDC_CLIENT_AUTH_METHOD (tests): how the sign-in client authenticates at the token endpoint:
+// client_secret_post, or private_key_jwt with its public keys in OIDC_CLIENT_JWKS (a JWK set).
+const signInAuth = process.env.OIDC_CLIENT_AUTH_METHOD;
+if (signInAuth) {
+  const client = configuration.clients[0];
+  client.token_endpoint_auth_method = signInAuth;
+  if (signInAuth === 'private_key_jwt') {
+    delete client.client_secret;
+    client.jwks = JSON.parse(process.env.OIDC_CLIENT_JWKS);
+  }
+}
+
 const provider = new Provider(issuer, configuration);
 
 // Optional: counts of token-endpoint refreshes and revocations at GET /_stats (tests assert
