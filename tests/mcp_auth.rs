@@ -175,7 +175,9 @@ async fn refusals_pkce_redirects_codes_and_consent_checks() {
     // Not signed in: off to the ordinary sign-in, back to this request.
     let r = http().get(url_of(params(redirect, Some("S256"), Some(&challenge)))).send().await.unwrap();
     assert_eq!(r.status(), 303);
-    assert!(r.headers()["location"].to_str().unwrap().starts_with("/login?next=%2Ft%2Facme%2Foauth%2Fauthorize"));
+    let location = r.headers()["location"].to_str().unwrap();
+    assert!(location.starts_with("/login?next=%2Ft%2Facme%2Foauth%2Fauthorize"));
+    assert!(location.ends_with("&tenant=acme"), "through the tenant's own connection when it has one: {location}");
 
     // The consent form needs the exact Origin and the session's CSRF token.
     let page =
