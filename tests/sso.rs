@@ -208,15 +208,16 @@ async fn each_tenant_signs_in_through_its_own_provider_and_never_into_another() 
     assert!(landing.body.contains("sso_not_provisioned"), "{}", landing.body);
     let boss = Browser::new(&base);
     assert_eq!(boss.walk(&format!("{base}/login?next=/"), email_fill("boss@example.test")).await.status, 200);
-    for email in ["bob@bravo.test", "alice@acme.test"] {
-        let r = boss.write(Method::POST, "/api/v1/tenants/bravo/invitations", json!({ "email": email, "role": "member" })).await;
+    for (email, role) in [("bob@bravo.test", "operator"), ("alice@acme.test", "member")] {
+        let r = boss.write(Method::POST, "/api/v1/tenants/bravo/invitations", json!({ "email": email, "role": role })).await;
         assert_eq!(r.status(), 201, "{email}");
     }
     let (landing, bob) = sign_in(&base, "bob@bravo.test").await;
     assert_eq!(landing.status, 200, "{landing:?}");
     let me_bob: Value = serde_json::from_str(&landing.body).unwrap();
     assert_eq!(me_bob["principal"]["issuer"], peer_b.issuer);
-    assert_eq!(memberships(&me_bob), [("bravo".to_owned(), "member".to_owned())]);
+    // Bravo's connection maps no groups: the invitation's role stands.
+    assert_eq!(memberships(&me_bob), [("bravo".to_owned(), "operator".to_owned())]);
 
     // Acme's provider never signs anyone into Bravo: Alice's sign-in through it did not take
     // Bravo's invitation, and her session is a stranger there (404), as Bob's is in Acme.

@@ -730,8 +730,9 @@ fn rank(role: Role) -> u8 {
 /// Admits `identity` into the connection's tenant inside the sign-in transaction (platform
 /// context): the email must be verified and of one of the connection's domains; the tenant's
 /// own invitations for it are accepted; a person still not a member joins when the connection
-/// creates members (`jit: create`), else is refused `sso_not_provisioned`; an existing member's
-/// role follows the groups claim (owners keep theirs). Every change is admin-logged.
+/// creates members (`jit: create`), else is refused `sso_not_provisioned`; when the connection
+/// maps groups, the member's role follows the groups claim (owners keep theirs). Every change
+/// is admin-logged.
 pub async fn admit(
     conn: &mut sqlx::PgConnection,
     audit: &Audit,
@@ -752,10 +753,20 @@ pub async fn admit(
     let p = &identity.principal;
     let name = identity.name.as_deref();
     members::accept_invitations_in(&mut *conn, audit, p, &email, name, started_at, Some(tenant)).await?;
-    let role = mapped_role(c, identity);
+    // A connection that maps groups decides the role at every sign-in; one that maps none
+    // leaves roles to the tenant (an invitation's, an admin's change), and gives new members
+    // its default role.
+    let from_groups = (!c.role_mapping.is_empty()).then(|| mapped_role(c, identity));
     match members::tx::by_principal(&mut *conn, tenant, p).await? {
-        Some(member) => members::set_role_in(&mut *conn, tenant, audit, &member, role).await?,
-        None if c.jit == Jit::Create => members::join_in(&mut *conn, tenant, audit, p, &email, name, role, started_at).await?,
+        Some(member) => {
+            if let Some(role) = from_groups {
+                members::set_role_in(&mut *conn, tenant, audit, &member, role).await?;
+            }
+        }
+        None if c.jit == Jit::Create => {
+            let role = from_groups.unwrap_or(c.default_role);
+            members::join_in(&mut *conn, tenant, audit, p, &email, name, role, started_at).await?
+        }
         None => {
             return Err(Error::Forbidden {
                 code: "sso_not_provisioned",
