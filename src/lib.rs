@@ -80,7 +80,7 @@ pub struct Services {
     /// Signs people in (through the configured provider, or the development one).
     pub rp: Arc<oidc::RelyingParty>,
     /// Tenants' own OpenID connections' relying parties (issue 22), by connection.
-    pub sso: Arc<sso::Parties>,
+    pub sso: Arc<oidc::tenant::Parties>,
     /// The built-in development provider, when active.
     pub dev_idp: Option<Arc<dev_idp::DevIdp>>,
     /// Sessions and catalogs of downstream MCP servers (this replica's).

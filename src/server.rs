@@ -109,7 +109,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         db: db.clone(),
         config: Arc::new(config),
         rp,
-        sso: Arc::new(crate::sso::Parties::new(crate::oidc::http_client()?)),
+        sso: Arc::new(crate::oidc::tenant::Parties::new(crate::oidc::http_client()?)),
         dev_idp,
         downstreams,
         log_levels: Arc::new(crate::gateway::log_levels::LogLevels::new(db.clone())),

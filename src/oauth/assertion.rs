@@ -113,7 +113,7 @@ pub fn assertion(pem: &str, client_id: &str, audience: &str) -> Result<String> {
 }
 
 /// A compact JWS (RFC 7515 §7.1) of `header` and `claims`, signed by `sign`.
-pub(super) fn jws<E>(
+pub fn jws<E>(
     header: &serde_json::Value,
     claims: &serde_json::Value,
     sign: impl FnOnce(&[u8]) -> std::result::Result<Vec<u8>, E>,

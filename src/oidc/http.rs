@@ -99,7 +99,7 @@ async fn start_login(state: &AppState, q: LoginQuery) -> Result<Response> {
     }
     let route = if asked { crate::sso::route(&state.db, q.tenant.as_deref(), email).await? } else { None };
     let party = match route {
-        Some((tenant, id)) => crate::sso::party(state, tenant, id).await?,
+        Some((tenant, id)) => super::tenant::party(state, tenant, id).await?,
         None => None,
     };
     let rp = party.as_ref().map_or(&state.rp, |p| &p.rp);
@@ -178,7 +178,7 @@ async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -
     ))?;
     let party =
         match flow.sso {
-            Some((tenant, id)) => Some(crate::sso::party(state, tenant, id).await?.ok_or(Error::Forbidden {
+            Some((tenant, id)) => Some(super::tenant::party(state, tenant, id).await?.ok_or(Error::Forbidden {
                 code: "sso_connection_gone",
                 message: "this sign-in's connection was removed".into(),
             })?),
@@ -206,7 +206,7 @@ async fn finish_login(state: &AppState, headers: &HeaderMap, q: CallbackQuery) -
 async fn sign_in(
     state: &AppState,
     identity: &Identity,
-    party: Option<&crate::sso::Party>,
+    party: Option<&super::tenant::Party>,
     started_at: chrono::DateTime<chrono::Utc>,
     request_id: Option<String>,
 ) -> Result<String> {
@@ -220,7 +220,14 @@ async fn sign_in(
                 let p = &identity.principal;
                 let (email, name) = (identity.email.as_deref(), identity.name.as_deref());
                 if let Some(party) = party {
-                    crate::sso::admit(&mut *conn, &audit, party, identity, started_at).await?;
+                    let who = crate::sso::SignIn {
+                        principal: p,
+                        email,
+                        email_verified: identity.email_verified,
+                        name,
+                        claims: &identity.claims,
+                    };
+                    crate::sso::admit(&mut *conn, &audit, party.tenant, &party.connection, &who, started_at).await?;
                 } else if identity.email_verified
                     && let Some(email) = email.and_then(|e| members::normalize_email(e).ok())
                 {

@@ -5,6 +5,7 @@
 
 pub mod http;
 mod store;
+pub mod tenant;
 
 use std::{
     sync::Arc,

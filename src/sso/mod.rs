@@ -11,10 +11,7 @@ pub mod cli;
 pub mod http;
 mod store;
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
-};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -28,7 +25,7 @@ use crate::{
     error::{Error, Result},
     ids::TenantId,
     members::{self, Role},
-    oidc::{ClientAuth, Identity, ProviderConfig, RelyingParty},
+    sessions::Principal,
     vault::{Aad, KeyRing, Owner},
 };
 
@@ -218,6 +215,18 @@ fn check_text(value: &str, field: &'static str, code: &'static str, max: usize) 
     Ok(v.to_owned())
 }
 
+/// A client secret: 1 to 4096 bytes, no control characters.
+fn check_secret(value: &str) -> Result<()> {
+    if value.is_empty() || value.len() > 4096 || value.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            "invalid_client_secret",
+            Some("client_secret"),
+            "a client secret is 1 to 4096 bytes without control characters",
+        ));
+    }
+    Ok(())
+}
+
 fn parse_role(value: &str, field: &'static str) -> Result<Role> {
     match Role::parse(value) {
         Ok(Role::Owner) | Err(_) => Err(Error::invalid(
@@ -243,7 +252,7 @@ fn check(input: &ConnectionInput, creating: bool) -> Result<Checked> {
             ));
         }
         (Some(secret), None) => {
-            crate::oauth::client_auth::check_secret(secret)?;
+            check_secret(secret)?;
             Some((false, Zeroizing::new(secret.clone())))
         }
         (None, Some(pem)) => {
@@ -626,87 +635,35 @@ pub async fn any(db: &Db) -> Result<bool> {
     db.serializable(Scope::Platform { reason: "is SSO in use" }, |conn, _| Box::pin(store::any(conn))).await
 }
 
-/// A connection's relying parties, built once per connection version (each keeps its
-/// provider's metadata and keys, refreshed on rotation like the deployment's own).
-#[derive(Debug)]
-pub struct Parties {
-    http: reqwest::Client,
-    cache: Mutex<HashMap<Uuid, CachedParty>>,
+/// A connection with its sealed envelope (`None`: it is gone).
+pub async fn sealed(db: &Db, tenant: TenantId, id: Uuid) -> Result<Option<(Connection, String)>> {
+    db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::get_sealed(conn, tenant, id))).await
 }
 
-type CachedParty = (i64, Arc<RelyingParty>, Option<Arc<Zeroizing<String>>>);
-
-impl Parties {
-    pub fn new(http: reqwest::Client) -> Self {
-        Parties { http, cache: Mutex::default() }
-    }
-}
-
-/// A tenant connection ready to sign someone in.
-pub struct Party {
-    pub tenant: TenantId,
-    pub connection: Connection,
-    pub rp: Arc<RelyingParty>,
-    /// The private key of a `private_key_jwt` connection.
-    key: Option<Arc<Zeroizing<String>>>,
-}
-
-impl Party {
-    /// The extra token-request parameters: a fresh client assertion for `private_key_jwt`.
-    pub fn token_params(&self) -> Result<Vec<(&'static str, String)>> {
-        match &self.key {
-            Some(pem) => Ok(vec![
-                ("client_assertion_type", crate::oauth::assertion::ASSERTION_TYPE.to_owned()),
-                (
-                    "client_assertion",
-                    crate::oauth::assertion::assertion(pem, &self.connection.client_id, &self.connection.issuer)?,
-                ),
-            ]),
-            None => Ok(Vec::new()),
-        }
-    }
-}
-
-/// The connection `id` of `tenant` and its relying party (`None`: it is gone).
-pub async fn party(state: &crate::AppState, tenant: TenantId, id: Uuid) -> Result<Option<Party>> {
-    let parties = &state.sso;
-    let row = state.db.serializable(Scope::Tenant(tenant), |conn, _| Box::pin(store::get_sealed(conn, tenant, id))).await?;
-    let Some((connection, envelope)) = row else { return Ok(None) };
-    if let Ok(cache) = parties.cache.lock()
-        && let Some((version, rp, key)) = cache.get(&id)
-        && *version == connection.version
-    {
-        return Ok(Some(Party { tenant, rp: rp.clone(), key: key.clone(), connection }));
-    }
-    let ring = ring(state.config.vault_keys.as_ref())?;
+/// Opens a connection's envelope: its client secret, or its private key's PEM.
+pub fn open(ring_opt: Option<&KeyRing>, tenant: TenantId, id: Uuid, envelope: &str) -> Result<Zeroizing<String>> {
     let id_text = id.to_string();
-    let material = ring.open(&aad(tenant, &id_text), &envelope).map_err(|_| Error::Conflict {
+    let material = ring(ring_opt)?.open(&aad(tenant, &id_text), envelope).map_err(|_| Error::Conflict {
         code: "credential_unreadable",
         message: "this SSO connection's secret cannot be opened with the vault's keys; set it again".into(),
     })?;
-    let material = Zeroizing::new(String::from_utf8_lossy(&material).into_owned());
-    let (auth, key) = match connection.auth_method {
-        AuthMethod::ClientSecretBasic => (ClientAuth::Basic(material.to_string()), None),
-        AuthMethod::ClientSecretPost => (ClientAuth::Post(material.to_string()), None),
-        AuthMethod::PrivateKeyJwt => (ClientAuth::PrivateKeyJwt, Some(Arc::new(material))),
-    };
-    let config = ProviderConfig {
-        issuer: connection.issuer.clone(),
-        client_id: connection.client_id.clone(),
-        auth,
-        redirect_uri: format!("{}/auth/callback", state.config.public_url),
-    };
-    let rp = Arc::new(RelyingParty::new(config, parties.http.clone()));
-    if let Ok(mut cache) = parties.cache.lock() {
-        cache.insert(id, (connection.version, rp.clone(), key.clone()));
-    }
-    Ok(Some(Party { tenant, rp, key, connection }))
+    Ok(Zeroizing::new(String::from_utf8_lossy(&material).into_owned()))
 }
 
-/// The role the connection maps `identity`'s groups to: the highest mapped value present, else
-/// the default role.
-pub fn mapped_role(connection: &Connection, identity: &Identity) -> Role {
-    let values: Vec<&str> = match identity.claims.get(&connection.groups_claim) {
+/// Who a connection's provider says signed in (from the verified ID token).
+pub struct SignIn<'a> {
+    pub principal: &'a Principal,
+    pub email: Option<&'a str>,
+    pub email_verified: bool,
+    pub name: Option<&'a str>,
+    /// Every claim of the ID token (the groups claim among them).
+    pub claims: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+/// The role the connection maps the ID token's groups to: the highest mapped value present,
+/// else the default role.
+pub fn mapped_role(connection: &Connection, claims: &serde_json::Map<String, serde_json::Value>) -> Role {
+    let values: Vec<&str> = match claims.get(&connection.groups_claim) {
         Some(serde_json::Value::String(s)) => vec![s.as_str()],
         Some(serde_json::Value::Array(items)) => items.iter().filter_map(|v| v.as_str()).collect(),
         _ => Vec::new(),
@@ -736,27 +693,24 @@ fn rank(role: Role) -> u8 {
 pub async fn admit(
     conn: &mut sqlx::PgConnection,
     audit: &Audit,
-    party: &Party,
-    identity: &Identity,
+    tenant: TenantId,
+    c: &Connection,
+    who: &SignIn<'_>,
     started_at: DateTime<Utc>,
 ) -> Result<()> {
-    let c = &party.connection;
-    let tenant = party.tenant;
-    let email = identity.email.as_deref().and_then(|e| members::normalize_email(e).ok());
-    let Some(email) = email.filter(|e| identity.email_verified && domain_of(e).is_some_and(|d| c.email_domains.contains(&d)))
-    else {
+    let email = who.email.and_then(|e| members::normalize_email(e).ok());
+    let Some(email) = email.filter(|e| who.email_verified && domain_of(e).is_some_and(|d| c.email_domains.contains(&d))) else {
         return Err(Error::Forbidden {
             code: "sso_email_not_allowed",
             message: "this connection signs in verified email addresses of its domains only".into(),
         });
     };
-    let p = &identity.principal;
-    let name = identity.name.as_deref();
+    let (p, name) = (who.principal, who.name);
     members::accept_invitations_in(&mut *conn, audit, p, &email, name, started_at, Some(tenant)).await?;
     // A connection that maps groups decides the role at every sign-in; one that maps none
     // leaves roles to the tenant (an invitation's, an admin's change), and gives new members
     // its default role.
-    let from_groups = (!c.role_mapping.is_empty()).then(|| mapped_role(c, identity));
+    let from_groups = (!c.role_mapping.is_empty()).then(|| mapped_role(c, who.claims));
     match members::tx::by_principal(&mut *conn, tenant, p).await? {
         Some(member) => {
             if let Some(role) = from_groups {
@@ -856,14 +810,8 @@ mod tests {
         assert!(check(&ConnectionInput { issuer: "http://127.0.0.1:4000".into(), ..input() }, true).is_ok(), "loopback");
     }
 
-    fn identity(groups: serde_json::Value) -> Identity {
-        Identity {
-            principal: crate::members::Principal { issuer: "i".into(), subject: "s".into() },
-            email: None,
-            email_verified: true,
-            name: None,
-            claims: [("groups".to_owned(), groups)].into_iter().collect(),
-        }
+    fn identity(groups: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+        [("groups".to_owned(), groups)].into_iter().collect()
     }
 
     #[test]
