@@ -28,6 +28,19 @@ pub fn well_formed(s: &str, prefix: &str, len: usize) -> bool {
         .is_some_and(|rest| rest.len() == len && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
 }
 
+/// Checks a client secret someone else issued (an OAuth client's, an OpenID connection's): 1
+/// to 4096 bytes without control characters.
+pub fn check_client_secret(value: &str) -> crate::error::Result<()> {
+    if value.is_empty() || value.len() > 4096 || value.chars().any(char::is_control) {
+        return Err(crate::error::Error::invalid(
+            "invalid_client_secret",
+            Some("client_secret"),
+            "a client secret is 1 to 4096 bytes without control characters",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -222,16 +222,7 @@ pub async fn confidential_connector(db: &crate::db::Db, tenant: TenantId, worksp
 }
 
 /// Checks a client secret as a slot value: the one field, 1 to 4096 bytes, no control characters.
-pub fn check_secret(value: &str) -> Result<()> {
-    if value.is_empty() || value.len() > slots::MAX_VALUE_BYTES || value.chars().any(char::is_control) {
-        return Err(Error::invalid(
-            "invalid_client_secret",
-            Some("client_secret"),
-            "a client secret is 1 to 4096 bytes without control characters",
-        ));
-    }
-    Ok(())
-}
+pub use crate::secrets::check_client_secret as check_secret;
 
 /// The URL of Gatehouse's Client ID Metadata Document: also its client id there.
 pub fn document_url(state: &AppState) -> String {

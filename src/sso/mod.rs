@@ -7,14 +7,21 @@
 //! `?tenant=slug`) to the right provider; a session signed in that way acts in that tenant
 //! only. A tenant may require SSO: its members' other sessions are then refused.
 
+mod admit;
 pub mod cli;
 pub mod http;
+mod input;
 mod store;
+
+pub use admit::{SignIn, admit, mapped_role};
+pub use input::{AuthMethod, ConnectionInput, Jit, domain_of, normalize_domain};
+
+use input::{Checked, check};
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
 use zeroize::Zeroizing;
@@ -24,78 +31,14 @@ use crate::{
     db::{Db, Scope},
     error::{Error, Result},
     ids::TenantId,
-    members::{self, Role},
-    sessions::Principal,
+    members::Role,
     vault::{Aad, KeyRing, Owner},
 };
 
 /// The vault purpose of a connection's client secret or private key.
 const PURPOSE: &str = "sso_client";
-/// Domains one connection may claim.
-const MAX_DOMAINS: usize = 50;
-/// Group values one connection may map.
-const MAX_MAPPINGS: usize = 100;
 /// Connections one tenant may hold.
 pub const MAX_CONNECTIONS: i64 = 20;
-
-/// How a first sign-in of someone who is not yet a member is treated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Jit {
-    /// Create the member, with the role the groups claim maps to (else the default role).
-    Create,
-    /// Only someone with an outstanding invitation of the tenant (for a verified email) joins.
-    Invitation,
-}
-
-impl Jit {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Jit::Create => "create",
-            Jit::Invitation => "invitation",
-        }
-    }
-
-    fn parse(s: &str) -> Result<Jit> {
-        match s {
-            "create" => Ok(Jit::Create),
-            "invitation" => Ok(Jit::Invitation),
-            _ => Err(Error::invalid("invalid_jit", Some("jit"), "jit is `create` or `invitation`")),
-        }
-    }
-}
-
-/// How Gatehouse authenticates at the connection's token endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum AuthMethod {
-    ClientSecretBasic,
-    ClientSecretPost,
-    PrivateKeyJwt,
-}
-
-impl AuthMethod {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuthMethod::ClientSecretBasic => "client_secret_basic",
-            AuthMethod::ClientSecretPost => "client_secret_post",
-            AuthMethod::PrivateKeyJwt => "private_key_jwt",
-        }
-    }
-
-    fn parse(s: &str) -> Result<AuthMethod> {
-        match s {
-            "client_secret_basic" => Ok(AuthMethod::ClientSecretBasic),
-            "client_secret_post" => Ok(AuthMethod::ClientSecretPost),
-            "private_key_jwt" => Ok(AuthMethod::PrivateKeyJwt),
-            _ => Err(Error::invalid(
-                "invalid_auth_method",
-                Some("auth_method"),
-                "auth_method is client_secret_basic, client_secret_post or private_key_jwt",
-            )),
-        }
-    }
-}
 
 /// A tenant's OpenID connection as the API shows it: never its secret or key.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -119,228 +62,6 @@ pub struct Connection {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-}
-
-/// A connection to create, or the new state of one (`version` required then; a missing
-/// secret and key keep the sealed one).
-#[derive(Clone, Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ConnectionInput {
-    pub name: String,
-    pub issuer: String,
-    pub client_id: String,
-    /// Default: `client_secret_basic` with a secret, `private_key_jwt` with a key.
-    #[serde(default)]
-    pub auth_method: Option<String>,
-    /// Write-only.
-    #[serde(default)]
-    pub client_secret: Option<String>,
-    /// Write-only: a PKCS#8 PEM (P-256, RSA or Ed25519) for `private_key_jwt`.
-    #[serde(default)]
-    pub private_key: Option<String>,
-    pub email_domains: Vec<String>,
-    #[serde(default)]
-    pub groups_claim: Option<String>,
-    #[serde(default)]
-    pub role_mapping: BTreeMap<String, String>,
-    #[serde(default)]
-    pub default_role: Option<String>,
-    #[serde(default)]
-    pub jit: Option<String>,
-    /// Update only: the version this edit was made from.
-    #[serde(default)]
-    pub version: Option<i64>,
-}
-
-/// A validated connection, ready to store.
-struct Checked {
-    name: String,
-    issuer: String,
-    client_id: String,
-    auth_method: AuthMethod,
-    /// The secret or PEM to seal; `None`: keep the sealed one (updates only).
-    sealed_material: Option<Zeroizing<String>>,
-    email_domains: Vec<String>,
-    groups_claim: String,
-    role_mapping: BTreeMap<String, Role>,
-    default_role: Role,
-    jit: Jit,
-}
-
-/// Lowercases and checks an email domain: dot-separated labels of letters, digits and
-/// hyphens, at least two labels.
-pub fn normalize_domain(raw: &str) -> Result<String> {
-    let d = raw.trim().trim_end_matches('.').to_ascii_lowercase();
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-    };
-    if d.len() < 3 || d.len() > 253 || !d.contains('.') || !d.split('.').all(label_ok) {
-        return Err(Error::invalid(
-            "invalid_email_domain",
-            Some("email_domains"),
-            format!("`{}` is not an email domain such as example.com", raw.chars().take(80).collect::<String>()),
-        ));
-    }
-    Ok(d)
-}
-
-/// The domain of an email address, normalized (`None` when it has none).
-pub fn domain_of(email: &str) -> Option<String> {
-    let (_, domain) = email.trim().rsplit_once('@')?;
-    normalize_domain(domain).ok()
-}
-
-/// An issuer: an `https` URL without query or fragment, or `http` on a loopback host (a
-/// provider on this machine).
-fn check_issuer(raw: &str) -> Result<String> {
-    let bad = || Error::invalid("invalid_issuer", Some("issuer"), "issuer is an https URL (http only on loopback)");
-    let url = url::Url::parse(raw.trim()).map_err(|_| bad())?;
-    let loopback = matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"));
-    let scheme_ok = url.scheme() == "https" || (url.scheme() == "http" && loopback);
-    if !scheme_ok || url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() || raw.len() > 2048 {
-        return Err(bad());
-    }
-    Ok(raw.trim().to_owned())
-}
-
-fn check_text(value: &str, field: &'static str, code: &'static str, max: usize) -> Result<String> {
-    let v = value.trim();
-    if v.is_empty() || v.len() > max || v.chars().any(char::is_control) {
-        return Err(Error::invalid(code, Some(field), format!("{field} is 1 to {max} characters without control characters")));
-    }
-    Ok(v.to_owned())
-}
-
-/// A client secret: 1 to 4096 bytes, no control characters.
-fn check_secret(value: &str) -> Result<()> {
-    if value.is_empty() || value.len() > 4096 || value.chars().any(char::is_control) {
-        return Err(Error::invalid(
-            "invalid_client_secret",
-            Some("client_secret"),
-            "a client secret is 1 to 4096 bytes without control characters",
-        ));
-    }
-    Ok(())
-}
-
-fn parse_role(value: &str, field: &'static str) -> Result<Role> {
-    match Role::parse(value) {
-        Ok(Role::Owner) | Err(_) => Err(Error::invalid(
-            "invalid_role",
-            Some(field),
-            "a mapped role is `admin`, `operator` or `member` (owners are the tenant's own)",
-        )),
-        Ok(role) => Ok(role),
-    }
-}
-
-/// Validates an input. `creating`: a secret or a key is required.
-fn check(input: &ConnectionInput, creating: bool) -> Result<Checked> {
-    let name = check_text(&input.name, "name", "invalid_name", 80)?;
-    let issuer = check_issuer(&input.issuer)?;
-    let client_id = check_text(&input.client_id, "client_id", "invalid_client_id", 255)?;
-    let material = match (&input.client_secret, &input.private_key) {
-        (Some(_), Some(_)) => {
-            return Err(Error::invalid(
-                "invalid_client_auth",
-                Some("client_secret"),
-                "give a client_secret or a private_key, not both",
-            ));
-        }
-        (Some(secret), None) => {
-            check_secret(secret)?;
-            Some((false, Zeroizing::new(secret.clone())))
-        }
-        (None, Some(pem)) => {
-            // A key that cannot sign is refused now, not at the first sign-in.
-            crate::oauth::assertion::assertion(pem, &client_id, &issuer).map_err(|_| {
-                Error::invalid(
-                    "invalid_private_key",
-                    Some("private_key"),
-                    "private_key is a PKCS#8 PEM of a P-256, RSA or Ed25519 key",
-                )
-            })?;
-            Some((true, Zeroizing::new(pem.clone())))
-        }
-        (None, None) if creating => {
-            return Err(Error::invalid(
-                "invalid_client_auth",
-                Some("client_secret"),
-                "a connection needs a client_secret or a private_key",
-            ));
-        }
-        (None, None) => None,
-    };
-    let auth_method = match (input.auth_method.as_deref(), &material) {
-        (Some(m), _) => AuthMethod::parse(m)?,
-        (None, Some((true, _))) => AuthMethod::PrivateKeyJwt,
-        (None, _) => AuthMethod::ClientSecretBasic,
-    };
-    if let Some((is_key, _)) = &material
-        && *is_key != (auth_method == AuthMethod::PrivateKeyJwt)
-    {
-        return Err(Error::invalid(
-            "invalid_client_auth",
-            Some("auth_method"),
-            "private_key_jwt takes a private_key; the client_secret methods take a client_secret",
-        ));
-    }
-    if input.email_domains.is_empty() || input.email_domains.len() > MAX_DOMAINS {
-        return Err(Error::invalid(
-            "invalid_email_domain",
-            Some("email_domains"),
-            format!("a connection signs in 1 to {MAX_DOMAINS} email domains"),
-        ));
-    }
-    let mut email_domains: Vec<String> = input.email_domains.iter().map(|d| normalize_domain(d)).collect::<Result<_>>()?;
-    email_domains.sort();
-    email_domains.dedup();
-    let groups_claim = match &input.groups_claim {
-        None => "groups".to_owned(),
-        Some(c) => {
-            let c = check_text(c, "groups_claim", "invalid_groups_claim", 100)?;
-            if !c.chars().all(|ch| ch.is_ascii_alphanumeric() || "_-.:/".contains(ch)) {
-                return Err(Error::invalid("invalid_groups_claim", Some("groups_claim"), "groups_claim is a claim name"));
-            }
-            c
-        }
-    };
-    if input.role_mapping.len() > MAX_MAPPINGS {
-        return Err(Error::invalid(
-            "invalid_role_mapping",
-            Some("role_mapping"),
-            format!("at most {MAX_MAPPINGS} mapped values"),
-        ));
-    }
-    let mut role_mapping = BTreeMap::new();
-    for (value, role) in &input.role_mapping {
-        let value = check_text(value, "role_mapping", "invalid_role_mapping", 256)?;
-        role_mapping.insert(value, parse_role(role, "role_mapping")?);
-    }
-    let default_role = match &input.default_role {
-        None => Role::Member,
-        Some(r) => parse_role(r, "default_role")?,
-    };
-    let jit = match &input.jit {
-        None => Jit::Invitation,
-        Some(j) => Jit::parse(j)?,
-    };
-    Ok(Checked {
-        name,
-        issuer,
-        client_id,
-        auth_method,
-        sealed_material: material.map(|(_, m)| m),
-        email_domains,
-        groups_claim,
-        role_mapping,
-        default_role,
-        jit,
-    })
 }
 
 fn aad(tenant: TenantId, id: &str) -> Aad<'_> {
@@ -369,6 +90,26 @@ fn domain_taken() -> Error {
     }
 }
 
+/// A violation of the tenant's one connection per issuer and client id.
+fn exists(e: Error) -> Error {
+    e.on_constraint("sso_connections_client_key", || Error::Conflict {
+        code: "sso_connection_exists",
+        message: "this tenant already has a connection for that issuer and client id".into(),
+    })
+}
+
+/// Stores the connection's domains (one connection per domain in the deployment).
+async fn set_domains(conn: &mut sqlx::PgConnection, tenant: TenantId, id: Uuid, checked: &Checked) -> Result<()> {
+    store::set_domains(conn, tenant, id, &checked.email_domains)
+        .await
+        .map_err(|e| e.on_constraint("sso_domains_domain_key", domain_taken))
+}
+
+/// The stored connection, or 404.
+async fn stored(conn: &mut sqlx::PgConnection, tenant: TenantId, id: Uuid) -> Result<Connection> {
+    store::get(conn, tenant, id).await?.ok_or(Error::NotFound { what: "SSO connection" })
+}
+
 fn too_many() -> Error {
     Error::Conflict { code: "sso_connection_cap", message: format!("a tenant holds at most {MAX_CONNECTIONS} SSO connections") }
 }
@@ -394,29 +135,9 @@ pub async fn create(
             if store::count(&mut *conn, tenant).await? >= MAX_CONNECTIONS {
                 return Err(too_many());
             }
-            let row = store::NewRow {
-                id,
-                name: &checked.name,
-                issuer: &checked.issuer,
-                client_id: &checked.client_id,
-                auth_method: checked.auth_method,
-                key_id: &key_id,
-                envelope: &envelope,
-                groups_claim: &checked.groups_claim,
-                role_mapping: &checked.role_mapping,
-                default_role: checked.default_role,
-                jit: checked.jit,
-            };
-            store::insert(&mut *conn, tenant, &row, &audit.actor).await.map_err(|e| {
-                e.on_constraint("sso_connections_client_key", || Error::Conflict {
-                    code: "sso_connection_exists",
-                    message: "this tenant already has a connection for that issuer and client id".into(),
-                })
-            })?;
-            store::set_domains(&mut *conn, tenant, id, &checked.email_domains)
-                .await
-                .map_err(|e| e.on_constraint("sso_domains_domain_key", domain_taken))?;
-            let c = store::get(&mut *conn, tenant, id).await?.ok_or(Error::NotFound { what: "SSO connection" })?;
+            store::insert(&mut *conn, tenant, &checked.row(id, &key_id, &envelope), &audit.actor).await.map_err(exists)?;
+            set_domains(&mut *conn, tenant, id, checked).await?;
+            let c = stored(&mut *conn, tenant, id).await?;
             let entry = Entry {
                 tenant: Some(tenant),
                 audit,
@@ -459,7 +180,7 @@ pub async fn update(
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         let (checked, sealed) = (&checked, sealed.clone());
         Box::pin(async move {
-            let before = store::get(&mut *conn, tenant, id).await?.ok_or(Error::NotFound { what: "SSO connection" })?;
+            let before = stored(&mut *conn, tenant, id).await?;
             if before.version != version {
                 return Err(changed());
             }
@@ -472,31 +193,13 @@ pub async fn update(
                     "changing between a secret and a private key needs the new client_secret or private_key",
                 ));
             }
-            let row = store::NewRow {
-                id,
-                name: &checked.name,
-                issuer: &checked.issuer,
-                client_id: &checked.client_id,
-                auth_method: checked.auth_method,
-                key_id: sealed.as_ref().map_or("", |(k, _)| k),
-                envelope: sealed.as_ref().map_or("", |(_, e)| e),
-                groups_claim: &checked.groups_claim,
-                role_mapping: &checked.role_mapping,
-                default_role: checked.default_role,
-                jit: checked.jit,
-            };
-            if !store::update(&mut *conn, tenant, &row, version, sealed.is_some()).await.map_err(|e| {
-                e.on_constraint("sso_connections_client_key", || Error::Conflict {
-                    code: "sso_connection_exists",
-                    message: "this tenant already has a connection for that issuer and client id".into(),
-                })
-            })? {
+            let (key_id, envelope) = sealed.as_ref().map_or(("", ""), |(k, e)| (k.as_str(), e.as_str()));
+            let row = checked.row(id, key_id, envelope);
+            if !store::update(&mut *conn, tenant, &row, version, sealed.is_some()).await.map_err(exists)? {
                 return Err(changed());
             }
-            store::set_domains(&mut *conn, tenant, id, &checked.email_domains)
-                .await
-                .map_err(|e| e.on_constraint("sso_domains_domain_key", domain_taken))?;
-            let after = store::get(&mut *conn, tenant, id).await?.ok_or(Error::NotFound { what: "SSO connection" })?;
+            set_domains(&mut *conn, tenant, id, checked).await?;
+            let after = stored(&mut *conn, tenant, id).await?;
             let entry = Entry {
                 tenant: Some(tenant),
                 audit,
@@ -524,7 +227,7 @@ fn changed() -> Error {
 pub async fn delete(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid) -> Result<()> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            let before = store::get(&mut *conn, tenant, id).await?.ok_or(Error::NotFound { what: "SSO connection" })?;
+            let before = stored(&mut *conn, tenant, id).await?;
             store::delete(&mut *conn, tenant, id).await?;
             let entry = Entry {
                 tenant: Some(tenant),
@@ -650,87 +353,6 @@ pub fn open(ring_opt: Option<&KeyRing>, tenant: TenantId, id: Uuid, envelope: &s
     Ok(Zeroizing::new(String::from_utf8_lossy(&material).into_owned()))
 }
 
-/// Who a connection's provider says signed in (from the verified ID token).
-pub struct SignIn<'a> {
-    pub principal: &'a Principal,
-    pub email: Option<&'a str>,
-    pub email_verified: bool,
-    pub name: Option<&'a str>,
-    /// Every claim of the ID token (the groups claim among them).
-    pub claims: &'a serde_json::Map<String, serde_json::Value>,
-}
-
-/// The role the connection maps the ID token's groups to: the highest mapped value present,
-/// else the default role.
-pub fn mapped_role(connection: &Connection, claims: &serde_json::Map<String, serde_json::Value>) -> Role {
-    let values: Vec<&str> = match claims.get(&connection.groups_claim) {
-        Some(serde_json::Value::String(s)) => vec![s.as_str()],
-        Some(serde_json::Value::Array(items)) => items.iter().filter_map(|v| v.as_str()).collect(),
-        _ => Vec::new(),
-    };
-    values
-        .iter()
-        .filter_map(|v| connection.role_mapping.get(*v).copied())
-        .max_by_key(|r| rank(*r))
-        .unwrap_or(connection.default_role)
-}
-
-fn rank(role: Role) -> u8 {
-    match role {
-        Role::Member => 0,
-        Role::Operator => 1,
-        Role::Admin => 2,
-        Role::Owner => 3,
-    }
-}
-
-/// Admits `identity` into the connection's tenant inside the sign-in transaction (platform
-/// context): the email must be verified and of one of the connection's domains; the tenant's
-/// own invitations for it are accepted; a person still not a member joins when the connection
-/// creates members (`jit: create`), else is refused `sso_not_provisioned`; when the connection
-/// maps groups, the member's role follows the groups claim (owners keep theirs). Every change
-/// is admin-logged.
-pub async fn admit(
-    conn: &mut sqlx::PgConnection,
-    audit: &Audit,
-    tenant: TenantId,
-    c: &Connection,
-    who: &SignIn<'_>,
-    started_at: DateTime<Utc>,
-) -> Result<()> {
-    let email = who.email.and_then(|e| members::normalize_email(e).ok());
-    let Some(email) = email.filter(|e| who.email_verified && domain_of(e).is_some_and(|d| c.email_domains.contains(&d))) else {
-        return Err(Error::Forbidden {
-            code: "sso_email_not_allowed",
-            message: "this connection signs in verified email addresses of its domains only".into(),
-        });
-    };
-    let (p, name) = (who.principal, who.name);
-    members::accept_invitations_in(&mut *conn, audit, p, &email, name, started_at, Some(tenant)).await?;
-    // A connection that maps groups decides the role at every sign-in; one that maps none
-    // leaves roles to the tenant (an invitation's, an admin's change), and gives new members
-    // its default role.
-    let from_groups = (!c.role_mapping.is_empty()).then(|| mapped_role(c, who.claims));
-    match members::tx::by_principal(&mut *conn, tenant, p).await? {
-        Some(member) => {
-            if let Some(role) = from_groups {
-                members::set_role_in(&mut *conn, tenant, audit, &member, role).await?;
-            }
-        }
-        None if c.jit == Jit::Create => {
-            let role = from_groups.unwrap_or(c.default_role);
-            members::join_in(&mut *conn, tenant, audit, p, &email, name, role, started_at).await?
-        }
-        None => {
-            return Err(Error::Forbidden {
-                code: "sso_not_provisioned",
-                message: "you are not a member of this organisation yet; ask an admin to invite you".into(),
-            });
-        }
-    }
-    Ok(())
-}
-
 /// What other nouns may run inside their own transaction; the store itself is private.
 pub mod tx {
     use super::*;
@@ -759,100 +381,5 @@ pub mod tx {
             });
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn input() -> ConnectionInput {
-        ConnectionInput {
-            name: "Okta".into(),
-            issuer: "https://acme.okta.example".into(),
-            client_id: "gatehouse".into(),
-            client_secret: Some("s3cret".into()),
-            email_domains: vec!["Acme.Example".into()],
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_valid_input_is_normalized() {
-        let c = check(&input(), true).unwrap();
-        assert_eq!(c.email_domains, ["acme.example"]);
-        assert_eq!(c.auth_method, AuthMethod::ClientSecretBasic);
-        assert_eq!((c.jit, c.default_role, c.groups_claim.as_str()), (Jit::Invitation, Role::Member, "groups"));
-    }
-
-    #[test]
-    fn bad_inputs_name_their_field() {
-        let cases: Vec<(ConnectionInput, &str)> = vec![
-            (ConnectionInput { issuer: "http://idp.example".into(), ..input() }, "invalid_issuer"),
-            (ConnectionInput { issuer: "https://idp.example?x=1".into(), ..input() }, "invalid_issuer"),
-            (ConnectionInput { email_domains: vec![], ..input() }, "invalid_email_domain"),
-            (ConnectionInput { email_domains: vec!["localhost".into()], ..input() }, "invalid_email_domain"),
-            (ConnectionInput { client_secret: None, ..input() }, "invalid_client_auth"),
-            (ConnectionInput { private_key: Some("x".into()), ..input() }, "invalid_client_auth"),
-            (ConnectionInput { client_secret: None, private_key: Some("not a pem".into()), ..input() }, "invalid_private_key"),
-            (ConnectionInput { auth_method: Some("private_key_jwt".into()), ..input() }, "invalid_client_auth"),
-            (ConnectionInput { jit: Some("always".into()), ..input() }, "invalid_jit"),
-            (ConnectionInput { default_role: Some("owner".into()), ..input() }, "invalid_role"),
-            (ConnectionInput { role_mapping: [("g".into(), "root".into())].into(), ..input() }, "invalid_role"),
-            (ConnectionInput { name: " ".into(), ..input() }, "invalid_name"),
-            (ConnectionInput { groups_claim: Some("a b".into()), ..input() }, "invalid_groups_claim"),
-        ];
-        for (bad, code) in cases {
-            assert_eq!(check(&bad, true).err().map(|e| e.code()), Some(code), "{bad:?}");
-        }
-        assert!(check(&ConnectionInput { client_secret: None, ..input() }, false).is_ok(), "an update may keep the secret");
-        assert!(check(&ConnectionInput { issuer: "http://127.0.0.1:4000".into(), ..input() }, true).is_ok(), "loopback");
-    }
-
-    fn identity(groups: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
-        [("groups".to_owned(), groups)].into_iter().collect()
-    }
-
-    #[test]
-    fn the_highest_mapped_group_wins_else_the_default() {
-        let mut c = check(&input(), true).unwrap();
-        c.role_mapping = [("eng".to_owned(), Role::Operator), ("admins".to_owned(), Role::Admin)].into();
-        let conn = Connection {
-            id: Uuid::nil(),
-            name: c.name,
-            issuer: c.issuer,
-            client_id: c.client_id,
-            auth_method: c.auth_method,
-            email_domains: c.email_domains,
-            groups_claim: c.groups_claim,
-            role_mapping: c.role_mapping,
-            default_role: Role::Member,
-            jit: c.jit,
-            version: 1,
-            created_by: String::new(),
-            created_at: Utc::now(),
-            updated_at: Utc::now(),
-        };
-        assert_eq!(mapped_role(&conn, &identity(json!(["eng", "admins"]))), Role::Admin);
-        assert_eq!(mapped_role(&conn, &identity(json!("eng"))), Role::Operator);
-        assert_eq!(mapped_role(&conn, &identity(json!(["other"]))), Role::Member);
-        assert_eq!(mapped_role(&conn, &identity(json!(42))), Role::Member);
-    }
-
-    proptest! {
-        #[test]
-        fn an_accepted_domain_is_lowercase_labels(s in "\\PC{0,40}") {
-            if let Ok(d) = normalize_domain(&s) {
-                prop_assert!(d.contains('.') && d == d.to_ascii_lowercase());
-                prop_assert!(d.split('.').all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')));
-            }
-        }
-
-        #[test]
-        fn domain_of_takes_the_last_at(local in "[a-z0-9.+]{1,10}", domain in "[a-z]{1,8}\\.[a-z]{2,5}") {
-            prop_assert_eq!(domain_of(&format!("{local}@{domain}")), Some(domain.clone()));
-            prop_assert_eq!(domain_of(&format!("{local}@x@{}", domain.to_uppercase())), Some(domain));
-        }
     }
 }
