@@ -35,6 +35,7 @@ pub mod openapi;
 pub mod ops;
 pub mod pages;
 pub mod peers;
+pub mod quotas;
 pub mod reap;
 pub mod reports;
 pub mod scim;
@@ -107,6 +108,8 @@ pub struct Services {
     pub code: Arc<code::Executor>,
     /// Downstream OAuth: its HTTP client and the grants this replica read (sealed), by epoch.
     pub oauth: Arc<oauth::Oauth>,
+    /// This replica's leases of the tenants' quota budgets (issue 23).
+    pub quotas: Arc<quotas::Budgets>,
     /// SMTP delivery, when `GATEHOUSE_SMTP_URL` is set.
     pub mailer: Option<Arc<connect_links::mail::Mailer>>,
 }

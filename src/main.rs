@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use gatehouse::{
     admin_log::Audit, blueprints, cli::Outcome, config::Config, connect_links, copies, db::Db, erasure, error::Error, forks,
-    gateway::pins, impersonation, kv, mcp_auth, ops, peers, reap, reports, scim, server, service_credentials, snapshots, sso,
-    tenants, tokens, vault, workspaces,
+    gateway::pins, impersonation, kv, mcp_auth, ops, peers, quotas, reap, reports, scim, server, service_credentials, snapshots,
+    sso, tenants, tokens, vault, workspaces,
 };
 
 #[derive(Parser)]
@@ -46,6 +46,9 @@ enum Command {
     /// A tenant's own sign-in: its OpenID connections and whether it requires them.
     #[command(subcommand)]
     Sso(sso::cli::Command),
+    /// A tenant's quotas and rate limits, and their usage.
+    #[command(subcommand)]
+    Quota(quotas::cli::Command),
     /// Staff impersonation grants of a tenant: list, approve, revoke; the approval setting.
     #[command(subcommand)]
     Impersonation(impersonation::cli::Command),
@@ -186,6 +189,7 @@ async fn dispatch(db: &Db, config: &Config, command: Command) -> anyhow::Result<
         Command::Token(cmd) => tokens::cli::run(db, audit, config.token_cap, cmd).await,
         Command::Scim(cmd) => scim::cli::run(db, audit, cmd).await,
         Command::Sso(cmd) => sso::cli::run(db, audit, config, cmd).await,
+        Command::Quota(cmd) => quotas::cli::run(db, audit, cmd).await,
         Command::Impersonation(cmd) => impersonation::cli::run(db, audit, cmd).await,
         Command::ServiceCredential(cmd) => service_credentials::cli::run(db, audit, cmd).await,
         Command::Workspace(WorkspaceCommand::Own(cmd)) => workspaces::cli::run(db, audit, cmd).await,

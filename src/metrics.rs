@@ -93,6 +93,19 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             ("{cache=\"peers\",result=\"miss\"}", load(&state.peers.misses)),
         ],
     );
+    let quotas = &state.quotas.counts;
+    metric(
+        &mut out,
+        "gatehouse_quota_events_total",
+        "counter",
+        "Quota ledger events on this replica: leases made and failed (database unreachable or slower than two seconds), calls refused, calls admitted uncounted by a fail-open limit.",
+        &[
+            ("{event=\"lease\"}", load(&quotas.leases)),
+            ("{event=\"lease_failed\"}", load(&quotas.lease_failures)),
+            ("{event=\"refused\"}", load(&quotas.refused)),
+            ("{event=\"admitted_open\"}", load(&quotas.admitted_open)),
+        ],
+    );
     let epochs = state.db.epoch_batch();
     metric(
         &mut out,

@@ -122,6 +122,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         peers: Arc::default(),
         code,
         oauth: Arc::new(crate::oauth::Oauth::new(crate::oidc::http_client()?)),
+        quotas: Arc::new(crate::quotas::Budgets::new(db.clone())),
         mailer,
     });
     // Revocation intents a crash left unsettled: every replica sweeps (claims keep it once).
@@ -137,6 +138,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     // The replica registry: a lease, the LISTEN connection and the acknowledgements that let
     // the hot path use applied epochs instead of reading them per request (issue 20).
     let registry = tokio::spawn(crate::db::replica::run(state.db.clone(), state.config.replicas, listen.to_string()));
+    // Settles this replica's quota slices and renews its concurrency slots.
+    let (quota_stop, quota_stopped) = watch::channel(false);
+    let quota_tender = tokio::spawn(state.quotas.clone().run(quota_stopped));
+    let quotas = state.quotas.clone();
     let app = crate::http::router(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
@@ -179,6 +184,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Ok(joined) => joined.context("server task failed")?.context("server failed")?,
         Err(_) => tracing::warn!("drain deadline passed; closing remaining connections"),
     }
+    // What this replica leased and did not use goes back to the ledger, after the tender's
+    // last round (never cut short: it may hold counts it took out of a window).
+    let _ = quota_stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), quota_tender).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), quotas.release_all()).await;
     // The writer ends once every handle to the queue is gone, after writing what is queued.
     let _ = tokio::time::timeout(Duration::from_secs(5), activity_writer).await;
     // The activity writer held the last other handle to the ops queue (for its lost batches).

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Served, TestDb, cli, gatehouse, provision};
+use common::{DbGate as Gate, Served, TestDb, cli, gatehouse, provision};
 use sqlx::Executor;
 
 /// Terminates every backend of the test database that Gatehouse opened.
@@ -70,49 +70,6 @@ async fn lost_connections_are_dropped_at_once_and_readiness_follows_the_database
         let failed = statuses.iter().filter(|s| **s != 200).count();
         assert!(failed <= 1, "round {round}: {statuses:?}");
         assert!(statuses.iter().all(|s| *s == 200 || *s == 503), "round {round}: {statuses:?}");
-    }
-}
-
-/// A TCP gate in front of the test cluster: open, it forwards every connection; shut, it has
-/// dropped every connection it carried and refuses new ones (the database "went away").
-struct Gate {
-    port: u16,
-    target: u16,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Gate {
-    async fn new(target: u16) -> Gate {
-        let mut gate = Gate { port: common::free_port(), target, task: None };
-        gate.open();
-        gate
-    }
-
-    fn open(&mut self) {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        // The shut gate's connections linger in TIME_WAIT on this port.
-        socket.set_reuseaddr(true).unwrap();
-        socket.bind(([127, 0, 0, 1], self.port).into()).unwrap();
-        let listener = socket.listen(128).unwrap();
-        let target = self.target;
-        self.task = Some(tokio::spawn(async move {
-            let mut carried = tokio::task::JoinSet::new();
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                carried.spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-            }
-        }));
-    }
-
-    /// Dropping the accept task drops its set of carried connections: every socket closes.
-    async fn shut(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-            let _ = task.await;
-        }
     }
 }
 

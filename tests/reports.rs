@@ -14,7 +14,7 @@ use gatehouse::{
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, postgres::PgConnectOptions};
 use uuid::Uuid;
 
-const REPORTS: [&str; 9] = [
+const REPORTS: [&str; 10] = [
     "audit_by_actor",
     "connector_activity_daily",
     "copy_ledger_health",
@@ -22,6 +22,7 @@ const REPORTS: [&str; 9] = [
     "failing_connectors",
     "open_findings",
     "open_issues",
+    "quota_usage",
     "tenant_usage",
     "token_inventory",
 ];
@@ -79,6 +80,12 @@ async fn populate(t: &TestDb) -> (Uuid, Uuid, Vec<String>) {
              SELECT $1, gen_random_uuid(), id, repeat('ab', 32), 1, '{\"activity\": 3}', 'test'
              FROM workspaces WHERE tenant_id = $1 AND length($2) > 0",
             "INSERT INTO subject_keys (tenant_id, subject, key_id, envelope) VALUES ($1, 'member:x', 'k1', 'v1.k1.bm9uY2U.' || $2 || 'key')",
+            // A quota and a window of its ledger.
+            "INSERT INTO quota_limits (tenant_id, id, name, per, class, daily, created_by)
+             SELECT $1, gen_random_uuid(), 'writes', 'token', 'write', 100, 'test' WHERE length($2) > 0",
+            "INSERT INTO quota_windows (tenant_id, limit_id, subject, kind, span_ms, window_no, budget, granted, used, refused)
+             SELECT $1, id, 'token:tok', 'daily', 86400000, (extract(epoch FROM now()) * 1000)::bigint / 86400000, 100, 12, 9, 1
+             FROM quota_limits WHERE tenant_id = $1 AND length($2) > 0",
         ] {
             sqlx::query(sql).bind(tenant).bind(PLANTED).execute(&mut owner).await.unwrap();
         }

@@ -52,6 +52,8 @@ pub struct Row {
     pub pool: Option<String>,
     /// Matches of the workspace's redaction detectors in the call's arguments and result.
     pub redactions: i32,
+    /// The quota limit that refused the call, by name.
+    pub quota: Option<String>,
 }
 
 impl Row {
@@ -84,6 +86,7 @@ impl Row {
             client_version: ctx.client.as_ref().map(|c| c.1.clone()),
             pool: ctx.pool.as_ref().map(|(name, _)| name.clone()),
             redactions: outcome.redactions.min(i32::MAX as u32) as i32,
+            quota: outcome.quota.clone(),
         }
     }
 }
@@ -196,10 +199,10 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
             sqlx::query!(
                 "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, request_id, actor_kind, actor_id, connector, tool,
                      source, outcome, duration_ms, error_code, classification, result_bytes, client_name, client_version, pool,
-                     redactions)
+                     redactions, quota)
                  SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[],
                      $8::text[], $9::text[], $10::text[], $11::text[], $12::int[], $13::text[], $14::text[], $15::int[], $16::text[],
-                     $17::text[], $18::text[], $19::int[])",
+                     $17::text[], $18::text[], $19::int[], $20::text[])",
                 &rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>(),
                 &rows.iter().map(|r| r.occurred_at).collect::<Vec<_>>(),
                 &rows.iter().map(|r| r.id).collect::<Vec<_>>(),
@@ -219,6 +222,7 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
                 &col(&|r| r.client_version.clone()) as &[Option<String>],
                 &col(&|r| r.pool.clone()) as &[Option<String>],
                 &rows.iter().map(|r| r.redactions).collect::<Vec<_>>(),
+                &col(&|r| r.quota.clone()) as &[Option<String>],
             )
             .execute(&mut *conn)
             .await?;
@@ -397,6 +401,7 @@ mod tests {
             client_version: None,
             pool: None,
             redactions: 0,
+            quota: None,
         }
     }
 

@@ -103,6 +103,11 @@ impl Refused {
         Refused { code, message: message.to_owned(), passthrough: None }
     }
 
+    /// A refusal answered as exactly `error` (a quota's `-32029`, say).
+    pub fn error(code: &'static str, error: ErrorData) -> Refused {
+        Refused { code, message: error.message.to_string(), passthrough: Some(error) }
+    }
+
     /// As the JSON-RPC error the agent gets: the downstream's own, or `-32602` with the code
     /// in `data`.
     pub fn into_error(self) -> ErrorData {

@@ -64,6 +64,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(crate::tokens::http::router())
         .merge(crate::scim::http::api_router())
         .merge(crate::sso::http::api_router())
+        .merge(crate::quotas::http::api_router())
         .merge(crate::impersonation::http::router())
         .merge(crate::service_credentials::http::router())
         .merge(crate::kv::http::router())

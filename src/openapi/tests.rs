@@ -121,6 +121,7 @@ const OUTSIDE_THE_API: &[&str] = &[
     "oauth_registration_unsupported",
     "provider_error",
     "provider_unavailable",
+    "quota_unavailable",
     "registration_limit",
     "slug_mismatch",
     "sso_connection_gone",

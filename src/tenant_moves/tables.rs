@@ -81,6 +81,7 @@ pub const TABLES: &[Table] = &[
     export("ops_failures"),
     export("ops_findings"),
     export("ops_suppress_rules"),
+    export("quota_limits"),
     export("admin_log"),
     exclude("result_stash", "pages of results, kept minutes; an agent asks again"),
     exclude("oauth_flows", "sign-ins to downstream providers in flight, kept minutes; their callback names the source"),
@@ -99,6 +100,8 @@ pub const TABLES: &[Table] = &[
         "a tenant's OpenID clients are registered at its providers with the source's callback URL; registered again at the destination",
     ),
     exclude("sso_domains", "the email domains of the sso_connections left behind"),
+    exclude("quota_windows", "budget leased by the source's replicas; windows start afresh at the destination"),
+    exclude("quota_slots", "concurrency slots held by the source's replicas, which lapse in seconds"),
     exclude("impersonations", "grants to the source deployment's staff, at most an hour long; the admin log keeps their history"),
 ];
 

@@ -621,8 +621,19 @@ pub async fn python_agent_with(
 /// One raw JSON-RPC request to an MCP endpoint with machine credentials (protocol 2025-11-25,
 /// stateless, no handshake).
 pub async fn mcp_post(url: &str, m: &Machine, method: &str, params: serde_json::Value) -> reqwest::Response {
+    mcp_post_with(&http(), url, m, method, params).await
+}
+
+/// [`mcp_post`] through `client` (many calls share one, and its connections).
+pub async fn mcp_post_with(
+    client: &reqwest::Client,
+    url: &str,
+    m: &Machine,
+    method: &str,
+    params: serde_json::Value,
+) -> reqwest::Response {
     let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    m.headers(http().post(url))
+    m.headers(client.post(url))
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-11-25")
         .json(&body)
@@ -655,8 +666,19 @@ pub fn json_path(value: &serde_json::Value) -> String {
 
 /// Calls a gateway tool; (is error, its JSON, the raw response text).
 pub async fn mcp_tool(url: &str, m: &Machine, name: &str, arguments: serde_json::Value) -> (bool, serde_json::Value, String) {
+    mcp_tool_with(&http(), url, m, name, arguments).await
+}
+
+/// [`mcp_tool`] through `client` (many calls share one, and its connections).
+pub async fn mcp_tool_with(
+    client: &reqwest::Client,
+    url: &str,
+    m: &Machine,
+    name: &str,
+    arguments: serde_json::Value,
+) -> (bool, serde_json::Value, String) {
     use serde_json::Value;
-    let r = mcp_post(url, m, "tools/call", serde_json::json!({ "name": name, "arguments": arguments })).await;
+    let r = mcp_post_with(client, url, m, "tools/call", serde_json::json!({ "name": name, "arguments": arguments })).await;
     let status = r.status();
     let content_type = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let raw = r.text().await.unwrap();
@@ -824,4 +846,47 @@ pub fn on_session(url: &str, m: &Machine, session: &str, body: &serde_json::Valu
         .header("mcp-protocol-version", "2025-11-25")
         .header("mcp-session-id", session)
         .json(body)
+}
+
+/// A TCP gate in front of the test cluster: open, it forwards every connection; shut, it has
+/// dropped every connection it carried and refuses new ones (the database "went away").
+pub struct DbGate {
+    pub port: u16,
+    target: u16,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl DbGate {
+    pub async fn new(target: u16) -> DbGate {
+        let mut gate = DbGate { port: free_port(), target, task: None };
+        gate.open();
+        gate
+    }
+
+    pub fn open(&mut self) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        // The shut gate's connections linger in TIME_WAIT on this port.
+        socket.set_reuseaddr(true).unwrap();
+        socket.bind(([127, 0, 0, 1], self.port).into()).unwrap();
+        let listener = socket.listen(128).unwrap();
+        let target = self.target;
+        self.task = Some(tokio::spawn(async move {
+            let mut carried = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                carried.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        }));
+    }
+
+    /// Dropping the accept task drops its set of carried connections: every socket closes.
+    pub async fn shut(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
 }

@@ -6,7 +6,8 @@ Connects through the SDK's streamable HTTP client with the machine credentials, 
 lists tools, makes each call of CALLS_JSON ([[name, arguments], ...]) and prints one JSON
 object: server name, negotiated protocol, tool names, and per call isError plus text blocks.
 A call named "@prompt" gets the prompt its arguments name ({"name", "arguments"}) and reports
-its messages' texts (`prompt`); "@resource" reads the resource {"uri"} and reports its text
+its messages' texts (`prompt`); a call the server answers with a JSON-RPC error reports it
+(`error`: code, message, data); "@resource" reads the resource {"uri"} and reports its text
 contents (`resource`). "@level" (handshake mode) sends `logging/setLevel` with {"level"} and
 then waits {"settle"} seconds (default 0), reporting {"level"}.
 Each call also reports the log messages (`logs`: their data) that arrived while it ran; a call
@@ -47,6 +48,7 @@ import httpx2
 from mcp import Client, ClientSession, types
 from mcp.client.subscriptions import ResourceUpdated
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 SEEN: list = []
 
@@ -145,7 +147,12 @@ async def drive(session, streams: Streams, describe, calls: list) -> dict:
             read = await session.read_resource(arguments["uri"])
             out["calls"].append({"resource": [c.text for c in read.contents if getattr(c, "text", None) is not None]})
             continue
-        result = await session.call_tool(name, arguments, progress_callback=progress)
+        try:
+            result = await session.call_tool(name, arguments, progress_callback=progress)
+        except MCPError as e:  # the server's JSON-RPC error for the call, reported
+            error = e.error
+            out["calls"].append({"error": {"code": error.code, "message": error.message, "data": error.data}})
+            continue
         out["calls"].append(streams.report(result, spec))
     out["replicas"] = SEEN
     return out

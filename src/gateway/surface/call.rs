@@ -16,6 +16,7 @@ use crate::{
         input::{self, Relayed, Stopped},
         stash,
     },
+    quotas,
     workspaces::{Connector, config::Class},
 };
 
@@ -130,6 +131,15 @@ async fn call_granted(
             return out;
         }
     };
+    // The tenant's quotas: the permit holds its concurrency slots until the call ends.
+    let _permit = match admitted(state, ctx, (id, name), class).await {
+        Ok(permit) => permit,
+        Err(refused) => {
+            let mut out = refused.about(id, name);
+            out.classification = Some(class_name(class));
+            return out;
+        }
+    };
     // Counted only once the call is sure to be made.
     if class == Class::Write
         && let Writes::Gated(gate) = writes
@@ -235,6 +245,7 @@ async fn call_granted(
                 jsonrpc: None,
                 interim: None,
                 redactions: 0,
+                quota: None,
             }
         }
         Err(f) => {
@@ -369,4 +380,32 @@ pub async fn result_page_within(state: &AppState, ctx: &GatewayCtx, args: &JsonO
     Outcome::ok(
         json!({ "id": id, "address": address, "offset": start, "next_offset": next, "total_bytes": body.len(), "chunk": chunk }),
     )
+}
+
+/// JSON-RPC's code for a refusal by rate limit (2026-07-28).
+const RATE_LIMITED: i32 = -32029;
+
+/// The tenant's quotas for this call: the permit it holds while it runs, or the refusal.
+async fn admitted(state: &AppState, ctx: &GatewayCtx, (id, name): (&str, &str), class: Class) -> Result<quotas::Permit, Outcome> {
+    let token = format!("{}:{}", ctx.actor_kind, ctx.actor_id);
+    let call =
+        quotas::Call { connector: id, tool: name, write: class == Class::Write, token: &token, member: ctx.caller.member_id };
+    state.quotas.admit(ctx.tenant.id, ctx.bound.epoch, &call).await.map_err(|r| refused(ctx, r))
+}
+
+/// A quota's refusal: a tool error result with `retryAfterMs`, or on 2026-07-28 (an agent's
+/// own call) the JSON-RPC error `-32029` for `rate_limited`.
+fn refused(ctx: &GatewayCtx, r: quotas::Refusal) -> Outcome {
+    let extra = json!({ "retryable": true, "retryAfterMs": r.retry_after_ms, "limit": r.limit });
+    let modern = ctx.input.as_ref().is_some_and(|agent| !agent.program);
+    let mut out = if modern && r.code == "rate_limited" {
+        let mut data = extra;
+        data["code"] = json!(r.code);
+        let error = rmcp::ErrorData::new(rmcp::model::ErrorCode(RATE_LIMITED), r.message, Some(data));
+        Outcome::interim(Interim::Refused(input::Refused::error(r.code, error)))
+    } else {
+        Outcome::error(r.code, r.message, Some(extra))
+    };
+    out.quota = Some(r.limit).filter(|l| !l.is_empty());
+    out
 }

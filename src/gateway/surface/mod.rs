@@ -65,6 +65,8 @@ pub struct Outcome {
     /// What the workspace's redaction detectors found in the arguments and the result (a
     /// count; nothing of what they found is kept).
     pub redactions: u32,
+    /// The quota limit that refused the call, by name.
+    pub quota: Option<String>,
 }
 
 /// What a call answers instead of a result on 2026-07-28.
@@ -90,6 +92,7 @@ impl Outcome {
             jsonrpc: None,
             interim: None,
             redactions: 0,
+            quota: None,
         }
     }
 
@@ -120,6 +123,7 @@ impl Outcome {
             jsonrpc: None,
             interim: None,
             redactions: 0,
+            quota: None,
         }
     }
 

@@ -38,7 +38,7 @@ except on a pool marked trusted, which allows 10 writes per run, never retried.\
 Limits per run: 20 host calls (the 21st ends the run with `budget_exceeded`), 250 ms of CPU (waiting for calls does \
 not count), 30 s in all, 15 s per call, 64 MiB of memory, a 24,000-character result (larger ones are paged), \
 4,000 characters of logs, 32 emitted blocks / 4 MB.\n\n\
-Errors carry a stable `code`; `unavailable`, `timeout`, `rate_limited` and `executor_overloaded` are worth retrying.\n";
+Errors carry a stable `code`; `unavailable`, `timeout`, `rate_limited`, `quota_unavailable` and `executor_overloaded` are worth retrying (after `retryAfterMs` when given).\n";
 
 /// A built-in skill by name.
 pub fn skill(name: &str) -> Outcome {
