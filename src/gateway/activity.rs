@@ -52,6 +52,8 @@ pub struct Row {
     pub pool: Option<String>,
     /// Matches of the workspace's redaction detectors in the call's arguments and result.
     pub redactions: i32,
+    /// The approval the call ran under, if the workspace's policy held it back.
+    pub approval_id: Option<Uuid>,
 }
 
 impl Row {
@@ -84,6 +86,7 @@ impl Row {
             client_version: ctx.client.as_ref().map(|c| c.1.clone()),
             pool: ctx.pool.as_ref().map(|(name, _)| name.clone()),
             redactions: outcome.redactions.min(i32::MAX as u32) as i32,
+            approval_id: outcome.approval_id,
         }
     }
 }
@@ -196,10 +199,10 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
             sqlx::query!(
                 "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, request_id, actor_kind, actor_id, connector, tool,
                      source, outcome, duration_ms, error_code, classification, result_bytes, client_name, client_version, pool,
-                     redactions)
+                     redactions, approval_id)
                  SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[],
                      $8::text[], $9::text[], $10::text[], $11::text[], $12::int[], $13::text[], $14::text[], $15::int[], $16::text[],
-                     $17::text[], $18::text[], $19::int[])",
+                     $17::text[], $18::text[], $19::int[], $20::uuid[])",
                 &rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>(),
                 &rows.iter().map(|r| r.occurred_at).collect::<Vec<_>>(),
                 &rows.iter().map(|r| r.id).collect::<Vec<_>>(),
@@ -219,6 +222,7 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
                 &col(&|r| r.client_version.clone()) as &[Option<String>],
                 &col(&|r| r.pool.clone()) as &[Option<String>],
                 &rows.iter().map(|r| r.redactions).collect::<Vec<_>>(),
+                &rows.iter().map(|r| r.approval_id).collect::<Vec<_>>() as &[Option<Uuid>],
             )
             .execute(&mut *conn)
             .await?;
@@ -315,7 +319,7 @@ pub mod http {
                     Ok(sqlx::query!(
                         "SELECT a.occurred_at, a.id, w.slug AS workspace, a.request_id, a.actor_kind, a.actor_id, a.connector,
                                 a.tool, a.source, a.outcome, a.duration_ms, a.error_code, a.classification, a.result_bytes,
-                                a.client_name, a.client_version, a.pool, a.redactions
+                                a.client_name, a.client_version, a.pool, a.redactions, a.approval_id
                            FROM activity a
                            JOIN workspaces w ON w.tenant_id = a.tenant_id AND w.id = a.workspace_id
                           WHERE a.tenant_id = $1
@@ -361,6 +365,7 @@ pub mod http {
                 "client": { "name": row.client_name, "version": row.client_version },
                 "pool": row.pool,
                 "redactions": row.redactions,
+                "approval_id": row.approval_id,
             }));
         }
         let next = if rows.len() as i64 == limit { next } else { None };
@@ -397,6 +402,7 @@ mod tests {
             client_version: None,
             pool: None,
             redactions: 0,
+            approval_id: None,
         }
     }
 

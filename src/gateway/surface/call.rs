@@ -70,7 +70,11 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
             scan.masked
         }
     };
-    let mut out = call_granted(state, ctx, address, (id, name, c), instance, writes).await;
+    let approval = match super::hold::named(args) {
+        Ok(approval) => approval,
+        Err(refused) => return refused.about(id, name),
+    };
+    let mut out = call_granted(state, ctx, address, (id, name, c), instance, (writes, approval)).await;
     out.redactions = out.redactions.saturating_add(arg_hits);
     out
 }
@@ -83,7 +87,7 @@ async fn call_granted(
     address: &str,
     (id, name, c): (&str, &str, &Connector),
     instance: &Value,
-    writes: Writes<'_>,
+    (writes, approval): (Writes<'_>, Option<uuid::Uuid>),
 ) -> Outcome {
     let Value::Object(tool_args) = instance else {
         return Outcome::error("invalid_args", "`args` must be an object".into(), None);
@@ -130,6 +134,15 @@ async fn call_granted(
             return out;
         }
     };
+    // A write the approval policy holds back runs only under an approval of exactly this call,
+    // used (once) here, before anything goes downstream.
+    let approval = match class {
+        Class::Write => match Box::pin(super::hold::hold(state, ctx, (id, name), tool_args, approval)).await {
+            Ok(approval) => approval,
+            Err(held) => return held.about(id, name),
+        },
+        Class::Read => None,
+    };
     // Counted only once the call is sure to be made.
     if class == Class::Write
         && let Writes::Gated(gate) = writes
@@ -161,6 +174,7 @@ async fn call_granted(
         }
         let mut out = out.about(id, name);
         out.classification = Some(class_name(class));
+        out.approval_id = approval;
         return out;
     }
     // A 2026-07-28 agent's call goes to a downstream that speaks that revision on it, so the
@@ -186,7 +200,11 @@ async fn call_granted(
                         .map_err(|e| Failure::Unavailable(format!("a malformed tool result: {}", echo(&e.to_string())))),
                 )
             }
-            Ok(Some(Relayed::InputRequired(value))) => return Outcome::interim(Interim::InputRequired(value)).about(id, name),
+            Ok(Some(Relayed::InputRequired(value))) => {
+                let mut out = Outcome::interim(Interim::InputRequired(value)).about(id, name);
+                out.approval_id = approval;
+                return out;
+            }
             // A program is told in its own terms; so is the six-tool surface of a downstream's
             // JSON-RPC error (a native pool passes that on as it is).
             Err(Stopped::Refused(r))
@@ -235,6 +253,7 @@ async fn call_granted(
                 jsonrpc: None,
                 interim: None,
                 redactions: 0,
+                approval_id: None,
             }
         }
         Err(f) => {
@@ -252,6 +271,7 @@ async fn call_granted(
     .about(id, name);
     out.classification = Some(class_name(class));
     out.redactions = hits;
+    out.approval_id = approval;
     out
 }
 

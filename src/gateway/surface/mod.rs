@@ -8,6 +8,7 @@
 
 mod authorize;
 mod call;
+mod hold;
 mod native;
 mod native_server;
 mod search;
@@ -65,6 +66,8 @@ pub struct Outcome {
     /// What the workspace's redaction detectors found in the arguments and the result (a
     /// count; nothing of what they found is kept).
     pub redactions: u32,
+    /// The approval this call ran under (used by it), when the workspace's policy held it back.
+    pub approval_id: Option<uuid::Uuid>,
 }
 
 /// What a call answers instead of a result on 2026-07-28.
@@ -90,6 +93,7 @@ impl Outcome {
             jsonrpc: None,
             interim: None,
             redactions: 0,
+            approval_id: None,
         }
     }
 
@@ -120,6 +124,7 @@ impl Outcome {
             jsonrpc: None,
             interim: None,
             redactions: 0,
+            approval_id: None,
         }
     }
 

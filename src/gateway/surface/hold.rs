@@ -1,0 +1,93 @@
+//! The workspace's approval policy on the call path: a write it names is held back until a
+//! person approves exactly that call (see [`crate::approvals`]).
+
+use rmcp::model::JsonObject;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{Outcome, echo};
+use crate::{
+    AppState,
+    admin_log::Audit,
+    approvals::{self, Claim},
+    gateway::GatewayCtx,
+    workspaces::config::approvals::required,
+};
+
+/// The `approval_id` a `call_destructive_tool` call names: `Ok(None)` when absent, an
+/// `invalid_args` refusal when it is not an id.
+pub(super) fn named(args: &JsonObject) -> Result<Option<Uuid>, Outcome> {
+    match args.get("approval_id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => s.parse().map(Some).map_err(|_| bad_id()),
+        Some(_) => Err(bad_id()),
+    }
+}
+
+fn bad_id() -> Outcome {
+    Outcome::error("invalid_args", "`approval_id` is the id an `approval_required` answer gave".into(), None)
+}
+
+/// Whether the write `connector.tool` with `args` may run now: `Ok(None)` when the policy
+/// does not hold it back, `Ok(Some(id))` when approval `id` was used for it just now (it runs
+/// once), else the answer to give instead: `approval_required` or the named approval's refusal.
+pub(super) async fn hold(
+    state: &AppState,
+    ctx: &GatewayCtx,
+    (connector, tool): (&str, &str),
+    args: &JsonObject,
+    named: Option<Uuid>,
+) -> Result<Option<Uuid>, Outcome> {
+    let Some(expires_in_s) = required(&ctx.bound.document.approvals, &ctx.caller, connector, tool) else { return Ok(None) };
+    let digest = approvals::canonical::digest(&Value::Object(args.clone()));
+    let call = approvals::Call {
+        workspace: ctx.bound.workspace.id.0,
+        actor_kind: ctx.actor_kind,
+        actor_id: &ctx.actor_id,
+        member_id: ctx.caller.member_id,
+        connector,
+        tool,
+        digest: &digest,
+        policy_version: ctx.bound.workspace.bound_version,
+        request_id: ctx.request_id.as_deref(),
+    };
+    let audit = Audit { actor: format!("{}:{}", ctx.actor_kind, ctx.actor_id), request_id: ctx.request_id.clone() };
+    let claim = approvals::claim(&state.db, ctx.tenant.id, &audit, named, call, expires_in_s).await;
+    let address = format!("{connector}.{tool}");
+    let mut out = match claim {
+        Ok(Claim::Run(id)) => return Ok(Some(id)),
+        Ok(Claim::Required(a)) => {
+            let url = approvals::url(&state.config.public_url, &ctx.tenant.slug, a.id);
+            let mut retry = json!({ "address": address, "args": args, "approval_id": a.id });
+            if retry.to_string().len() > super::ECHO_CAP {
+                retry = json!({ "address": address, "approval_id": a.id });
+            }
+            Outcome::error(
+                "approval_required",
+                format!(
+                    "`{}` needs a person's approval first: ask them to approve it at {url}, then make the same call again \
+                     (with call_destructive_tool and this approval_id, or by retrying it unchanged)",
+                    echo(&address)
+                ),
+                Some(json!({
+                    "approval": {
+                        "id": a.id, "url": url, "state": a.state, "tool": address, "args_digest": a.args_digest,
+                        "policy_version": a.policy_version, "expires_at": a.expires_at,
+                    },
+                    "nextAction": { "tool": "call_destructive_tool", "arguments": retry },
+                })),
+            )
+        }
+        Ok(Claim::Refused { code, message }) => Outcome::error(code, message, named.map(|id| json!({ "approval": { "id": id } }))),
+        Err(e) => {
+            tracing::error!(error = %e, "approval not claimed");
+            Outcome::error(
+                "unavailable",
+                "the approval could not be checked; retry shortly".into(),
+                Some(json!({ "retryable": true })),
+            )
+        }
+    };
+    out.classification = Some("write");
+    Err(out)
+}
