@@ -296,6 +296,7 @@ async fn retention_keeps_just_inside_and_prunes_just_outside_every_window() {
         client_version: None,
         pool: None,
         redactions: 0,
+        approval_id: None,
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     let actors = loop {
@@ -468,6 +469,7 @@ async fn a_lost_activity_batch_becomes_an_ops_failure() {
         client_version: None,
         pool: None,
         redactions: 0,
+        approval_id: None,
     });
     let fp = ops::fingerprint("activity.write", "insert", "internal");
     let db = t.db.clone();

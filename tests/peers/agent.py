@@ -9,6 +9,7 @@ A call named "@prompt" gets the prompt its arguments name ({"name", "arguments"}
 its messages' texts (`prompt`); "@resource" reads the resource {"uri"} and reports its text
 contents (`resource`). "@level" (handshake mode) sends `logging/setLevel` with {"level"} and
 then waits {"settle"} seconds (default 0), reporting {"level"}.
+A call answered with a JSON-RPC error reports it as {"error": {"code", "message", "data"}}.
 Each call also reports the log messages (`logs`: their data) that arrived while it ran; a call
 given as [name, arguments, {"progress": true}] asks for progress and reports it (`progress`:
 [progress, total, message] per notification). In a 2026 mode the client opts in to log
@@ -45,6 +46,7 @@ import sys
 import anyio
 import httpx2
 from mcp import Client, ClientSession, types
+from mcp.shared.exceptions import MCPError
 from mcp.client.subscriptions import ResourceUpdated
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
@@ -145,7 +147,12 @@ async def drive(session, streams: Streams, describe, calls: list) -> dict:
             read = await session.read_resource(arguments["uri"])
             out["calls"].append({"resource": [c.text for c in read.contents if getattr(c, "text", None) is not None]})
             continue
-        result = await session.call_tool(name, arguments, progress_callback=progress)
+        try:
+            result = await session.call_tool(name, arguments, progress_callback=progress)
+        except MCPError as e:
+            # A JSON-RPC error answer (e.g. URLElicitationRequired): reported, not fatal.
+            out["calls"].append({"error": {"code": e.code, "message": e.message, "data": e.data}})
+            continue
         out["calls"].append(streams.report(result, spec))
     out["replicas"] = SEEN
     return out

@@ -16,6 +16,7 @@ mod skills;
 mod tools;
 
 pub use call::{Writes, call_with, result_page_within};
+pub use hold::URL_ELICITATION_REQUIRED;
 pub use native::{Hints, native_call, native_list, native_request, native_tools, per_caller};
 pub use native_server::{may_see_resource, native_refresh, native_server, native_watches, subscribable};
 pub use search::{DESCRIBE_MAX, describe, search};
