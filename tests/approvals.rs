@@ -12,7 +12,9 @@ use std::{
     time::Duration,
 };
 
-use common::{Machine, Served, TestDb, browser::Browser, cli, dev_sign_in, downstream::as_owner, eventually, gatehouse, provision};
+use common::{
+    Machine, Served, TestDb, browser::Browser, cli, dev_sign_in, downstream::as_owner, eventually, gatehouse, provision,
+};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -57,9 +59,7 @@ fn json_file(value: &Value) -> std::path::PathBuf {
 }
 
 fn items_connector(base: &str) -> Value {
-    let strict = |properties: Value, required: Value| {
-        json!({ "type": "object", "additionalProperties": false, "properties": properties, "required": required })
-    };
+    let strict = |properties: Value, required: Value| json!({ "type": "object", "additionalProperties": false, "properties": properties, "required": required });
     json!({ "base_url": base, "tools": [
         { "name": "get_item", "description": "One item", "method": "GET", "path": "/items/{id}", "read_only": true,
           "input_schema": strict(json!({ "id": { "type": "string" } }), json!(["id"])) },
@@ -341,10 +341,8 @@ async fn two_processes_racing_to_decide_or_use_one_approval_have_one_winner() {
         let args = json!({ "name": "race", "qty": round });
         let id = required(&create(&served[0], &w.m, args.clone(), None).await);
         // Two approvers, on two processes, decide at once: one approves, one denies.
-        let (a, b) = tokio::join!(
-            decide(&browsers[0], &id, "approve", Some("ok")),
-            decide(&browsers[1], &id, "deny", Some("no"))
-        );
+        let (a, b) =
+            tokio::join!(decide(&browsers[0], &id, "approve", Some("ok")), decide(&browsers[1], &id, "deny", Some("no")));
         let mut statuses = [a.0, b.0];
         statuses.sort();
         assert_eq!(statuses, [200, 409], "round {round}: {a:?} {b:?}");
@@ -361,8 +359,7 @@ async fn two_processes_racing_to_decide_or_use_one_approval_have_one_winner() {
         let ran = [&x, &y].iter().filter(|r| code(r).is_none()).count();
         assert_eq!(ran, usize::from(approved), "round {round}: {x:?} {y:?}");
         for r in [&x, &y] {
-            let expected: &[Option<&str>] =
-                if approved { &[None, Some("approval_used")] } else { &[Some("approval_denied")] };
+            let expected: &[Option<&str>] = if approved { &[None, Some("approval_used")] } else { &[Some("approval_denied")] };
             assert!(expected.contains(&code(r)), "round {round}: {r:?}");
         }
         assert_eq!(w.writes.lock().unwrap().len(), before + usize::from(approved));

@@ -35,7 +35,11 @@ struct Decision {
 
 /// The tenant's approvals, newest first: pending ones (default) or all.
 #[utoipa::path(get, path = "/api/v1/tenants/{tenant}/approvals", tag = "approvals", params(ListQuery), responses((status = 200, body = Vec<Approval>)))]
-async fn list_approvals(ctx: TenantCtx, State(state): State<AppState>, Query(q): Query<ListQuery>) -> Result<Json<Vec<Approval>>> {
+async fn list_approvals(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Vec<Approval>>> {
     ctx.require(Permission::ApprovalDecision)?;
     let pending = match q.state.as_deref() {
         None | Some("pending") => true,
@@ -47,7 +51,11 @@ async fn list_approvals(ctx: TenantCtx, State(state): State<AppState>, Query(q):
 
 /// One approval.
 #[utoipa::path(get, path = "/api/v1/tenants/{tenant}/approvals/{id}", tag = "approvals", responses((status = 200, body = Approval)))]
-async fn show_approval(ctx: TenantCtx, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Json<Approval>> {
+async fn show_approval(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Json<Approval>> {
     ctx.require(Permission::ApprovalDecision)?;
     Ok(Json(super::get(&state.db, ctx.tenant.id, parse_id(&id, "approval")?).await?))
 }

@@ -103,7 +103,14 @@ fn logged(a: &Approval) -> serde_json::Value {
 /// else a refusal saying why. Without: an approved approval of exactly this call is used if
 /// there is one (the agent retried the same call), else the pending one is answered again, or
 /// a new one is requested (expiring after `expires_in_s`).
-pub async fn claim(db: &Db, tenant: TenantId, audit: &Audit, id: Option<Uuid>, call: Call<'_>, expires_in_s: u32) -> Result<Claim> {
+pub async fn claim(
+    db: &Db,
+    tenant: TenantId,
+    audit: &Audit,
+    id: Option<Uuid>,
+    call: Call<'_>,
+    expires_in_s: u32,
+) -> Result<Claim> {
     db.serializable(Scope::Tenant(tenant), move |conn, _| {
         Box::pin(async move {
             if let Some(used) = store::consume(&mut *conn, tenant, id, &call).await? {
@@ -179,14 +186,7 @@ fn refusal(approval: Option<Approval>, call: &Call<'_>) -> Claim {
 
 /// Approves (`approve`) or denies a pending approval. A decided one answers 409
 /// `already_decided` (the first decision wins), an expired one 409 `approval_expired`.
-pub async fn decide(
-    db: &Db,
-    tenant: TenantId,
-    audit: &Audit,
-    id: Uuid,
-    approve: bool,
-    reason: Option<&str>,
-) -> Result<Approval> {
+pub async fn decide(db: &Db, tenant: TenantId, audit: &Audit, id: Uuid, approve: bool, reason: Option<&str>) -> Result<Approval> {
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
     if reason.is_some_and(|r| r.chars().count() > MAX_REASON || r.chars().any(char::is_control)) {
         return Err(Error::invalid("invalid_reason", Some("reason"), "a reason is at most 500 characters, on one line"));
@@ -203,7 +203,9 @@ pub async fn decide(
                     Some(a) if a.state == "expired" => {
                         Error::Conflict { code: "approval_expired", message: "this approval expired before a decision".into() }
                     }
-                    Some(a) => Error::Conflict { code: "already_decided", message: format!("this approval is {} already", a.state) },
+                    Some(a) => {
+                        Error::Conflict { code: "already_decided", message: format!("this approval is {} already", a.state) }
+                    }
                 });
             };
             let approval = store::get(&mut *conn, tenant, decided).await?.ok_or(Error::NotFound { what: "approval" })?;

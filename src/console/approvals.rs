@@ -77,7 +77,14 @@ async fn list_approvals(c: Console, State(state): State<AppState>) -> Result<Res
     render(StatusCode::OK, &ListPage { layout: c.layout("Approvals", "approvals"), slug: c.slug().to_owned(), rows })
 }
 
-async fn page(c: &Console, state: &AppState, id: &str, status: StatusCode, error: Option<FormError>, reason: String) -> Result<Response, PageError> {
+async fn page(
+    c: &Console,
+    state: &AppState,
+    id: &str,
+    status: StatusCode,
+    error: Option<FormError>,
+    reason: String,
+) -> Result<Response, PageError> {
     let approval = approvals::get(&state.db, c.ctx.tenant.id, parse_id(id, "approval")?).await?;
     let row = Row::from(approval);
     let page = ApprovalPage {
@@ -90,7 +97,11 @@ async fn page(c: &Console, state: &AppState, id: &str, status: StatusCode, error
     render(status, &page)
 }
 
-async fn show_approval(c: Console, State(state): State<AppState>, Path((_, id)): Path<(String, String)>) -> Result<Response, PageError> {
+async fn show_approval(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
     c.require(Permission::ApprovalDecision)?;
     page(&c, &state, &id, StatusCode::OK, None, String::new()).await
 }

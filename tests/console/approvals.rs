@@ -1,7 +1,9 @@
 //! Approvals end to end (issue 23, item 1): an agent on the official Python MCP SDK makes a
 //! write the workspace's policy holds back and is answered `approval_required`; an owner
 //! approves it in the console (headless Chromium, every page through the accessibility audit);
-//! the agent's retry with the approval runs once at the downstream, and a replay is refused.
+//! the agent's retry with the approval runs once at the downstream, and a replay is refused. An
+//! agent that declared URL-mode elicitation gets the approval's URL in band (URLElicitationRequired)
+//! and its unchanged retry runs once approved.
 
 use std::sync::{Arc, Mutex};
 
@@ -9,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::{
     chrome::Chrome,
-    common::{self, Served, TestDb, cli, gatehouse, python_agent},
+    common::{self, Served, TestDb, cli, gatehouse, python_agent, python_agent_with},
 };
 
 /// A loopback HTTP API whose `POST /v1/items` (the write) is recorded.
@@ -112,6 +114,42 @@ async fn a_held_back_write_is_approved_in_the_console_and_the_sdk_agents_retry_r
     let replayed = answer(&python_agent(&endpoint, &m, json!([["call_destructive_tool", retry]])).await);
     assert_eq!(replayed.1["error"]["code"], "approval_used", "{replayed:?}");
     assert_eq!(*writes.lock().unwrap(), vec![json!({ "name": "gizmo" })], "the approved write ran exactly once downstream");
+    // In band: an agent that declared URL-mode elicitation is answered URLElicitationRequired
+    // (MCP 2025-11-25) carrying the approval's URL; once approved, its retry of the very same
+    // call (no approval id: what such a client sends) runs, once.
+    let answering = [("GATEHOUSE_ANSWER", "1")];
+    let widget = json!({ "address": "inv.create_item", "args": { "name": "widget" } });
+    let calls = json!([["call_destructive_tool", widget]]);
+    let asked = python_agent_with(&endpoint, &m, None, &answering, calls.clone()).await;
+    let error = &asked["calls"][0]["error"];
+    assert_eq!(error["code"], -32042, "{asked}");
+    let elicitation = &error["data"]["elicitations"][0];
+    assert_eq!(elicitation["mode"], "url", "{asked}");
+    let id = elicitation["elicitationId"].as_str().unwrap().to_owned();
+    assert_eq!(elicitation["url"], format!("{}/console/t/acme/approvals/{id}", served.base));
+    assert_eq!(writes.lock().unwrap().len(), 1, "nothing ran before the approval");
+    chrome.goto(&format!("{}/console/t/acme/approvals/{id}", served.base), "approval-in-band").await;
+    chrome.click("#approve").await;
+    let decided = common::eventually(std::time::Duration::from_secs(20), || {
+        let client = chrome.client.clone();
+        async move {
+            match client.find(fantoccini::Locator::Css("#approval-state")).await {
+                Ok(e) => e.text().await.is_ok_and(|s| s == "approved"),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    assert!(decided, "approved in the console");
+    let retried = answer(&python_agent_with(&endpoint, &m, None, &answering, calls.clone()).await);
+    assert!(!retried.0, "{retried:?}");
+    assert_eq!(retried.1["created"]["name"], "widget", "{retried:?}");
+    // The same call once more is a new request: the approval ran its one call.
+    let again = python_agent_with(&endpoint, &m, None, &answering, calls).await;
+    let next = again["calls"][0]["error"]["data"]["elicitations"][0]["elicitationId"].as_str().unwrap_or("").to_owned();
+    assert!(!next.is_empty() && next != id, "{again}");
+    assert_eq!(writes.lock().unwrap().len(), 2, "each approved write ran exactly once downstream");
+
     let log = common::admin_log_text(&t).await;
     for action in ["approval.request", "approval.approve", "approval.use"] {
         assert!(log.contains(&format!("\"action\":\"{action}\"")), "{action}");

@@ -70,7 +70,9 @@ pub(super) async fn hold(
     let mut out = match claim {
         Ok(Claim::Run(id)) => return Ok(Some(id)),
         Ok(Claim::Required(a)) => required_answer(state, ctx, &address, args, &a),
-        Ok(Claim::Refused { code, message }) => Outcome::error(code, message, named.map(|id| json!({ "approval": { "id": id } }))),
+        Ok(Claim::Refused { code, message }) => {
+            Outcome::error(code, message, named.map(|id| json!({ "approval": { "id": id } })))
+        }
         Err(e) => {
             tracing::error!(error = %e, "approval not claimed");
             Outcome::error(

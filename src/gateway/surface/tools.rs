@@ -60,7 +60,12 @@ pub fn tools_for(trusted: bool) -> Vec<Tool> {
             call_args.clone(),
             true,
         ),
-        tool("call_destructive_tool", "Call a tool that may change something. Ask the human before using it.", destructive_args, false),
+        tool(
+            "call_destructive_tool",
+            "Call a tool that may change something. Ask the human before using it.",
+            destructive_args,
+            false,
+        ),
         tool(
             "execute_code",
             "Run one async arrow JavaScript function in a sandbox whose only host object is `gatehouse` \

@@ -42,11 +42,7 @@ impl Rule {
 /// Whether a write of `connector.tool` by `caller` needs an approval under `rules`, and if so
 /// for how long one stays valid (the shortest of the rules that apply).
 pub fn required(rules: &[Rule], caller: &Caller, connector: &str, tool: &str) -> Option<u32> {
-    rules
-        .iter()
-        .filter(|r| r.applies(caller, connector, tool))
-        .map(|r| r.expires_in_s.unwrap_or(DEFAULT_EXPIRY_S))
-        .min()
+    rules.iter().filter(|r| r.applies(caller, connector, tool)).map(|r| r.expires_in_s.unwrap_or(DEFAULT_EXPIRY_S)).min()
 }
 
 /// The problems of the rules, each naming its field (`known` says whether a connector exists).
