@@ -368,3 +368,27 @@ async fn two_processes_racing_to_decide_or_use_one_approval_have_one_winner() {
         assert_eq!(s.terminate().await, 0);
     }
 }
+
+#[tokio::test]
+async fn a_native_pools_unchanged_retry_runs_once_it_is_approved() {
+    // A native pool's client cannot add an approval id: the same call again is the retry.
+    let w = world(json!([{ "tools": ["inv"] }])).await;
+    configure(&w.t, json!({ "pools": { "plain": { "tools": ["inv"], "native": true } } })).await;
+    let served = Served::start(gatehouse(Some(&w.t.url))).await;
+    let alice = dev_sign_in(&served, ALICE).await;
+    let pool = format!("{}/t/acme/w/main/mcp/plain", served.base);
+    let call = || async { common::mcp_tool(&pool, &w.m, "create_item", json!({ "name": "rivet" })).await };
+    let (err, body, _) = call().await;
+    assert!(err && body["error"]["code"] == "approval_required", "{body}");
+    let id = body["error"]["approval"]["id"].as_str().unwrap().to_owned();
+    let (err, body, _) = call().await;
+    assert_eq!((err, body["error"]["approval"]["id"].as_str()), (true, Some(id.as_str())), "still waiting: {body}");
+    assert_eq!(decide(&alice, &id, "approve", None).await.0, 200);
+    let (err, body, _) = call().await;
+    assert!(!err, "{body}");
+    assert_eq!(body["created"]["name"], "rivet");
+    let (err, body, _) = call().await;
+    assert!(err && body["error"]["code"] == "approval_required" && body["error"]["approval"]["id"] != json!(id), "{body}");
+    assert_eq!(w.writes.lock().unwrap().len(), 1, "the approved call ran once");
+    assert_eq!(served.terminate().await, 0);
+}
