@@ -81,7 +81,7 @@ pub enum Claim {
     /// An approval of exactly this call was used now: make the call (once).
     Run(Uuid),
     /// Not approved (yet): the approval waiting for a decision, made now or earlier.
-    Required(Approval),
+    Required(Box<Approval>),
     /// The named approval cannot run this call: a stable code and why.
     Refused { code: &'static str, message: String },
 }
@@ -131,7 +131,7 @@ pub async fn claim(
             }
             if let Some(waiting) = store::pending_for(&mut *conn, tenant, &call).await? {
                 let approval = store::get(&mut *conn, tenant, waiting).await?.ok_or(Error::NotFound { what: "approval" })?;
-                return Ok(Claim::Required(approval));
+                return Ok(Claim::Required(Box::new(approval)));
             }
             let new = Uuid::now_v7();
             store::insert(&mut *conn, tenant, new, &call, expires_in_s.min(i32::MAX as u32) as i32).await?;
@@ -145,7 +145,7 @@ pub async fn claim(
                 after: Some(logged(&approval)),
             };
             admin_log::record(&mut *conn, entry).await?;
-            Ok(Claim::Required(approval))
+            Ok(Claim::Required(Box::new(approval)))
         })
     })
     .await

@@ -72,7 +72,7 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
     };
     let approval = match super::hold::named(args) {
         Ok(approval) => approval,
-        Err(refused) => return refused.about(id, name),
+        Err(refused) => return (*refused).about(id, name),
     };
     let mut out = call_granted(state, ctx, address, (id, name, c), instance, (writes, approval)).await;
     out.redactions = out.redactions.saturating_add(arg_hits);
@@ -139,7 +139,7 @@ async fn call_granted(
     let approval = match class {
         Class::Write => match Box::pin(super::hold::hold(state, ctx, (id, name), tool_args, approval)).await {
             Ok(approval) => approval,
-            Err(held) => return held.about(id, name),
+            Err(held) => return (*held).about(id, name),
         },
         Class::Read => None,
     };

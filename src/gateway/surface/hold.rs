@@ -20,7 +20,7 @@ pub const URL_ELICITATION_REQUIRED: rmcp::model::ErrorCode = rmcp::model::ErrorC
 
 /// The `approval_id` a `call_destructive_tool` call names: `Ok(None)` when absent, an
 /// `invalid_args` refusal when it is not an id.
-pub(super) fn named(args: &JsonObject) -> Result<Option<Uuid>, Outcome> {
+pub(super) fn named(args: &JsonObject) -> Result<Option<Uuid>, Box<Outcome>> {
     match args.get("approval_id") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => s.parse().map(Some).map_err(|_| bad_id()),
@@ -28,8 +28,8 @@ pub(super) fn named(args: &JsonObject) -> Result<Option<Uuid>, Outcome> {
     }
 }
 
-fn bad_id() -> Outcome {
-    Outcome::error("invalid_args", "`approval_id` is the id an `approval_required` answer gave".into(), None)
+fn bad_id() -> Box<Outcome> {
+    Box::new(Outcome::error("invalid_args", "`approval_id` is the id an `approval_required` answer gave".into(), None))
 }
 
 /// Whether the agent declared URL-mode elicitation: in its 2026-07-28 request's client
@@ -50,7 +50,7 @@ pub(super) async fn hold(
     (connector, tool): (&str, &str),
     args: &JsonObject,
     named: Option<Uuid>,
-) -> Result<Option<Uuid>, Outcome> {
+) -> Result<Option<Uuid>, Box<Outcome>> {
     let Some(expires_in_s) = required(&ctx.bound.document.approvals, &ctx.caller, connector, tool) else { return Ok(None) };
     let digest = approvals::canonical::digest(&Value::Object(args.clone()));
     let call = approvals::Call {
@@ -83,7 +83,7 @@ pub(super) async fn hold(
         }
     };
     out.classification = Some("write");
-    Err(out)
+    Err(Box::new(out))
 }
 
 /// `approval_required`, naming the approval, where a person decides it and how to retry. Where
