@@ -179,6 +179,8 @@ async fn an_approved_write_runs_once_and_only_as_it_was_approved() {
     // Listed for approvers, with what it binds.
     let (status, listed) = get_json(&alice, "/api/v1/tenants/acme/approvals").await;
     assert_eq!(status, 200, "{listed}");
+    let (status, refused) = get_json(&alice, "/api/v1/tenants/acme/approvals?status=decided").await;
+    assert_eq!((status, refused["code"].as_str()), (422, Some("invalid_status")), "{refused}");
     let listed = listed.as_array().unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["id"], json!(id));
@@ -236,12 +238,15 @@ async fn an_approved_write_runs_once_and_only_as_it_was_approved() {
         async move {
             let (_, page) = get_json(&alice, "/api/v1/tenants/acme/activity").await;
             page["items"].as_array().is_some_and(|items| {
-                items.iter().any(|i| i["approval_id"] == json!(id) && i["outcome"] == "ok" && i["tool"] == "create_item")
+                let of = |outcome: &str, code: Value| {
+                    items.iter().any(|i| i["approval_id"] == json!(id) && i["outcome"] == outcome && i["error_code"] == code)
+                };
+                of("ok", Value::Null) && of("error", json!("approval_required")) && of("error", json!("approval_used"))
             })
         }
     })
     .await;
-    assert!(found, "an activity row records the approval id");
+    assert!(found, "the activity rows of the request, the run and the replay record the approval id");
     assert_eq!(served.terminate().await, 0);
 }
 

@@ -23,7 +23,7 @@ use crate::{
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     /// `pending`: only those waiting for a decision (the default); `all`: every state.
-    state: Option<String>,
+    status: Option<String>,
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -41,10 +41,10 @@ async fn list_approvals(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<Approval>>> {
     ctx.require(Permission::ApprovalDecision)?;
-    let pending = match q.state.as_deref() {
+    let pending = match q.status.as_deref() {
         None | Some("pending") => true,
         Some("all") => false,
-        Some(_) => return Err(Error::invalid("invalid_state", Some("state"), "state is `pending` or `all`")),
+        Some(_) => return Err(Error::invalid("invalid_status", Some("status"), "status is `pending` or `all`")),
     };
     Ok(Json(super::list(&state.db, ctx.tenant.id, pending).await?))
 }

@@ -15,7 +15,7 @@ pub(super) const CODES: &[(&str, &str, u16, &[&str])] = &[
     ("post", "/api/v1/platform/tenants/{tenant}/impersonations", 403, &["platform_admin_required"]),
     ("post", "/api/v1/platform/tenants/{tenant}/impersonations", 422, &["invalid_minutes", "invalid_reason"]),
     ("get", "/api/v1/tenants/{tenant}/activity", 422, &["invalid_cursor", "invalid_limit", "invalid_outcome"]),
-    ("get", "/api/v1/tenants/{tenant}/approvals", 422, &["invalid_state"]),
+    ("get", "/api/v1/tenants/{tenant}/approvals", 422, &["invalid_status"]),
     ("post", "/api/v1/tenants/{tenant}/approvals/{id}/approve", 403, &["impersonation_forbidden"]),
     ("post", "/api/v1/tenants/{tenant}/approvals/{id}/approve", 409, &["already_decided", "approval_expired"]),
     ("post", "/api/v1/tenants/{tenant}/approvals/{id}/approve", 422, &["invalid_reason"]),

@@ -69,9 +69,16 @@ pub(super) async fn hold(
     let address = format!("{connector}.{tool}");
     let mut out = match claim {
         Ok(Claim::Run(id)) => return Ok(Some(id)),
-        Ok(Claim::Required(a)) => required_answer(state, ctx, &address, args, &a),
+        Ok(Claim::Required(a)) => {
+            let mut out = required_answer(state, ctx, &address, args, &a);
+            out.approval_id = Some(a.id);
+            out
+        }
         Ok(Claim::Refused { code, message }) => {
-            Outcome::error(code, message, named.map(|id| json!({ "approval": { "id": id } })))
+            let mut out = Outcome::error(code, message, named.map(|id| json!({ "approval": { "id": id } })));
+            // Another caller's approval (or none) is not named in this caller's activity.
+            out.approval_id = named.filter(|_| code != "approval_not_found");
+            out
         }
         Err(e) => {
             tracing::error!(error = %e, "approval not claimed");
