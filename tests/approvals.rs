@@ -397,3 +397,30 @@ async fn a_native_pools_unchanged_retry_runs_once_it_is_approved() {
     assert_eq!(w.writes.lock().unwrap().len(), 1, "the approved call ran once");
     assert_eq!(served.terminate().await, 0);
 }
+
+#[tokio::test]
+async fn a_2026_07_28_agent_declaring_url_elicitation_gets_the_url_in_band_and_its_retry_runs_once() {
+    // The official Python SDK on 2026-07-28, declaring (and answering) elicitation.
+    let w = world(json!([{ "tools": ["inv.create_item"] }])).await;
+    let served = Served::start(gatehouse(Some(&w.t.url))).await;
+    let alice = dev_sign_in(&served, ALICE).await;
+    let answering = [("GATEHOUSE_ANSWER", "1")];
+    let calls = json!([["call_destructive_tool", { "address": "inv.create_item", "args": { "name": "modern" } }]]);
+    let asked = common::python_agent_with(&gw(&served), &w.m, Some("2026-07-28"), &answering, calls.clone()).await;
+    assert_eq!(asked["protocol"], "2026-07-28", "{asked}");
+    let error = &asked["calls"][0]["error"];
+    assert_eq!(error["code"], -32042, "URLElicitationRequired: {asked}");
+    let elicitation = &error["data"]["elicitations"][0];
+    let id = elicitation["elicitationId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (elicitation["mode"].as_str(), elicitation["url"].as_str()),
+        (Some("url"), Some(format!("{}/console/t/acme/approvals/{id}", served.base).as_str()))
+    );
+    assert_eq!(decide(&alice, &id, "approve", None).await.0, 200);
+    let retried = common::python_agent_with(&gw(&served), &w.m, Some("2026-07-28"), &answering, calls.clone()).await;
+    assert_eq!(retried["calls"][0]["isError"], false, "{retried}");
+    let again = common::python_agent_with(&gw(&served), &w.m, Some("2026-07-28"), &answering, calls).await;
+    assert_eq!(again["calls"][0]["error"]["code"], -32042, "a new approval for the next call: {again}");
+    assert_eq!(*w.writes.lock().unwrap(), vec![json!({ "name": "modern" })], "the approved call ran once downstream");
+    assert_eq!(served.terminate().await, 0);
+}
