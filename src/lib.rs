@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin_log;
+pub mod approvals;
 pub mod auth;
 pub mod blueprints;
 pub mod cli;

@@ -104,7 +104,11 @@ async fn seed(t: &TestDb, tenant: Uuid, main: Uuid, fork: Uuid, bob: Uuid, bob_t
          VALUES (gen_random_uuid(), '{tenant}', '{main}', 'oauth.refresh', 'token', 'invalid_grant',
                  'refresh for {BOB_EMAIL} (member:{bob}) failed', repeat('a', 64), now());
          INSERT INTO subject_keys (tenant_id, subject, key_id, envelope) VALUES ('{tenant}', 'member:{bob}', 'k1', 'v1.k1.n.c')
-         ON CONFLICT (tenant_id, subject) DO UPDATE SET key_id = 'k1', envelope = 'v1.k1.n.c', destroyed_at = NULL;"
+         ON CONFLICT (tenant_id, subject) DO UPDATE SET key_id = 'k1', envelope = 'v1.k1.n.c', destroyed_at = NULL;
+         INSERT INTO approvals (tenant_id, id, workspace_id, actor_kind, actor_id, member_id, connector, tool, args_digest,
+                                policy_version, state, decided_at, decided_by, expires_at)
+         VALUES ('{tenant}', gen_random_uuid(), '{fork}', 'token', '{bob_token}', '{bob}', 'crm', 'delete',
+                 'sha256:' || repeat('0', 64), 1, 'approved', now(), 'member:{bob}', now() + interval '15 minutes');"
     );
     sql(t, &s).await;
 }
@@ -183,9 +187,11 @@ async fn erasure_waits_for_pending_copies_then_erases_every_copy_once() {
     assert_eq!(
         serde_json::to_value(&out.counts).unwrap(),
         json!({ "workspaces": 2, "snapshots": 0, "activity": 5, "credentials": 2, "oauth_grants": 1, "mcp_grants": 0,
-                "ops_failures": 1, "subject_keys": 1 })
+                "ops_failures": 1, "subject_keys": 1, "approvals": 1 })
     );
-    for table in ["activity", "credentials", "oauth_grants", "ops_failures", "mcp_grants", "erasure_receipts", "subject_keys"] {
+    for table in
+        ["activity", "credentials", "oauth_grants", "ops_failures", "mcp_grants", "erasure_receipts", "subject_keys", "approvals"]
+    {
         let text = rows_text(&t, table, w.tenant).await;
         for name in [BOB_EMAIL, BOB_SUB, &w.bob_token.to_string()] {
             assert!(!text.contains(name), "{table} still holds {name}: {text}");

@@ -297,6 +297,7 @@ async fn retention_keeps_just_inside_and_prunes_just_outside_every_window() {
         pool: None,
         redactions: 0,
         quota: None,
+        approval_id: None,
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     let actors = loop {
@@ -470,6 +471,7 @@ async fn a_lost_activity_batch_becomes_an_ops_failure() {
         pool: None,
         redactions: 0,
         quota: None,
+        approval_id: None,
     });
     let fp = ops::fingerprint("activity.write", "insert", "internal");
     let db = t.db.clone();

@@ -132,6 +132,8 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
         "INSERT INTO agent_log_levels (tenant_id, workspace_id, listener, level, expires_at)
          VALUES ($1, $1, sha256(convert_to($2, 'UTF8')), 'info', now() + interval '1 day')",
         "INSERT INTO tool_pins (tenant_id, workspace_id, connector_id, tool_name, digest, definition) VALUES ($1, $1, $2, 't', 'd', '{}')",
+        "INSERT INTO approvals (tenant_id, id, workspace_id, actor_kind, actor_id, connector, tool, args_digest, policy_version, expires_at)
+         VALUES ($1, gen_random_uuid(), $1, 'token', $2, 'c', 't', 'sha256:' || repeat('0', 64), 1, now() + interval '15 minutes')",
         "INSERT INTO credentials (tenant_id, workspace_id, connector_id, owner, key_id, envelope, fields, updated_by)
          VALUES ($1, $1, $2, 'shared', 'k1', 'v1.k1.x.y', '[]', 'test')",
         "INSERT INTO connect_links (tenant_id, id, workspace_id, connector_id, email, token_hash, created_by, expires_at)

@@ -11,6 +11,7 @@
 //!   and every handler checks its permission on the server before doing anything.
 
 mod activity;
+mod approvals;
 mod connector;
 mod credentials;
 mod findings;
@@ -60,6 +61,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(members::router())
         .merge(workspaces::router())
         .merge(activity::router())
+        .merge(approvals::router())
         .merge(findings::router())
         .merge(ops::router())
         .merge(reports::router())
@@ -274,6 +276,9 @@ fn nav(slug: &str, role: Role, ctx: &TenantCtx, platform_admin: bool) -> Vec<Nav
     items.push(item("members", "Members", "/members"));
     if ctx.permissions.has(Permission::ActivityAccess) {
         items.push(item("activity", "Activity", "/activity"));
+    }
+    if ctx.permissions.has(Permission::ApprovalDecision) {
+        items.push(item("approvals", "Approvals", "/approvals"));
     }
     if ctx.permissions.has(Permission::ActivityAccess) {
         items.push(item("findings", "Findings", "/findings"));

@@ -55,12 +55,21 @@ pub struct Counts {
     pub mcp_grants: u64,
     pub ops_failures: u64,
     pub subject_keys: u64,
+    /// Approvals whose caller or approver was the subject.
+    pub approvals: u64,
 }
 
 impl Counts {
     /// Whether anything of the subject was found (the copies reached do not count).
     fn found(&self) -> bool {
-        self.activity + self.credentials + self.oauth_grants + self.mcp_grants + self.ops_failures + self.subject_keys > 0
+        self.activity
+            + self.credentials
+            + self.oauth_grants
+            + self.mcp_grants
+            + self.ops_failures
+            + self.subject_keys
+            + self.approvals
+            > 0
     }
 }
 
@@ -132,6 +141,7 @@ pub async fn erase(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, subject
                 workspaces: reach.len() as u64,
                 snapshots: store::snapshots(&mut *conn, tenant, &reach).await? as u64,
                 activity: store::redact_activity(&mut *conn, tenant, &reach, &subject.actors, &marker).await?,
+                approvals: store::redact_approvals(&mut *conn, tenant, &reach, &subject.actors, subject.member, &marker).await?,
                 ..Counts::default()
             };
             if let Some(member) = subject.member {

@@ -132,6 +132,34 @@ pub async fn redact_activity(
     .rows_affected())
 }
 
+/// The subject's calls held back for approval and its decisions on them: the caller, the
+/// caller's person and the approver become the marker.
+pub async fn redact_approvals(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    workspaces: &[Uuid],
+    actors: &[String],
+    member: Option<Uuid>,
+    marker: &str,
+) -> Result<u64> {
+    Ok(sqlx::query!(
+        "UPDATE approvals
+            SET actor_id = CASE WHEN actor_id = ANY($3) THEN $4 ELSE actor_id END,
+                member_id = CASE WHEN member_id = $5 THEN NULL ELSE member_id END,
+                decided_by = CASE WHEN decided_by = ANY($3) THEN $4 ELSE decided_by END
+          WHERE tenant_id = $1 AND workspace_id = ANY($2)
+            AND (actor_id = ANY($3) OR decided_by = ANY($3) OR member_id IS NOT DISTINCT FROM $5 AND $5 IS NOT NULL)",
+        tenant.0,
+        workspaces,
+        actors,
+        marker,
+        member,
+    )
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
 /// The member's personal credential slots (OAuth grant tokens included: they are sealed in
 /// `credentials` under the same owner).
 pub async fn delete_credentials(conn: &mut PgConnection, tenant: TenantId, workspaces: &[Uuid], member: Uuid) -> Result<u64> {

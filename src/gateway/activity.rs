@@ -54,6 +54,8 @@ pub struct Row {
     pub redactions: i32,
     /// The quota limit that refused the call, by name.
     pub quota: Option<String>,
+    /// The approval the call ran under, if the workspace's policy held it back.
+    pub approval_id: Option<Uuid>,
 }
 
 impl Row {
@@ -87,6 +89,7 @@ impl Row {
             pool: ctx.pool.as_ref().map(|(name, _)| name.clone()),
             redactions: outcome.redactions.min(i32::MAX as u32) as i32,
             quota: outcome.quota.clone(),
+            approval_id: outcome.approval_id,
         }
     }
 }
@@ -199,10 +202,10 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
             sqlx::query!(
                 "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, request_id, actor_kind, actor_id, connector, tool,
                      source, outcome, duration_ms, error_code, classification, result_bytes, client_name, client_version, pool,
-                     redactions, quota)
+                     redactions, quota, approval_id)
                  SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::text[],
                      $8::text[], $9::text[], $10::text[], $11::text[], $12::int[], $13::text[], $14::text[], $15::int[], $16::text[],
-                     $17::text[], $18::text[], $19::int[], $20::text[])",
+                     $17::text[], $18::text[], $19::int[], $20::text[], $21::uuid[])",
                 &rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>(),
                 &rows.iter().map(|r| r.occurred_at).collect::<Vec<_>>(),
                 &rows.iter().map(|r| r.id).collect::<Vec<_>>(),
@@ -223,6 +226,7 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
                 &col(&|r| r.pool.clone()) as &[Option<String>],
                 &rows.iter().map(|r| r.redactions).collect::<Vec<_>>(),
                 &col(&|r| r.quota.clone()) as &[Option<String>],
+                &rows.iter().map(|r| r.approval_id).collect::<Vec<_>>() as &[Option<Uuid>],
             )
             .execute(&mut *conn)
             .await?;
@@ -319,7 +323,7 @@ pub mod http {
                     Ok(sqlx::query!(
                         "SELECT a.occurred_at, a.id, w.slug AS workspace, a.request_id, a.actor_kind, a.actor_id, a.connector,
                                 a.tool, a.source, a.outcome, a.duration_ms, a.error_code, a.classification, a.result_bytes,
-                                a.client_name, a.client_version, a.pool, a.redactions
+                                a.client_name, a.client_version, a.pool, a.redactions, a.approval_id, a.quota
                            FROM activity a
                            JOIN workspaces w ON w.tenant_id = a.tenant_id AND w.id = a.workspace_id
                           WHERE a.tenant_id = $1
@@ -365,6 +369,8 @@ pub mod http {
                 "client": { "name": row.client_name, "version": row.client_version },
                 "pool": row.pool,
                 "redactions": row.redactions,
+                "approval_id": row.approval_id,
+                "quota": row.quota,
             }));
         }
         let next = if rows.len() as i64 == limit { next } else { None };
@@ -402,6 +408,7 @@ mod tests {
             pool: None,
             redactions: 0,
             quota: None,
+            approval_id: None,
         }
     }
 

@@ -126,6 +126,11 @@ impl Declared {
         self.0 != 0
     }
 
+    /// Whether the agent declared URL-mode elicitation.
+    pub fn url(self) -> bool {
+        self.0 & Self::URL != 0
+    }
+
     /// Whether the agent can answer this request of a downstream; `Err` names what it lacks.
     fn allows(self, method: &str, params: &Value) -> Result<(), &'static str> {
         let (bit, name) = match method {
@@ -164,6 +169,11 @@ impl std::fmt::Debug for Asker {
 }
 
 impl Asker {
+    /// Whether the agent declared URL-mode elicitation.
+    pub fn declared_url(&self) -> bool {
+        self.declared.url()
+    }
+
     /// The asker of a call, when the agent declared anything it could be asked.
     pub fn of(state: &AppState, ctx: &GatewayCtx, declared: Declared) -> Option<Asker> {
         declared.any().then(|| Asker {

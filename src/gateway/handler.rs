@@ -295,7 +295,7 @@ impl ServerHandler for Gateway {
             }
         }
         let mut outcome = call_outcome(&self.state, ctx, &request.name, request.arguments.unwrap_or_default()).await;
-        if native && let Some(error) = outcome.jsonrpc.take() {
+        if let Some(error) = outcome.jsonrpc.take_if(|e| native || e.code == surface::URL_ELICITATION_REQUIRED) {
             return Err(error);
         }
         match outcome.interim {
@@ -339,7 +339,9 @@ pub async fn call_tool(
     let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);
     // The handshake era (the direct path) carries no agent input, so no call ends interim.
     let mut outcome = call_outcome(state, ctx, name, args).await;
-    if native && let Some(error) = outcome.jsonrpc.take() {
+    // A held-back write is answered as URLElicitationRequired on every surface when the agent
+    // declared URL-mode elicitation (see `surface::hold`).
+    if let Some(error) = outcome.jsonrpc.take_if(|e| native || e.code == surface::URL_ELICITATION_REQUIRED) {
         return Err(error);
     }
     Ok(complete(outcome.result))

@@ -144,6 +144,11 @@ impl Upstream {
         self.asker.is_some() || self.replay.is_some()
     }
 
+    /// Whether the agent declared URL-mode elicitation (direct path, handshake era).
+    pub fn declared_url_elicitation(&self) -> bool {
+        self.asker.as_ref().is_some_and(|a| a.declared_url())
+    }
+
     /// This stream, with the downstream's requests answered by `replay` instead.
     pub fn replaying(&self, replay: Arc<super::replay::Replay>) -> Upstream {
         Upstream { replay: Some(replay), ..self.clone() }

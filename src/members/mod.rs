@@ -61,14 +61,17 @@ pub enum Permission {
     CredentialAdministration,
     ActivityAccess,
     AccessTokenManagement,
+    /// Deciding (approving or denying) the calls a workspace's approval policy holds back.
+    ApprovalDecision,
 }
 
 impl Permission {
-    pub const ALL: [Permission; 4] = [
+    pub const ALL: [Permission; 5] = [
         Permission::ConnectorAccess,
         Permission::CredentialAdministration,
         Permission::ActivityAccess,
         Permission::AccessTokenManagement,
+        Permission::ApprovalDecision,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -76,6 +79,7 @@ impl Permission {
             Permission::CredentialAdministration => "credential_administration",
             Permission::ActivityAccess => "activity_access",
             Permission::AccessTokenManagement => "access_token_management",
+            Permission::ApprovalDecision => "approval_decision",
         }
     }
     fn bit(self) -> u8 {
@@ -464,7 +468,7 @@ impl Permission {
             Error::invalid(
                 "invalid_permission",
                 Some("permission"),
-                "permission is connector_access, credential_administration, activity_access or access_token_management",
+                "permission is connector_access, credential_administration, activity_access, access_token_management or approval_decision",
             )
         })
     }

@@ -83,6 +83,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(crate::mcp_auth::http::router())
         .merge(crate::gateway::activity::http::router())
         .merge(crate::gateway::pins::http::router())
+        .merge(crate::approvals::http::router())
         .merge(crate::findings::http::router())
         .merge(crate::reports::http::router())
         .merge(crate::ops::http::router())

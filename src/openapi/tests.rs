@@ -67,6 +67,8 @@ fn every_row_of_the_code_table_names_an_operation_and_lists_its_codes() {
 /// endpoint, the OAuth and sign-in endpoints, the console's pages, the CLI or startup, or
 /// never reach a client (recorded as an ops failure or a finding, or replaced on the way).
 const OUTSIDE_THE_API: &[&str] = &[
+    // A tool result's code on the MCP endpoint (a held-back call's approval was denied).
+    "approval_denied",
     "authorization_denied",
     "client_revoked",
     "credential_refused",

@@ -84,6 +84,10 @@ pub const TABLES: &[Table] = &[
     export("quota_limits"),
     export("admin_log"),
     exclude("result_stash", "pages of results, kept minutes; an agent asks again"),
+    exclude(
+        "approvals",
+        "calls held back for a decision, valid minutes and bound to the source's configuration versions; the admin log keeps their history",
+    ),
     exclude("oauth_flows", "sign-ins to downstream providers in flight, kept minutes; their callback names the source"),
     exclude(
         "mail_outbox",

@@ -59,6 +59,8 @@ struct ConfigurePatchDoc {
     pools: Option<Value>,
     pinning: Option<Value>,
     redaction: Option<Value>,
+    /// The approval policy: `[{"tools": ["crm.delete" | "crm"], "to": ["role:member" | "machines" | …], "expires_in_s": 900}]`.
+    approvals: Option<Value>,
 }
 
 /// The answer of `GET …/connectors`.
@@ -172,8 +174,10 @@ async fn configure(
     ApiJson(body): ApiJson<ConfigurePatch>,
 ) -> Result<Json<Bound>> {
     ctx.require_person(Permission::CredentialAdministration)?;
-    if let Some(unknown) =
-        body.patch.keys().find(|k| !["classification", "grants", "pools", "pinning", "redaction"].contains(&k.as_str()))
+    if let Some(unknown) = body
+        .patch
+        .keys()
+        .find(|k| !["classification", "grants", "pools", "pinning", "redaction", "approvals"].contains(&k.as_str()))
     {
         return Err(Error::InvalidConfig {
             issues: vec![FieldIssue { field: unknown.clone(), message: "unknown field".into() }],

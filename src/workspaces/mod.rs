@@ -260,12 +260,18 @@ pub async fn remove_connector(
         }
         let prefix = format!("{id}.");
         doc.classification.retain(|address, _| !address.starts_with(&prefix));
+        // Its approval rules go with it (a rule left naming nothing goes too).
+        for rule in &mut doc.approvals {
+            rule.tools.retain(|t| t != id && !t.starts_with(&prefix));
+        }
+        doc.approvals.retain(|rule| !rule.tools.is_empty());
         Ok(json!({ "connector": id }))
     })
     .await
 }
 
-/// Replaces the classification overrides, grants, pools and/or pinning (a new configuration version).
+/// Replaces the classification overrides, grants, pools, pinning, redaction and/or approval
+/// policy (a new configuration version).
 /// In `patch`, a present `classification` replaces the map; a present `grants` replaces the
 /// list, and `null` removes it (everything granted again).
 #[tracing::instrument(name = "workspaces::configure", skip_all, fields(tenant = %tenant, workspace = slug))]
@@ -301,6 +307,10 @@ pub async fn configure(
         Some(v) => Some(serde_json::from_value::<config::Pinning>(v.clone()).map_err(|e| bad("pinning", e))?),
         None => None,
     };
+    let approvals = match patch.get("approvals") {
+        Some(v) => Some(serde_json::from_value::<Vec<config::approvals::Rule>>(v.clone()).map_err(|e| bad("approvals", e))?),
+        None => None,
+    };
     let grants = match patch.get("grants") {
         Some(v) => Some(serde_json::from_value::<Option<Vec<config::Grant>>>(v.clone()).map_err(|e| bad("grants", e))?),
         None => None,
@@ -321,9 +331,12 @@ pub async fn configure(
         if let Some(r) = &redaction {
             doc.redaction = r.clone();
         }
+        if let Some(a) = &approvals {
+            doc.approvals = a.clone();
+        }
         Ok(json!({
             "classification": doc.classification, "grants": doc.grants, "pools": doc.pools, "pinning": doc.pinning,
-            "redaction": doc.redaction,
+            "redaction": doc.redaction, "approvals": doc.approvals,
         }))
     })
     .await

@@ -90,6 +90,7 @@ pub const TABLES: &[Table] = &[
     table("agent_subscriptions", Column, Delete, Nothing, Nothing, Untouched),
     table("agent_log_levels", Column, Delete, Nothing, Nothing, Untouched),
     table("result_stash", Column, Delete, Nothing, Nothing, Untouched),
+    table("approvals", Column, Delete, Nothing, Nothing, Redact),
     table("activity", Column, Delete, Nothing, All, Redact),
     table("ops_failures", Column, Delete, Nothing, Nothing, Redact),
     table("peer_bindings", Column, Delete, Nothing, Nothing, Untouched),

@@ -3,6 +3,7 @@
 //! real MCP client (the official Python SDK) against `server-everything` behind the gateway.
 //! Every page the test visits is saved as a PNG under `target/console-screenshots/`.
 
+mod approvals;
 mod chrome;
 #[path = "../common/mod.rs"]
 mod common;

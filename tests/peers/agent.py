@@ -10,6 +10,7 @@ its messages' texts (`prompt`); a call the server answers with a JSON-RPC error 
 (`error`: code, message, data); "@resource" reads the resource {"uri"} and reports its text
 contents (`resource`). "@level" (handshake mode) sends `logging/setLevel` with {"level"} and
 then waits {"settle"} seconds (default 0), reporting {"level"}.
+A call answered with a JSON-RPC error reports it as {"error": {"code", "message", "data"}}.
 Each call also reports the log messages (`logs`: their data) that arrived while it ran; a call
 given as [name, arguments, {"progress": true}] asks for progress and reports it (`progress`:
 [progress, total, message] per notification). In a 2026 mode the client opts in to log
@@ -46,6 +47,7 @@ import sys
 import anyio
 import httpx2
 from mcp import Client, ClientSession, types
+from mcp.shared.exceptions import MCPError
 from mcp.client.subscriptions import ResourceUpdated
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -149,9 +151,9 @@ async def drive(session, streams: Streams, describe, calls: list) -> dict:
             continue
         try:
             result = await session.call_tool(name, arguments, progress_callback=progress)
-        except MCPError as e:  # the server's JSON-RPC error for the call, reported
-            error = e.error
-            out["calls"].append({"error": {"code": error.code, "message": error.message, "data": error.data}})
+        except MCPError as e:
+            # A JSON-RPC error answer (e.g. URLElicitationRequired): reported, not fatal.
+            out["calls"].append({"error": {"code": e.code, "message": e.message, "data": e.data}})
             continue
         out["calls"].append(streams.report(result, spec))
     out["replicas"] = SEEN

@@ -71,7 +71,11 @@ pub async fn call_with(state: &AppState, ctx: &GatewayCtx, args: &JsonObject, wr
             scan.masked
         }
     };
-    let mut out = call_granted(state, ctx, address, (id, name, c), instance, writes).await;
+    let approval = match super::hold::named(args) {
+        Ok(approval) => approval,
+        Err(refused) => return (*refused).about(id, name),
+    };
+    let mut out = call_granted(state, ctx, address, (id, name, c), instance, (writes, approval)).await;
     out.redactions = out.redactions.saturating_add(arg_hits);
     out
 }
@@ -84,7 +88,7 @@ async fn call_granted(
     address: &str,
     (id, name, c): (&str, &str, &Connector),
     instance: &Value,
-    writes: Writes<'_>,
+    (writes, approval): (Writes<'_>, Option<uuid::Uuid>),
 ) -> Outcome {
     let Value::Object(tool_args) = instance else {
         return Outcome::error("invalid_args", "`args` must be an object".into(), None);
@@ -140,6 +144,15 @@ async fn call_granted(
             return out;
         }
     };
+    // A write the approval policy holds back runs only under an approval of exactly this call,
+    // used (once) here, before anything goes downstream.
+    let approval = match class {
+        Class::Write => match Box::pin(super::hold::hold(state, ctx, (id, name), tool_args, approval)).await {
+            Ok(approval) => approval,
+            Err(held) => return (*held).about(id, name),
+        },
+        Class::Read => None,
+    };
     // Counted only once the call is sure to be made.
     if class == Class::Write
         && let Writes::Gated(gate) = writes
@@ -171,6 +184,7 @@ async fn call_granted(
         }
         let mut out = out.about(id, name);
         out.classification = Some(class_name(class));
+        out.approval_id = approval;
         return out;
     }
     // A 2026-07-28 agent's call goes to a downstream that speaks that revision on it, so the
@@ -196,7 +210,11 @@ async fn call_granted(
                         .map_err(|e| Failure::Unavailable(format!("a malformed tool result: {}", echo(&e.to_string())))),
                 )
             }
-            Ok(Some(Relayed::InputRequired(value))) => return Outcome::interim(Interim::InputRequired(value)).about(id, name),
+            Ok(Some(Relayed::InputRequired(value))) => {
+                let mut out = Outcome::interim(Interim::InputRequired(value)).about(id, name);
+                out.approval_id = approval;
+                return out;
+            }
             // A program is told in its own terms; so is the six-tool surface of a downstream's
             // JSON-RPC error (a native pool passes that on as it is).
             Err(Stopped::Refused(r))
@@ -246,6 +264,7 @@ async fn call_granted(
                 interim: None,
                 redactions: 0,
                 quota: None,
+                approval_id: None,
             }
         }
         Err(f) => {
@@ -263,6 +282,7 @@ async fn call_granted(
     .about(id, name);
     out.classification = Some(class_name(class));
     out.redactions = hits;
+    out.approval_id = approval;
     out
 }
 

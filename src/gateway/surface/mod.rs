@@ -8,6 +8,7 @@
 
 mod authorize;
 mod call;
+mod hold;
 mod native;
 mod native_server;
 mod search;
@@ -15,6 +16,7 @@ mod skills;
 mod tools;
 
 pub use call::{Writes, call_with, result_page_within};
+pub use hold::URL_ELICITATION_REQUIRED;
 pub use native::{Hints, native_call, native_list, native_request, native_tools, per_caller};
 pub use native_server::{may_see_resource, native_refresh, native_server, native_watches, subscribable};
 pub use search::{DESCRIBE_MAX, describe, search};
@@ -67,6 +69,8 @@ pub struct Outcome {
     pub redactions: u32,
     /// The quota limit that refused the call, by name.
     pub quota: Option<String>,
+    /// The approval this call ran under (used by it), when the workspace's policy held it back.
+    pub approval_id: Option<uuid::Uuid>,
 }
 
 /// What a call answers instead of a result on 2026-07-28.
@@ -93,6 +97,7 @@ impl Outcome {
             interim: None,
             redactions: 0,
             quota: None,
+            approval_id: None,
         }
     }
 
@@ -124,6 +129,7 @@ impl Outcome {
             interim: None,
             redactions: 0,
             quota: None,
+            approval_id: None,
         }
     }
 

@@ -31,6 +31,12 @@ pub fn tools_for(trusted: bool) -> Vec<Tool> {
         "required": ["address"],
         "additionalProperties": false
     });
+    let mut destructive_args = call_args.clone();
+    destructive_args["properties"]["approval_id"] = json!({
+        "type": "string",
+        "format": "uuid",
+        "description": "the approval an `approval_required` answer gave, once a person approved it (the same arguments again)"
+    });
     vec![
         tool(
             "search_tools",
@@ -54,7 +60,12 @@ pub fn tools_for(trusted: bool) -> Vec<Tool> {
             call_args.clone(),
             true,
         ),
-        tool("call_destructive_tool", "Call a tool that may change something. Ask the human before using it.", call_args, false),
+        tool(
+            "call_destructive_tool",
+            "Call a tool that may change something. Ask the human before using it.",
+            destructive_args,
+            false,
+        ),
         tool(
             "execute_code",
             "Run one async arrow JavaScript function in a sandbox whose only host object is `gatehouse` \

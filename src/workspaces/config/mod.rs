@@ -2,6 +2,7 @@
 //! reached and authenticated, in `auth`; `http_api` connectors in `http_api_description`), grants,
 //! pools and classification. Its validation is in `validate`.
 
+pub mod approvals;
 mod auth;
 pub mod http_api_description;
 pub mod redaction;
@@ -47,6 +48,10 @@ pub struct Document {
     /// arguments before anything of them is recorded. Empty: nothing is scanned.
     #[serde(default, skip_serializing_if = "redaction::Redaction::is_empty")]
     pub redaction: redaction::Redaction,
+    /// The writes a person must approve before they are made (see `approvals`). Left out of
+    /// stored documents while empty, so older documents keep their digests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<approvals::Rule>,
 }
 
 /// Pinned tool definitions: the first definition of each tool a workspace sees is pinned (its

@@ -260,6 +260,7 @@ impl Document {
                 }
             }
         }
+        super::approvals::issues(&self.approvals, &|c| self.connectors.contains_key(c), &mut bad);
         for address in self.classification.keys() {
             let known = address.split_once('.').is_some_and(|(c, tool)| self.connectors.contains_key(c) && !tool.is_empty());
             if !known {
