@@ -408,3 +408,44 @@ async fn an_unreachable_ledger_follows_each_limits_fail_setting_and_a_lost_datab
             .await;
     assert_eq!(used, [("closed".to_owned(), 64), ("open".to_owned(), 62)], "{logs}");
 }
+
+#[tokio::test]
+async fn limits_are_edited_by_compare_and_set_audited_and_another_tenants_are_not_found() {
+    use gatehouse::{
+        admin_log::Audit,
+        quotas::{self, LimitInput, Per},
+        tenants,
+    };
+    let t = TestDb::new().await;
+    let audit = Audit::cli();
+    let acme = tenants::create(&t.db, &audit, "acme", "Acme").await.unwrap().id;
+    let other = tenants::create(&t.db, &audit, "other", "Other").await.unwrap().id;
+    let input = LimitInput { name: "writes".into(), per: Some(Per::Token), daily: Some(10), ..Default::default() };
+    let created = quotas::create(&t.db, acme, &audit, &input).await.unwrap();
+    // A bad input is refused with its field's code, and nothing is written.
+    let bad = LimitInput { requests: Some(5), ..input.clone() };
+    assert_eq!(quotas::create(&t.db, acme, &audit, &bad).await.unwrap_err().code(), "invalid_quota_window");
+    assert_eq!(quotas::create(&t.db, acme, &audit, &input).await.unwrap_err().code(), "quota_exists");
+    assert_eq!(quotas::list(&t.db, acme).await.unwrap().len(), 1);
+
+    // Compare-and-set: the second of two edits from the same version is refused, nothing lost.
+    let edit = |daily: i32| LimitInput { daily: Some(daily), version: Some(created.version), ..input.clone() };
+    let first = quotas::update(&t.db, acme, &audit, created.id, &edit(20)).await.unwrap();
+    assert_eq!((first.daily, first.version), (Some(20), created.version + 1));
+    let second = quotas::update(&t.db, acme, &audit, created.id, &edit(30)).await.unwrap_err();
+    assert_eq!(second.code(), "quota_changed");
+    assert_eq!(quotas::get(&t.db, acme, created.id).await.unwrap().daily, Some(20));
+
+    // Another tenant's limit is not found, for reading, editing and removing alike.
+    assert_eq!(quotas::get(&t.db, other, created.id).await.unwrap_err().code(), "not_found");
+    let theirs = LimitInput { version: Some(first.version), ..input.clone() };
+    assert_eq!(quotas::update(&t.db, other, &audit, created.id, &theirs).await.unwrap_err().code(), "not_found");
+    assert_eq!(quotas::delete(&t.db, other, &audit, created.id).await.unwrap_err().code(), "not_found");
+    quotas::delete(&t.db, acme, &audit, created.id).await.unwrap();
+
+    // Exactly one admin-log row per change that happened.
+    let actions: Vec<(String,)> =
+        platform_rows(&t, &format!("SELECT action FROM admin_log WHERE target = 'quota:{}' ORDER BY at, id", created.id)).await;
+    let actions: Vec<&str> = actions.iter().map(|a| a.0.as_str()).collect();
+    assert_eq!(actions, ["quota.create", "quota.update", "quota.delete"]);
+}
