@@ -381,6 +381,18 @@ async fn an_unreachable_ledger_follows_each_limits_fail_setting_and_a_lost_datab
     assert_eq!(s.seen.hits("/hit"), 62);
     assert_eq!(s.seen.hits("/hit2"), 71);
     call(&gw, &s.m, "hit").await.expect("the ledger reachable again, the closed limit leases again");
+    // The counts the lock held up reach the ledger; the fail-open limit's uncounted calls never.
+    let used = || {
+        platform_rows::<(String, i32)>(
+            &s.t,
+            "SELECT l.name, w.used FROM quota_windows w JOIN quota_limits l ON l.id = w.limit_id ORDER BY 1",
+        )
+    };
+    let settled = common::eventually(Duration::from_secs(20), || async {
+        used().await == [("closed".to_owned(), 63), ("open".to_owned(), 62)]
+    })
+    .await;
+    assert!(settled, "{:?}", used().await);
 
     // The database gone: the replica can no longer tell a revoked token from a live one, so
     // it refuses every call whatever the limits say, and admits again once it is back.
