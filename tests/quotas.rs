@@ -367,9 +367,11 @@ async fn an_unreachable_ledger_follows_each_limits_fail_setting_and_a_lost_datab
     for _ in 0..70 {
         closed.push(call(&gw, &s.m, "hit").await);
     }
+    // What is left of the slice leased before is spent first (a slice idle for a second goes
+    // back to the ledger, so on a slow machine nothing may be left), then the calls are refused.
     let spent = closed.iter().take_while(|r| r.is_ok()).count();
-    assert_eq!(spent, 61, "the slice leased before is spent first: {closed:?}");
-    for refused in &closed[61..] {
+    assert!(spent <= 61, "more than the slice: {closed:?}");
+    for refused in &closed[spent..] {
         let error = refused.as_ref().unwrap_err();
         assert_eq!(error["code"], "quota_unavailable", "{error}");
         assert_eq!(error["limit"], "closed", "{error}");
@@ -378,8 +380,10 @@ async fn an_unreachable_ledger_follows_each_limits_fail_setting_and_a_lost_datab
         call(&gw, &s.m, "hit2").await.expect("a fail-open limit admits while its ledger is unreachable");
     }
     locker.execute("ROLLBACK").await.unwrap();
-    assert_eq!(s.seen.hits("/hit"), 62);
+    assert_eq!(s.seen.hits("/hit"), 1 + spent as u64);
     assert_eq!(s.seen.hits("/hit2"), 71);
+    let uncounted = common::metric(&served, "gatehouse_quota_events_total{event=\"admitted_open\"}").await;
+    assert!((9..=70).contains(&uncounted), "{uncounted} admitted uncounted");
     call(&gw, &s.m, "hit").await.expect("the ledger reachable again, the closed limit leases again");
     // The counts the lock held up reach the ledger; the fail-open limit's uncounted calls never.
     let used = || {
@@ -388,11 +392,9 @@ async fn an_unreachable_ledger_follows_each_limits_fail_setting_and_a_lost_datab
             "SELECT l.name, w.used FROM quota_windows w JOIN quota_limits l ON l.id = w.limit_id ORDER BY 1",
         )
     };
-    let settled = common::eventually(Duration::from_secs(20), || async {
-        used().await == [("closed".to_owned(), 63), ("open".to_owned(), 62)]
-    })
-    .await;
-    assert!(settled, "{:?}", used().await);
+    let counted = |closed: u64| vec![("closed".to_owned(), closed as i32), ("open".to_owned(), (71 - uncounted) as i32)];
+    let settled = common::eventually(Duration::from_secs(20), || async { used().await == counted(2 + spent as u64) }).await;
+    assert!(settled, "{:?}, expected {:?}\n{}", used().await, counted(2 + spent as u64), served.logs());
 
     // The database gone: the replica can no longer tell a revoked token from a live one, so
     // it refuses every call whatever the limits say, and admits again once it is back.

@@ -8,7 +8,7 @@ mod common;
 
 use std::{sync::Arc, time::Duration};
 
-use common::{Machine, Served, TestDb, cli, eventually, gatehouse, http};
+use common::{Machine, Served, TestDb, cli, eventually, gatehouse, http, metric};
 use gatehouse::config::Secret;
 use nix::{sys::signal, unistd::Pid};
 
@@ -24,12 +24,6 @@ async fn replica(url: &Secret) -> Served {
     let mut cmd = gatehouse(Some(url));
     cmd.envs(LEASES.iter().copied());
     Served::start(cmd).await
-}
-
-/// The value of one series of the replica's `/metrics`.
-async fn metric(served: &Served, series: &str) -> u64 {
-    let text = http().get(format!("{}/metrics", served.base)).send().await.unwrap().text().await.unwrap();
-    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or_else(|| panic!("{series} missing:\n{text}"))
 }
 
 /// Waits (bounded, only so that a bug cannot hang the run) until the replica answers from its

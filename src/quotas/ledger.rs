@@ -142,8 +142,6 @@ struct WindowState {
     /// After a failed lease, calls that need one fail at once until then (they would only
     /// queue behind the gate for the same answer).
     unreachable_until: Instant,
-    /// Bumped by every lease (so a task that waited for the gate sees one happened).
-    leases: u64,
 }
 
 struct SlotEntry {
@@ -164,7 +162,6 @@ struct SlotState {
     /// Conservative local expiry of the held slots.
     expires: Instant,
     last_busy: Instant,
-    leases: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -335,7 +332,6 @@ impl Budgets {
                 pending: Vec::new(),
                 last_lease: now,
                 unreachable_until: now,
-                leases: 0,
             }),
             gate: tokio::sync::Mutex::new(()),
         });
@@ -364,7 +360,6 @@ impl Budgets {
                 in_use: 0,
                 expires: now,
                 last_busy: now,
-                leases: 0,
             }),
             gate: tokio::sync::Mutex::new(()),
         });
@@ -372,37 +367,21 @@ impl Budgets {
         entry
     }
 
-    /// One unit of the window's budget: from the local slice, or from a new lease.
+    /// One unit of the window's budget: from the local slice, or from a new lease. Only one
+    /// task leases at a time (the gate); each that gets through it leaves with an answer.
     async fn take(&self, entry: &WindowEntry) -> Result<(), Short> {
+        if let Some(answer) = take_local(&mut lock(&entry.state), Instant::now()) {
+            return answer;
+        }
+        let _gate = entry.gate.lock().await;
+        // A lease whose window ended while it was made is made again (at most twice more).
         for _ in 0..3 {
-            let seen = {
-                let mut s = lock(&entry.state);
-                let now = Instant::now();
-                if s.no >= 0 && now < s.ends {
-                    if s.remaining > 0 {
-                        s.remaining -= 1;
-                        s.used += 1;
-                        s.last_take = now;
-                        return Ok(());
-                    }
-                    if s.exhausted && now.duration_since(s.last_lease) < PROBE {
-                        s.refused += 1;
-                        return Err(Short::Exhausted(s.ends - now));
-                    }
-                }
-                if now < s.unreachable_until {
-                    return Err(Short::Unreachable);
-                }
-                s.leases
-            };
-            let _gate = entry.gate.lock().await;
-            if lock(&entry.state).leases != seen {
-                continue;
+            if let Some(answer) = take_local(&mut lock(&entry.state), Instant::now()) {
+                return answer;
             }
             self.lease(entry).await?;
         }
-        let s = lock(&entry.state);
-        Err(Short::Exhausted(s.ends.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))
+        Err(Short::Exhausted(Duration::from_millis(1)))
     }
 
     async fn lease(&self, entry: &WindowEntry) -> Result<(), Short> {
@@ -424,7 +403,6 @@ impl Budgets {
                 self.counts.lease_failures.fetch_add(1, Ordering::Relaxed);
                 let mut s = lock(&entry.state);
                 s.unreachable_until = Instant::now() + BACKOFF;
-                s.leases += 1;
                 return Err(Short::Unreachable);
             }
         };
@@ -446,41 +424,36 @@ impl Budgets {
         s.exhausted = leased.slice < want;
         s.ends = ends;
         s.last_lease = Instant::now();
-        s.leases += 1;
         Ok(())
     }
 
-    /// One concurrency slot: a free one this replica holds, or one more from the ledger.
+    /// One concurrency slot: a free one this replica holds, or more from the ledger (twice
+    /// the slots in use when calls queue up, else one). Only one task asks the ledger at a time
+    /// (the gate); each that gets through it leaves with an answer.
     async fn acquire(&self, entry: &SlotEntry) -> Result<(), Short> {
-        for _ in 0..3 {
-            let seen = {
-                let mut s = lock(&entry.state);
-                let now = Instant::now();
-                if now < s.expires && s.in_use < s.held {
-                    s.in_use += 1;
-                    s.last_busy = now;
-                    return Ok(());
-                }
-                if now < s.unreachable_until {
-                    return Err(Short::Unreachable);
-                }
-                if now < s.busy_until {
-                    return Err(Short::Busy);
-                }
-                s.leases
-            };
-            let _gate = entry.gate.lock().await;
-            if lock(&entry.state).leases != seen {
-                continue;
+        if let Some(answer) = acquire_local(&mut lock(&entry.state), Instant::now()) {
+            return answer;
+        }
+        let _gate = entry.gate.lock().await;
+        if let Some(answer) = acquire_local(&mut lock(&entry.state), Instant::now()) {
+            return answer;
+        }
+        let in_use = lock(&entry.state).in_use;
+        let mut fits = false;
+        for want in [(in_use * 2).clamp(in_use + 1, entry.budget.max(in_use + 1)), in_use + 1] {
+            if self.hold(entry, want).await? {
+                fits = true;
+                break;
             }
-            let want = lock(&entry.state).in_use + 1;
-            if !self.hold(entry, want).await? {
-                let mut s = lock(&entry.state);
-                s.busy_until = Instant::now() + BUSY_PROBE;
-                s.leases += 1;
-                return Err(Short::Busy);
+            if want == in_use + 1 {
+                break;
             }
         }
+        let mut s = lock(&entry.state);
+        if fits && let Some(answer) = acquire_local(&mut s, Instant::now()) {
+            return answer;
+        }
+        s.busy_until = Instant::now() + BUSY_PROBE;
         Err(Short::Busy)
     }
 
@@ -509,7 +482,6 @@ impl Budgets {
                 self.counts.lease_failures.fetch_add(1, Ordering::Relaxed);
                 let mut s = lock(&entry.state);
                 s.unreachable_until = Instant::now() + BACKOFF;
-                s.leases += 1;
                 return Err(Short::Unreachable);
             }
         };
@@ -518,7 +490,6 @@ impl Budgets {
         if fits {
             s.held = want;
             s.expires = sent + SLOT_TTL;
-            s.leases += 1;
         }
         Ok(fits)
     }
@@ -638,6 +609,44 @@ impl Budgets {
             s.held > 0 || s.in_use > 0 || s.last_busy.elapsed() < FORGET
         });
     }
+}
+
+/// A unit of the window decided from the slice alone: taken, refused (spent, or the ledger
+/// just unreachable), or `None` when it takes a lease.
+fn take_local(s: &mut WindowState, now: Instant) -> Option<Result<(), Short>> {
+    if s.no >= 0 && now < s.ends {
+        if s.remaining > 0 {
+            s.remaining -= 1;
+            s.used += 1;
+            s.last_take = now;
+            return Some(Ok(()));
+        }
+        if s.exhausted && now.duration_since(s.last_lease) < PROBE {
+            s.refused += 1;
+            return Some(Err(Short::Exhausted(s.ends - now)));
+        }
+    }
+    if now < s.unreachable_until {
+        return Some(Err(Short::Unreachable));
+    }
+    None
+}
+
+/// A slot decided from what this replica holds: taken, refused (all taken a moment ago, or the
+/// ledger just unreachable), or `None` when it takes the ledger.
+fn acquire_local(s: &mut SlotState, now: Instant) -> Option<Result<(), Short>> {
+    if now < s.expires && s.in_use < s.held {
+        s.in_use += 1;
+        s.last_busy = now;
+        return Some(Ok(()));
+    }
+    if now < s.unreachable_until {
+        return Some(Err(Short::Unreachable));
+    }
+    if now < s.busy_until {
+        return Some(Err(Short::Busy));
+    }
+    None
 }
 
 /// Puts back the units a refused call took from earlier windows (still this replica's).

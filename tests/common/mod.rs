@@ -890,3 +890,9 @@ impl DbGate {
         }
     }
 }
+
+/// The value of one series of the replica's `/metrics`.
+pub async fn metric(served: &Served, series: &str) -> u64 {
+    let text = http().get(format!("{}/metrics", served.base)).send().await.unwrap().text().await.unwrap();
+    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or_else(|| panic!("{series} missing:\n{text}"))
+}
