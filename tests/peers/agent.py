@@ -6,8 +6,7 @@ Connects through the SDK's streamable HTTP client with the machine credentials, 
 lists tools, makes each call of CALLS_JSON ([[name, arguments], ...]) and prints one JSON
 object: server name, negotiated protocol, tool names, and per call isError plus text blocks.
 A call named "@prompt" gets the prompt its arguments name ({"name", "arguments"}) and reports
-its messages' texts (`prompt`); a call the server answers with a JSON-RPC error reports it
-(`error`: code, message, data); "@resource" reads the resource {"uri"} and reports its text
+its messages' texts (`prompt`); "@resource" reads the resource {"uri"} and reports its text
 contents (`resource`). "@level" (handshake mode) sends `logging/setLevel` with {"level"} and
 then waits {"settle"} seconds (default 0), reporting {"level"}.
 A call answered with a JSON-RPC error reports it as {"error": {"code", "message", "data"}}.
