@@ -177,6 +177,7 @@ async fn seed_every_table(d: &Deployment, tenant: Uuid, workspace: Uuid) {
         "INSERT INTO scim_groups (tenant_id, id, display_name_key, attrs) VALUES ($1, $3, 'operator', '{\"displayName\": \"operator\"}')",
         "INSERT INTO scim_group_members (tenant_id, group_id, user_id, entry) VALUES ($1, $3, $3, jsonb_build_object('value', $3::text))",
         "INSERT INTO impersonation_settings (tenant_id, approval_required) VALUES ($1, true)",
+        "INSERT INTO quota_limits (tenant_id, id, name, per, class, daily, created_by) VALUES ($1, $3, 'moved', 'tenant', 'any', 100, 'test')",
     ] {
         // One id for every row (each table's own; a version names its blueprint by it).
         sqlx::query(sql).bind(tenant).bind(workspace).bind(row_id).bind(&subject_key).execute(&mut *tx).await.unwrap();
