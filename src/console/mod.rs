@@ -12,8 +12,10 @@
 
 mod activity;
 mod approvals;
+mod charts;
 mod connector;
 mod credentials;
+mod dashboard;
 mod findings;
 mod home;
 mod impersonation;
@@ -61,6 +63,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(members::router())
         .merge(workspaces::router())
         .merge(activity::router())
+        .merge(dashboard::router())
         .merge(approvals::router())
         .merge(findings::router())
         .merge(ops::router())
@@ -275,6 +278,7 @@ fn nav(slug: &str, role: Role, ctx: &TenantCtx, platform_admin: bool) -> Vec<Nav
     }
     items.push(item("members", "Members", "/members"));
     if ctx.permissions.has(Permission::ActivityAccess) {
+        items.push(item("dashboard", "Dashboard", "/dashboard"));
         items.push(item("activity", "Activity", "/activity"));
     }
     if ctx.permissions.has(Permission::ApprovalDecision) {

@@ -247,6 +247,8 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
 }
 
 /// `GET /api/v1/tenants/{t}/activity`: newest first, keyset-paged on `(occurred_at, id)`.
+pub mod dashboard;
+
 pub mod http {
     use axum::{
         Json,

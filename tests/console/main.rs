@@ -215,6 +215,38 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     .await;
     assert!(shown, "the MCP call shows in the activity page");
     chrome.shot("activity").await;
+
+    // The dashboard draws those calls: the ok bars of the last hour add up to the ok rows, and
+    // the top-tools chart names the tool. At phone width it fits without scrolling the page.
+    let ok_rows: i64 = {
+        let mut owner = t.owner_conn().await;
+        owner.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+        sqlx::query_scalar("SELECT count(*) FROM activity WHERE outcome = 'ok'").fetch_one(&mut owner).await.unwrap()
+    };
+    let dashboard = chrome.goto(&format!("{base}/console/t/acme/dashboard?range=1h&workspace=main"), "dashboard").await;
+    assert!(dashboard.contains("<svg id=\"chart-calls\""), "the calls chart is inline SVG");
+    let plotted: Value = chrome
+        .client
+        .execute(
+            "return [...document.querySelectorAll('#chart-calls rect[data-series=ok]')].reduce((n, r) => n + Number(r.dataset.value), 0)",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(plotted, json!(ok_rows), "the ok bars plot every ok call");
+    let echo = chrome
+        .client
+        .execute("return document.querySelectorAll('#chart-tools rect[data-label=echo]').length", vec![])
+        .await
+        .unwrap();
+    assert_eq!(echo, json!(2), "the top-tools chart has echo's calls and errors");
+    assert!(chrome.text("#dashboard-summary").await.contains(&format!("{ok_rows} call")));
+    chrome.client.set_window_size(390, 844).await.unwrap();
+    chrome.goto(&format!("{base}/console/t/acme/dashboard?range=24h"), "dashboard-narrow").await;
+    let fits: Value =
+        chrome.client.execute("return document.documentElement.scrollWidth <= window.innerWidth + 1", vec![]).await.unwrap();
+    assert_eq!(fits, Value::Bool(true), "no horizontal scrolling of the dashboard at 390px");
+    chrome.client.set_window_size(1280, 900).await.unwrap();
     let log = chrome.goto(&format!("{base}/console/t/acme/admin-log"), "admin-log").await;
     assert!(log.contains("token.revoke") && log.contains("service_credential.create"));
     assert!(!log.contains(&secret) && !log.contains(&machine.client_secret), "no secret in the admin log");
@@ -273,22 +305,28 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
     chrome.shot("member-workspaces").await;
     let nav = chrome.text("nav").await;
     assert!(nav.contains("Workspaces") && nav.contains("Members") && nav.contains("Client setup"), "{nav}");
-    for hidden in ["Access tokens", "Service credentials", "Activity", "Admin log"] {
+    for hidden in ["Access tokens", "Service credentials", "Activity", "Dashboard", "Admin log"] {
         assert!(!nav.contains(hidden), "a member's navigation has no {hidden}: {nav}");
     }
     chrome.goto(&format!("{base}/console/t/acme/tokens"), "member-tokens-refused").await;
     assert_eq!(chrome.text("#error-code").await, "permission_denied");
     let bob = chrome.session_cookie().await;
-    for path in
-        ["/console/t/acme/tokens", "/console/t/acme/service-credentials", "/console/t/acme/admin-log", "/console/t/acme/activity"]
-    {
+    for path in [
+        "/console/t/acme/tokens",
+        "/console/t/acme/service-credentials",
+        "/console/t/acme/admin-log",
+        "/console/t/acme/activity",
+        "/console/t/acme/dashboard",
+    ] {
         let r = http().get(format!("{base}{path}")).header("cookie", &bob).send().await.unwrap();
         assert_eq!(r.status(), 403, "{path}");
     }
     // Another tenant's console is a 404, like a missing one.
     cli(&t.url, &["tenant", "create", "other", "--name", "Other"]).await;
-    let r = http().get(format!("{base}/console/t/other/workspaces")).header("cookie", &bob).send().await.unwrap();
-    assert_eq!(r.status(), 404);
+    for path in ["workspaces", "dashboard"] {
+        let r = http().get(format!("{base}/console/t/other/{path}")).header("cookie", &bob).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
 
     // Narrow screens: the same page at phone width.
     chrome.client.set_window_size(390, 844).await.unwrap();
