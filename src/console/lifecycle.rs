@@ -151,7 +151,7 @@ async fn apply(
     let verb = verb_of(&verb)?;
     allowed(&c, verb)?;
     if destructive(verb) && form.slug.as_deref().map(str::trim) != Some(ws.as_str()) {
-        let error = FormError { code: "slug_mismatch".into(), message: format!("type the workspace's slug, {ws}, to confirm") };
+        let error = FormError::new("slug_mismatch", format!("type the workspace's slug, {ws}, to confirm"));
         return render(StatusCode::UNPROCESSABLE_ENTITY, &confirm_page(&c, &ws, verb, Some(error)));
     }
     let result = match transition(verb) {

@@ -216,7 +216,7 @@ async fn invite(c: Console, State(state): State<AppState>, Form(form): Form<Invi
         }
         // The owner-only rule is a refusal of this form's input, shown in place.
         Err(Error::Forbidden { code, message }) => {
-            let error = FormError { code: code.into(), message };
+            let error = FormError::new(code, message);
             page(&c, &state, StatusCode::FORBIDDEN, Some(error), form.email, None).await
         }
         Err(e) => page(&c, &state, StatusCode::UNPROCESSABLE_ENTITY, Some(FormError::of(e)?), form.email, None).await,

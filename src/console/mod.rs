@@ -16,6 +16,7 @@ mod charts;
 mod connector;
 mod credentials;
 mod dashboard;
+mod editor;
 mod findings;
 mod home;
 mod impersonation;
@@ -62,6 +63,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(credentials::router())
         .merge(members::router())
         .merge(workspaces::router())
+        .merge(editor::router())
         .merge(activity::router())
         .merge(dashboard::router())
         .merge(approvals::router())

@@ -34,15 +34,28 @@ pub fn render<T: Template>(status: StatusCode, page: &T) -> Result<Response, Pag
 pub struct FormError {
     pub code: String,
     pub message: String,
+    /// The fields the error names, each with what is wrong with it (as the API reports them:
+    /// every issue of an invalid configuration, or the one field of an invalid value).
+    pub fields: Vec<(String, String)>,
 }
 
 impl FormError {
+    /// An error of the console's own (a form check the API does not make).
+    pub fn new(code: &str, message: impl Into<String>) -> FormError {
+        FormError { code: code.to_owned(), message: message.into(), fields: Vec::new() }
+    }
+
     /// Client errors (bad input, a conflict, a missing object) are shown next to the form;
     /// anything else becomes an error page.
     pub fn of(e: Error) -> Result<FormError, PageError> {
         match e.status() {
             s if s.is_client_error() && s != StatusCode::UNAUTHORIZED && s != StatusCode::FORBIDDEN => {
-                Ok(FormError { code: e.code().to_owned(), message: e.to_string() })
+                let fields = match &e {
+                    Error::InvalidConfig { issues } => issues.iter().map(|i| (i.field.clone(), i.message.clone())).collect(),
+                    Error::Invalid { field: Some(field), message, .. } => vec![((*field).to_owned(), message.clone())],
+                    _ => Vec::new(),
+                };
+                Ok(FormError { code: e.code().to_owned(), message: e.to_string(), fields })
             }
             _ => Err(e.into()),
         }

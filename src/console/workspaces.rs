@@ -51,6 +51,10 @@ struct ListPage {
     rows: Vec<WorkspaceRow>,
     /// The slug of the workspace just reaped.
     reaped: Option<String>,
+    /// Whether this person may create workspaces (the create form shows).
+    can_create: bool,
+    error: Option<FormError>,
+    form: super::editor::NewWorkspace,
 }
 
 #[derive(serde::Deserialize)]
@@ -111,6 +115,10 @@ struct WorkspacePage {
     connectors: Vec<ConnectorView>,
     error: Option<FormError>,
     notice: Option<String>,
+    /// Whether this person edits the configuration (the add and remove forms show).
+    can_edit: bool,
+    /// The add-connector form's values (shown again after a refusal).
+    draft: super::editor::NewConnector,
 }
 
 fn endpoint(state: &AppState, tenant: &str, workspace: &str) -> String {
@@ -129,9 +137,41 @@ fn row(state: &AppState, tenant: &str, w: &workspaces::Workspace) -> WorkspaceRo
 }
 
 async fn list_workspaces(c: Console, State(state): State<AppState>, Query(q): Query<Listed>) -> Result<Response, PageError> {
-    let rows = workspaces::list(&state.db, c.ctx.tenant.id).await?.iter().map(|w| row(&state, c.slug(), w)).collect();
     let reaped = q.reaped.filter(|s| crate::tenants::validate_slug(s).is_ok());
-    render(StatusCode::OK, &ListPage { layout: c.layout("Workspaces", "workspaces"), slug: c.slug().to_owned(), rows, reaped })
+    let form = super::editor::NewWorkspace { slug: String::new(), name: String::new() };
+    list_with(&c, &state, StatusCode::OK, None, form, reaped).await
+}
+
+/// The list with the create form showing `form` again and its error.
+pub(super) async fn list_page(
+    c: &Console,
+    state: &AppState,
+    status: StatusCode,
+    error: Option<FormError>,
+    form: super::editor::NewWorkspace,
+) -> Result<Response, PageError> {
+    list_with(c, state, status, error, form, None).await
+}
+
+async fn list_with(
+    c: &Console,
+    state: &AppState,
+    status: StatusCode,
+    error: Option<FormError>,
+    form: super::editor::NewWorkspace,
+    reaped: Option<String>,
+) -> Result<Response, PageError> {
+    let rows = workspaces::list(&state.db, c.ctx.tenant.id).await?.iter().map(|w| row(state, c.slug(), w)).collect();
+    let page = ListPage {
+        layout: c.layout("Workspaces", "workspaces"),
+        slug: c.slug().to_owned(),
+        rows,
+        reaped,
+        can_create: c.ctx.permissions.has(Permission::CredentialAdministration),
+        error,
+        form,
+    };
+    render(status, &page)
 }
 
 /// The slot this person would manage for `connector`: the shared one with
@@ -278,9 +318,39 @@ pub(super) async fn workspace_page(
     status: StatusCode,
     error: Option<FormError>,
     notice: Option<String>,
+    tested: Option<(String, super::connector::TestView)>,
+) -> Result<Response, PageError> {
+    let draft = super::editor::NewConnector { kind: "remote_mcp".into(), ..Default::default() };
+    page_with(c, state, ws, status, error, notice, tested, draft).await
+}
+
+/// The workspace page with the add-connector form showing `draft` again, and why it was refused.
+pub(super) async fn editor_page(
+    c: &Console,
+    state: &AppState,
+    ws: &str,
+    status: StatusCode,
+    error: FormError,
+    draft: super::editor::NewConnector,
+) -> Result<Response, PageError> {
+    page_with(c, state, ws, status, Some(error), None, None, draft).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn page_with(
+    c: &Console,
+    state: &AppState,
+    ws: &str,
+    status: StatusCode,
+    error: Option<FormError>,
+    notice: Option<String>,
     mut tested: Option<(String, super::connector::TestView)>,
+    mut draft: super::editor::NewConnector,
 ) -> Result<Response, PageError> {
     let bound = workspaces::bound(&state.db, c.ctx.tenant.id, ws).await?;
+    // The form always carries the version shown now: a refused edit is submitted again
+    // against what the page shows, never blindly.
+    draft.expected_version = bound.workspace.bound_version.to_string();
     let mut connectors = Vec::new();
     let open = super::connector::open_findings(c, state).await?;
     for (id, connector) in &bound.document.connectors {
@@ -298,6 +368,8 @@ pub(super) async fn workspace_page(
         connectors,
         error,
         notice,
+        can_edit: c.ctx.permissions.has(Permission::CredentialAdministration),
+        draft,
     };
     render(status, &page)
 }
@@ -308,6 +380,9 @@ struct Shown {
     saved: Option<String>,
     /// The lifecycle action just taken.
     done: Option<String>,
+    /// The connector just added, and the configuration version that made it.
+    added: Option<String>,
+    version: Option<i32>,
 }
 
 async fn show_workspace(
@@ -318,8 +393,19 @@ async fn show_workspace(
 ) -> Result<Response, PageError> {
     let notice =
         q.saved.filter(|id| workspaces::config::valid_connector_id(id)).map(|id| format!("The credential of {id} is set."));
-    let done = q.done.filter(|d| ["activate", "suspend", "resume", "archive", "unarchive"].contains(&d.as_str()));
+    let done = q.done.clone().filter(|d| ["activate", "suspend", "resume", "archive", "unarchive"].contains(&d.as_str()));
     let notice = notice.or(done.map(|d| format!("Done: {d}.")));
+    let notice = notice.or(match q.done.as_deref() {
+        Some("created") => Some("Workspace created. Add a connector below.".to_owned()),
+        Some("connector_removed") => Some("Connector removed.".to_owned()),
+        _ => None,
+    });
+    let notice = notice.or(q.added.filter(|id| workspaces::config::valid_connector_id(id)).map(|id| {
+        format!(
+            "Connector {id} added (configuration version {}). Test its connection to see its tools.",
+            q.version.unwrap_or_default()
+        )
+    }));
     workspace_page(&c, &state, &ws, StatusCode::OK, None, notice, None).await
 }
 

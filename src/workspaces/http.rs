@@ -206,14 +206,20 @@ async fn refresh_connector(
     State(state): State<AppState>,
     Path((_, slug, id)): Path<(String, String, String)>,
 ) -> Result<Json<Value>> {
+    Ok(Json(refresh(&state, &ctx, &slug, &id).await?))
+}
+
+/// Fetches connector `id`'s catalog now and stores it for every replica (the API's refresh
+/// and the console's "Test connection"); answers what [`Refreshed`] documents.
+pub async fn refresh(state: &AppState, ctx: &TenantCtx, slug: &str, id: &str) -> Result<Value> {
     ctx.require(Permission::ConnectorAccess)?;
-    let bound = workspaces::bound(&state.db, ctx.tenant.id, &slug).await?;
-    let connector = bound.document.connectors.get(&id).ok_or(Error::NotFound { what: "connector" })?;
-    let key = crate::gateway::downstream::key(ctx.tenant.id.0, bound.workspace.id.0, &id, connector);
+    let bound = workspaces::bound(&state.db, ctx.tenant.id, slug).await?;
+    let connector = bound.document.connectors.get(id).ok_or(Error::NotFound { what: "connector" })?;
+    let key = crate::gateway::downstream::key(ctx.tenant.id.0, bound.workspace.id.0, id, connector);
     let target = crate::gateway::catalogs::Target {
         tenant: ctx.tenant.id,
         workspace: bound.workspace.id.0,
-        connector_id: &id,
+        connector_id: id,
         config_key: crate::gateway::downstream::config_key(&key),
         pinning: bound.document.pinning,
     };
@@ -221,13 +227,13 @@ async fn refresh_connector(
         tenant: ctx.tenant.id,
         tenant_slug: &ctx.tenant.slug,
         workspace: bound.workspace.id.0,
-        workspace_slug: &slug,
+        workspace_slug: slug,
         member_id: ctx.member_id(),
         epoch: None,
     };
     let credential = match connector {
         Connector::HttpApi(_) => None,
-        _ => crate::gateway::credentials::resolve(&state, &caller, &id, connector).await.map_err(|p| p.into_error())?,
+        _ => crate::gateway::credentials::resolve(state, &caller, id, connector).await.map_err(|p| p.into_error())?,
     };
     let catalog = state
         .downstreams
@@ -235,13 +241,13 @@ async fn refresh_connector(
         .await
         .map_err(|f| f.into_error())?;
     let listing = &catalog.listing;
-    Ok(Json(json!({
+    Ok(json!({
         "connector": id,
         "tools": catalog.tools.len(),
         "fetched_at": catalog.fetched_at,
         "revision": listing.revision,
         "ttl_ms": listing.ttl_ms,
-    })))
+    }))
 }
 
 pub fn router() -> OpenApiRouter<AppState> {

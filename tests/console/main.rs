@@ -7,6 +7,7 @@ mod approvals;
 mod chrome;
 #[path = "../common/mod.rs"]
 mod common;
+mod editor;
 mod pages;
 
 use std::time::Duration;

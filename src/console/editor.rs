@@ -1,0 +1,369 @@
+//! Editing workspaces in the browser: create a workspace, add a connector (a remote MCP server
+//! from form fields, or any connector in the API's JSON form), remove one after a
+//! confirmation page, and "Test connection" (fetch the connector's catalog now, so its tools
+//! show with their read/write labels).
+//!
+//! Every edit is a new configuration version made through the same functions as the API, with
+//! the version the page showed as the expected one: a concurrent edit is refused
+//! (`binding_changed`) and nothing is written. Validation errors are the API's, field by field.
+
+use std::collections::BTreeMap;
+
+use axum::{
+    Form, Router,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::{ConfirmPage, Console, FormError, PageError, render};
+use crate::{AppState, error::Error, members::Permission, workspaces};
+
+/// Who edits workspaces and their connectors: the API's rule.
+const EDITOR: Permission = Permission::CredentialAdministration;
+
+#[derive(Deserialize)]
+pub struct NewWorkspace {
+    #[serde(default)]
+    pub slug: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+async fn create_workspace(
+    c: Console,
+    State(state): State<AppState>,
+    Form(form): Form<NewWorkspace>,
+) -> Result<Response, PageError> {
+    c.ctx.require_person(EDITOR)?;
+    let name = Some(form.name.trim()).filter(|n| !n.is_empty());
+    match workspaces::create(&state.db, c.ctx.tenant.id, &c.ctx.audit, form.slug.trim(), name).await {
+        Ok(ws) => Ok(Redirect::to(&format!("/console/t/{}/workspaces/{}?done=created", c.slug(), ws.slug)).into_response()),
+        Err(e) => {
+            let error = FormError::of(e)?;
+            super::workspaces::list_page(&c, &state, StatusCode::UNPROCESSABLE_ENTITY, Some(error), form).await
+        }
+    }
+}
+
+/// The add-connector form as posted (also what the form shows again after a refusal).
+#[derive(Deserialize, Default, Clone)]
+pub struct NewConnector {
+    #[serde(default)]
+    pub id: String,
+    /// `remote_mcp` (the fields below) or `json` (`config`, the API's form of any connector).
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub url: String,
+    /// Empty (streamable HTTP) or `sse`.
+    #[serde(default)]
+    pub transport: String,
+    /// Empty, `shared` or `personal`: a credential slot filling `auth_headers`.
+    #[serde(default)]
+    pub auth: String,
+    /// `Name: value` lines; `{field}` names a field of the slot.
+    #[serde(default)]
+    pub auth_headers: String,
+    /// `Name: value` lines sent as they are (not secret).
+    #[serde(default)]
+    pub headers: String,
+    #[serde(default)]
+    pub timeout_ms: String,
+    #[serde(default)]
+    pub config: String,
+    /// The configuration version the page showed.
+    #[serde(default)]
+    pub expected_version: String,
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> Error {
+    Error::InvalidConfig { issues: vec![crate::error::FieldIssue { field: field.into(), message: message.into() }] }
+}
+
+/// `Name: value` lines as a header map; `field` names the form field in an error.
+pub fn header_lines(text: &str, field: &str) -> Result<BTreeMap<String, String>, Error> {
+    let mut headers = BTreeMap::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(invalid(field, format!("line {} is not `Name: value`", n + 1)));
+        };
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(invalid(field, format!("line {} has no header name", n + 1)));
+        }
+        if headers.insert(name.to_owned(), value.trim().to_owned()).is_some() {
+            return Err(invalid(field, format!("the header {name} is given twice")));
+        }
+    }
+    Ok(headers)
+}
+
+/// The connector's JSON form (the API's) from the posted form.
+pub fn connector_json(form: &NewConnector) -> Result<Value, Error> {
+    if form.kind == "json" {
+        let value: Value = serde_json::from_str(&form.config).map_err(|e| invalid("config", format!("not JSON: {e}")))?;
+        if !value.is_object() {
+            return Err(invalid("config", "a connector is a JSON object with its `kind`"));
+        }
+        return Ok(value);
+    }
+    if form.kind != "remote_mcp" {
+        return Err(invalid("kind", "choose a remote MCP server or a configuration in JSON"));
+    }
+    let mut c = Map::new();
+    c.insert("kind".into(), json!("remote_mcp"));
+    c.insert("url".into(), json!(form.url.trim()));
+    match form.transport.as_str() {
+        "" | "streamable_http" => {}
+        "sse" => {
+            c.insert("transport".into(), json!("sse"));
+        }
+        _ => return Err(invalid("transport", "the transport is streamable HTTP or SSE")),
+    }
+    let headers = header_lines(&form.headers, "headers")?;
+    if !headers.is_empty() {
+        c.insert("headers".into(), json!(headers));
+    }
+    match form.auth.as_str() {
+        "" | "none" => {}
+        slot @ ("shared" | "personal") => {
+            let headers = header_lines(&form.auth_headers, "auth_headers")?;
+            if headers.is_empty() {
+                return Err(invalid(
+                    "auth_headers",
+                    "a credential slot fills at least one header, e.g. `Authorization: Bearer {token}`",
+                ));
+            }
+            c.insert("auth".into(), json!({ "type": "slot", "slot": slot, "headers": headers }));
+        }
+        _ => return Err(invalid("auth", "authentication is none, or a shared or personal credential slot")),
+    }
+    let timeout = form.timeout_ms.trim();
+    if !timeout.is_empty() {
+        let ms: u64 = timeout.parse().map_err(|_| invalid("timeout_ms", "a deadline is a whole number of milliseconds"))?;
+        c.insert("timeout_ms".into(), json!(ms));
+    }
+    Ok(Value::Object(c))
+}
+
+fn expected(raw: &str) -> Result<Option<i32>, Error> {
+    match raw.trim() {
+        "" => Ok(None),
+        v => v.parse().map(Some).map_err(|_| invalid("expected_version", "not a configuration version")),
+    }
+}
+
+/// A refused edit's error as the page shows it: a concurrent edit is said in the page's words.
+fn shown(e: Error) -> Result<FormError, PageError> {
+    let mut error = FormError::of(e)?;
+    if error.code == "binding_changed" {
+        error.message =
+            "This workspace's configuration changed since you opened this page; nothing was saved. The page now shows the current configuration: check it and submit again.".into();
+    }
+    Ok(error)
+}
+
+async fn add_connector(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws)): Path<(String, String)>,
+    Form(form): Form<NewConnector>,
+) -> Result<Response, PageError> {
+    c.ctx.require_person(EDITOR)?;
+    let id = form.id.trim().to_owned();
+    let added = async {
+        let expected = expected(&form.expected_version)?;
+        let connector = crate::workspaces::http::parse_connector(&id, connector_json(&form)?)?;
+        crate::vault::slots::check_connector(state.config.vault_keys.as_ref(), &connector)?;
+        workspaces::add_connector(&state.db, c.ctx.tenant.id, &c.ctx.audit, &ws, expected, &id, connector).await
+    }
+    .await;
+    match added {
+        Ok(bound) => Ok(Redirect::to(&format!(
+            "/console/t/{}/workspaces/{ws}?added={id}&version={}#connector-{id}",
+            c.slug(),
+            bound.workspace.bound_version
+        ))
+        .into_response()),
+        Err(e) => {
+            let error = shown(e)?;
+            super::workspaces::editor_page(&c, &state, &ws, StatusCode::UNPROCESSABLE_ENTITY, error, form).await
+        }
+    }
+}
+
+async fn confirm_remove(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws, id)): Path<(String, String, String)>,
+) -> Result<Response, PageError> {
+    c.ctx.require_person(EDITOR)?;
+    let bound = workspaces::bound(&state.db, c.ctx.tenant.id, &ws).await?;
+    if !bound.document.connectors.contains_key(&id) {
+        return Err(Error::NotFound { what: "connector" }.into());
+    }
+    let page = ConfirmPage {
+        layout: c.layout(&format!("Remove connector {id}"), "workspaces"),
+        question: format!("Remove the connector {id} from the workspace {ws}?"),
+        consequence: format!(
+            "Agents lose its tools from their next request, with its classification overrides and approval rules. The workspace's configuration becomes version {}; version {} stays in its history.",
+            bound.workspace.bound_version + 1,
+            bound.workspace.bound_version
+        ),
+        action: format!(
+            "/console/t/{}/workspaces/{ws}/connectors/{id}/remove?expected_version={}",
+            c.slug(),
+            bound.workspace.bound_version
+        ),
+        button: "Remove connector".into(),
+        cancel: format!("/console/t/{}/workspaces/{ws}#connector-{id}", c.slug()),
+    };
+    render(StatusCode::OK, &page)
+}
+
+#[derive(Deserialize)]
+struct Expected {
+    #[serde(default)]
+    expected_version: String,
+}
+
+async fn remove_connector(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws, id)): Path<(String, String, String)>,
+    axum::extract::Query(q): axum::extract::Query<Expected>,
+) -> Result<Response, PageError> {
+    c.ctx.require_person(EDITOR)?;
+    let removed = async {
+        let expected = expected(&q.expected_version)?;
+        workspaces::remove_connector(&state.db, c.ctx.tenant.id, &c.ctx.audit, &ws, expected, &id).await
+    }
+    .await;
+    match removed {
+        Ok(_) => Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}?done=connector_removed", c.slug())).into_response()),
+        Err(e) => {
+            let error = shown(e)?;
+            super::workspaces::workspace_page(&c, &state, &ws, StatusCode::UNPROCESSABLE_ENTITY, Some(error), None, None).await
+        }
+    }
+}
+
+/// "Test connection": the catalog fetched now (the API's refresh), then the page with the
+/// tools it lists, or the failure's stable code.
+async fn test_connection(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws, id)): Path<(String, String, String)>,
+) -> Result<Response, PageError> {
+    match crate::workspaces::http::refresh(&state, &c.ctx, &ws, &id).await {
+        Ok(refreshed) => {
+            let notice =
+                format!("Connection to {id} tested: its catalog lists {} tools.", refreshed["tools"].as_u64().unwrap_or(0));
+            super::workspaces::workspace_page(&c, &state, &ws, StatusCode::OK, None, Some(notice), None).await
+        }
+        Err(e @ Error::Forbidden { .. }) => Err(e.into()),
+        Err(e) if e.status().is_client_error() => {
+            super::workspaces::workspace_page(
+                &c,
+                &state,
+                &ws,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(FormError::of(e)?),
+                None,
+                None,
+            )
+            .await
+        }
+        // The downstream failed: its stable code, never its text.
+        Err(e) => {
+            let error = FormError::new(e.code(), format!("The connection test of {id} failed: {}.", e.code().replace('_', " ")));
+            super::workspaces::workspace_page(&c, &state, &ws, StatusCode::BAD_GATEWAY, Some(error), None, None).await
+        }
+    }
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/console/t/{tenant}/workspaces/{workspace}/connectors", post(add_connector))
+        .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/remove", get(confirm_remove).post(remove_connector))
+        .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/test", post(test_connection))
+        .route("/console/t/{tenant}/workspaces", post(create_workspace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn form(kind: &str) -> NewConnector {
+        NewConnector { id: "crm".into(), kind: kind.into(), url: "https://mcp.example/mcp".into(), ..NewConnector::default() }
+    }
+
+    fn field(e: Error) -> String {
+        match e {
+            Error::InvalidConfig { issues } => issues[0].field.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_remote_mcp_form_becomes_the_apis_json() {
+        let mut f = form("remote_mcp");
+        f.transport = "sse".into();
+        f.auth = "shared".into();
+        f.auth_headers = "Authorization: Bearer {token}\n\n".into();
+        f.headers = "X-Team: tools".into();
+        f.timeout_ms = " 5000 ".into();
+        let v = connector_json(&f).unwrap();
+        assert_eq!(
+            v,
+            json!({ "kind": "remote_mcp", "url": "https://mcp.example/mcp", "transport": "sse", "headers": { "X-Team": "tools" },
+                    "auth": { "type": "slot", "slot": "shared", "headers": { "Authorization": "Bearer {token}" } }, "timeout_ms": 5000 })
+        );
+        crate::workspaces::http::parse_connector("crm", v).unwrap();
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        type Edit = fn(&mut NewConnector);
+        let cases: [(&str, Edit); 7] = [
+            ("kind", |f| f.kind = "ftp".into()),
+            ("transport", |f| f.transport = "websocket".into()),
+            ("headers", |f| f.headers = "no colon here".into()),
+            ("auth", |f| f.auth = "oauth".into()),
+            ("auth_headers", |f| f.auth = "personal".into()),
+            ("timeout_ms", |f| f.timeout_ms = "soon".into()),
+            ("headers", |f| f.headers = "A: 1\nA: 2".into()),
+        ];
+        for (want, edit) in cases {
+            let mut f = form("remote_mcp");
+            edit(&mut f);
+            assert_eq!(field(connector_json(&f).unwrap_err()), want);
+        }
+        let mut f = form("json");
+        f.config = "[1]".into();
+        assert_eq!(field(connector_json(&f).unwrap_err()), "config");
+        f.config = "{".into();
+        assert_eq!(field(connector_json(&f).unwrap_err()), "config");
+        assert_eq!(expected("x").unwrap_err().code(), "invalid_config");
+        assert_eq!(expected(" 7 ").unwrap(), Some(7));
+    }
+
+    proptest! {
+        /// Header lines never panic; what they accept round-trips as `Name: value` lines.
+        #[test]
+        fn header_lines_parse_or_name_their_field(text in "[ -~\n]{0,200}") {
+            match header_lines(&text, "headers") {
+                Ok(map) => {
+                    let again: String = map.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
+                    prop_assert_eq!(header_lines(&again, "headers").unwrap(), map);
+                }
+                Err(e) => prop_assert_eq!(field(e), "headers"),
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Editing in the browser (issue 24 item 1, first part): a new operator of a fresh tenant
+//! creates a workspace, adds a remote MCP connector to a real downstream (the npm
+//! `server-everything`), tests the connection and sees its tools with their read/write labels;
+//! a bad slug and a bad URL are refused in place, field by field, writing nothing; two browser
+//! sessions edit the same workspace and the second is refused until it has seen the first's
+//! change, losing neither; a connector is removed through a confirmation page; a member may
+//! not edit. Every page goes through the accessibility audit.
+
+use std::time::Duration;
+
+use fantoccini::Locator;
+use serde_json::Value;
+
+use crate::{
+    chrome::Chrome,
+    common::{self, Everything, Served, TestDb, cli, eventually, gatehouse, http},
+};
+
+/// The workspace's bound configuration version and its connector ids (from the CLI).
+async fn configuration(t: &TestDb, slug: &str) -> (i32, Vec<String>) {
+    let workspaces = cli(&t.url, &["workspace", "list", "--tenant", "acme"]).await;
+    let line = workspaces.iter().find(|l| l.starts_with(&format!("{slug}\t"))).expect("the workspace is listed");
+    let version = line.split('\t').nth(2).unwrap().parse().unwrap();
+    let listed = cli(&t.url, &["connector", "list", "--tenant", "acme", "--workspace", slug]).await;
+    let mut ids: Vec<String> = listed.iter().filter_map(|l| l.split('\t').next()).map(str::to_owned).collect();
+    ids.sort();
+    (version, ids)
+}
+
+/// Waits until the page at `css` shows text containing `part`; returns the text.
+async fn shows(chrome: &Chrome, css: &str, part: &str) -> String {
+    let client = chrome.client.clone();
+    let (css2, part2) = (css.to_owned(), part.to_owned());
+    let ok = eventually(Duration::from_secs(30), || {
+        let (client, css, part) = (client.clone(), css2.clone(), part2.clone());
+        async move {
+            match client.find(Locator::Css(&css)).await {
+                Ok(e) => e.text().await.is_ok_and(|s| s.contains(&part)),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    assert!(ok, "{css} never showed {part:?}");
+    chrome.text(css).await
+}
+
+#[tokio::test]
+async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_race_safely() {
+    gatehouse::install_crypto();
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "erin@example.test"]).await;
+    let everything = Everything::start().await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let base = served.base.clone();
+    let chrome = Chrome::start("editor").await;
+    chrome.sign_in(&base, "erin").await;
+
+    // A fresh tenant: the first page says what to do, and offers it.
+    assert_eq!(chrome.url().await, format!("{base}/console/t/acme/workspaces"));
+    chrome.shot("fresh-tenant").await;
+    assert!(chrome.text("#empty").await.contains("Create the first one"));
+
+    // A bad slug is refused in place, naming its field; nothing is written.
+    chrome.fill("#ws-slug", "Not A Slug").await;
+    chrome.click("#create-workspace").await;
+    let error = shows(&chrome, "#form-error", "invalid_slug").await;
+    chrome.shot("workspace-bad-slug").await;
+    assert!(chrome.text("#field-errors").await.contains("slug"), "{error}");
+    assert_eq!(chrome.client.find(Locator::Css("#ws-slug")).await.unwrap().prop("value").await.unwrap().unwrap(), "Not A Slug");
+    let none: Vec<String> = cli(&t.url, &["workspace", "list", "--tenant", "acme"]).await;
+    assert!(none.iter().all(|l| !l.contains("not")), "a refusal writes nothing: {none:?}");
+
+    // Create it.
+    chrome.fill("#ws-slug", "main").await;
+    chrome.fill("#ws-name", "Main").await;
+    chrome.click("#create-workspace").await;
+    shows(&chrome, ".notice", "Workspace created").await;
+    chrome.shot("workspace-created").await;
+    assert!(chrome.url().await.starts_with(&format!("{base}/console/t/acme/workspaces/main")));
+    assert_eq!(configuration(&t, "main").await, (1, vec![]));
+
+    // A connector with a bad URL: the API's field error, shown by field; nothing written.
+    chrome.fill("#c-id", "everything").await;
+    chrome.fill("#c-url", "not a url").await;
+    chrome.click("#add-connector-submit").await;
+    shows(&chrome, "#form-error", "invalid_config").await;
+    chrome.shot("connector-bad-url").await;
+    let fields: Value = chrome
+        .client
+        .execute("return [...document.querySelectorAll('#field-errors li')].map(li => li.dataset.field)", vec![])
+        .await
+        .unwrap();
+    assert!(fields.as_array().unwrap().iter().any(|f| f.as_str().is_some_and(|f| f.ends_with("url"))), "{fields}");
+    assert_eq!(configuration(&t, "main").await, (1, vec![]), "a refusal writes nothing");
+    // The form keeps what was typed; fix the URL and add it.
+    assert_eq!(chrome.client.find(Locator::Css("#c-id")).await.unwrap().prop("value").await.unwrap().unwrap(), "everything");
+    chrome.fill("#c-url", &everything.url).await;
+    chrome.click("#add-connector-submit").await;
+    shows(&chrome, ".notice", "Connector everything added (configuration version 2)").await;
+    chrome.shot("connector-added").await;
+    assert_eq!(configuration(&t, "main").await, (2, vec!["everything".to_owned()]));
+
+    // Test the connection: the catalog is fetched and its tools show with their labels.
+    chrome.click("#test-connection-everything").await;
+    let notice = shows(&chrome, ".notice", "its catalog lists").await;
+    chrome.shot("connection-tested").await;
+    let tools = chrome.text("section[aria-labelledby='connector-everything'] table").await;
+    assert!(tools.contains("echo") && (tools.contains("read") || tools.contains("write")), "{notice}\n{tools}");
+
+    // Two sessions open the same workspace (version 2). The first adds a connector; the
+    // second's edit, made against version 2, is refused and writes nothing; its page then
+    // shows the first's connector and its own values, and its second submit lands.
+    let other = Chrome::start("editor-second").await;
+    other.sign_in(&base, "erin").await;
+    other.goto(&format!("{base}/console/t/acme/workspaces/main"), "second-session-open").await;
+    chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "first-session-open").await;
+    chrome.fill("#c-id", "alpha").await;
+    chrome.fill("#c-url", &everything.url).await;
+    chrome.click("#add-connector-submit").await;
+    shows(&chrome, ".notice", "Connector alpha added (configuration version 3)").await;
+    other.fill("#c-id", "beta").await;
+    other.fill("#c-url", &everything.url).await;
+    other.click("#add-connector-submit").await;
+    let refused = shows(&other, "#form-error", "binding_changed").await;
+    other.shot("second-session-refused").await;
+    assert!(refused.contains("changed since you opened"), "{refused}");
+    assert_eq!(configuration(&t, "main").await, (3, vec!["alpha".to_owned(), "everything".to_owned()]), "nothing lost");
+    assert!(other.text("#connector-alpha").await.contains("alpha"), "the refused page shows the current configuration");
+    assert_eq!(other.client.find(Locator::Css("#c-id")).await.unwrap().prop("value").await.unwrap().unwrap(), "beta");
+    other.click("#add-connector-submit").await;
+    shows(&other, ".notice", "Connector beta added (configuration version 4)").await;
+    assert_eq!(configuration(&t, "main").await, (4, vec!["alpha".to_owned(), "beta".to_owned(), "everything".to_owned()]));
+    other.client.clone().close().await.ok();
+
+    // Remove one through its confirmation page.
+    chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "before-remove").await;
+    chrome.click("#remove-connector-alpha").await;
+    shows(&chrome, "#question", "Remove the connector alpha").await;
+    chrome.shot("remove-confirm").await;
+    chrome.click("#confirm").await;
+    shows(&chrome, ".notice", "Connector removed").await;
+    chrome.shot("removed").await;
+    assert_eq!(configuration(&t, "main").await, (5, vec!["beta".to_owned(), "everything".to_owned()]));
+
+    // Every edit is in the admin log.
+    let log = common::admin_log_text(&t).await;
+    for action in ["workspace.create", "connector.add", "connector.remove"] {
+        assert!(log.contains(&format!("\"action\":\"{action}\"")), "{action}");
+    }
+
+    // A member sees no edit forms, and the routes refuse them (with a valid CSRF token).
+    chrome.goto(&format!("{base}/console/t/acme/members"), "members").await;
+    chrome.fill("#invite-email", "finn@example.test").await;
+    chrome.click("#invite").await;
+    shows(&chrome, ".notice", "Invited finn@example.test as member").await;
+    chrome.client.delete_all_cookies().await.unwrap();
+    chrome.sign_in(&base, "finn").await;
+    chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "member-workspace").await;
+    assert!(chrome.client.find(Locator::Css("#add-connector")).await.is_err(), "no add form for a member");
+    let finn = chrome.session_cookie().await;
+    let page = http()
+        .get(format!("{base}/console/t/acme/workspaces/main"))
+        .header("cookie", &finn)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let needle = "name=\"csrf_token\" value=\"";
+    let at = page.find(needle).unwrap() + needle.len();
+    let csrf = page[at..at + page[at..].find('"').unwrap()].to_owned();
+    for (path, form) in [
+        ("/console/t/acme/workspaces/main/connectors/beta/remove", vec![("csrf_token", csrf.as_str())]),
+        ("/console/t/acme/workspaces", vec![("csrf_token", csrf.as_str()), ("slug", "sneaky")]),
+        (
+            "/console/t/acme/workspaces/main/connectors",
+            vec![("csrf_token", csrf.as_str()), ("id", "sneaky"), ("kind", "remote_mcp"), ("url", everything.url.as_str())],
+        ),
+    ] {
+        let r = http()
+            .post(format!("{base}{path}"))
+            .header("cookie", &finn)
+            .header("origin", &base)
+            .form(&form)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+        let body = r.text().await.unwrap();
+        assert!(body.contains("permission_denied"), "{path}: {body}");
+    }
+    assert_eq!(
+        configuration(&t, "main").await,
+        (5, vec!["beta".to_owned(), "everything".to_owned()]),
+        "the refusals wrote nothing"
+    );
+    assert_eq!(cli(&t.url, &["workspace", "list", "--tenant", "acme"]).await.len(), 1);
+    chrome.client.clone().close().await.ok();
+    assert_eq!(served.terminate().await, 0);
+}
