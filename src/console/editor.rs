@@ -80,7 +80,7 @@ pub struct NewConnector {
     pub expected_version: String,
 }
 
-fn invalid(field: &str, message: impl Into<String>) -> Error {
+fn field_issue(field: &str, message: impl Into<String>) -> Error {
     Error::InvalidConfig { issues: vec![crate::error::FieldIssue { field: field.into(), message: message.into() }] }
 }
 
@@ -89,14 +89,14 @@ pub fn header_lines(text: &str, field: &str) -> Result<BTreeMap<String, String>,
     let mut headers = BTreeMap::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let Some((name, value)) = line.split_once(':') else {
-            return Err(invalid(field, format!("line {} is not `Name: value`", n + 1)));
+            return Err(field_issue(field, format!("line {} is not `Name: value`", n + 1)));
         };
         let name = name.trim();
         if name.is_empty() {
-            return Err(invalid(field, format!("line {} has no header name", n + 1)));
+            return Err(field_issue(field, format!("line {} has no header name", n + 1)));
         }
         if headers.insert(name.to_owned(), value.trim().to_owned()).is_some() {
-            return Err(invalid(field, format!("the header {name} is given twice")));
+            return Err(field_issue(field, format!("the header {name} is given twice")));
         }
     }
     Ok(headers)
@@ -105,14 +105,14 @@ pub fn header_lines(text: &str, field: &str) -> Result<BTreeMap<String, String>,
 /// The connector's JSON form (the API's) from the posted form.
 pub fn connector_json(form: &NewConnector) -> Result<Value, Error> {
     if form.kind == "json" {
-        let value: Value = serde_json::from_str(&form.config).map_err(|e| invalid("config", format!("not JSON: {e}")))?;
+        let value: Value = serde_json::from_str(&form.config).map_err(|e| field_issue("config", format!("not JSON: {e}")))?;
         if !value.is_object() {
-            return Err(invalid("config", "a connector is a JSON object with its `kind`"));
+            return Err(field_issue("config", "a connector is a JSON object with its `kind`"));
         }
         return Ok(value);
     }
     if form.kind != "remote_mcp" {
-        return Err(invalid("kind", "choose a remote MCP server or a configuration in JSON"));
+        return Err(field_issue("kind", "choose a remote MCP server or a configuration in JSON"));
     }
     let mut c = Map::new();
     c.insert("kind".into(), json!("remote_mcp"));
@@ -122,7 +122,7 @@ pub fn connector_json(form: &NewConnector) -> Result<Value, Error> {
         "sse" => {
             c.insert("transport".into(), json!("sse"));
         }
-        _ => return Err(invalid("transport", "the transport is streamable HTTP or SSE")),
+        _ => return Err(field_issue("transport", "the transport is streamable HTTP or SSE")),
     }
     let headers = header_lines(&form.headers, "headers")?;
     if !headers.is_empty() {
@@ -133,18 +133,18 @@ pub fn connector_json(form: &NewConnector) -> Result<Value, Error> {
         slot @ ("shared" | "personal") => {
             let headers = header_lines(&form.auth_headers, "auth_headers")?;
             if headers.is_empty() {
-                return Err(invalid(
+                return Err(field_issue(
                     "auth_headers",
                     "a credential slot fills at least one header, e.g. `Authorization: Bearer {token}`",
                 ));
             }
             c.insert("auth".into(), json!({ "type": "slot", "slot": slot, "headers": headers }));
         }
-        _ => return Err(invalid("auth", "authentication is none, or a shared or personal credential slot")),
+        _ => return Err(field_issue("auth", "authentication is none, or a shared or personal credential slot")),
     }
     let timeout = form.timeout_ms.trim();
     if !timeout.is_empty() {
-        let ms: u64 = timeout.parse().map_err(|_| invalid("timeout_ms", "a deadline is a whole number of milliseconds"))?;
+        let ms: u64 = timeout.parse().map_err(|_| field_issue("timeout_ms", "a deadline is a whole number of milliseconds"))?;
         c.insert("timeout_ms".into(), json!(ms));
     }
     Ok(Value::Object(c))
@@ -153,7 +153,7 @@ pub fn connector_json(form: &NewConnector) -> Result<Value, Error> {
 fn expected(raw: &str) -> Result<Option<i32>, Error> {
     match raw.trim() {
         "" => Ok(None),
-        v => v.parse().map(Some).map_err(|_| invalid("expected_version", "not a configuration version")),
+        v => v.parse().map(Some).map_err(|_| field_issue("expected_version", "not a configuration version")),
     }
 }
 

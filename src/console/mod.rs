@@ -23,6 +23,7 @@ mod impersonation;
 mod lifecycle;
 mod mcp_clients;
 mod members;
+mod onboarding;
 mod ops;
 mod page;
 mod reports;

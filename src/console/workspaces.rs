@@ -55,6 +55,10 @@ struct ListPage {
     can_create: bool,
     error: Option<FormError>,
     form: super::editor::NewWorkspace,
+    /// The getting-started steps, until they are all done.
+    checklist: Option<Vec<super::onboarding::Step>>,
+    /// The service credentials link of step 2.
+    credentials_href: String,
 }
 
 #[derive(serde::Deserialize)]
@@ -161,8 +165,12 @@ async fn list_with(
     form: super::editor::NewWorkspace,
     reaped: Option<String>,
 ) -> Result<Response, PageError> {
-    let rows = workspaces::list(&state.db, c.ctx.tenant.id).await?.iter().map(|w| row(state, c.slug(), w)).collect();
+    let all = workspaces::list(&state.db, c.ctx.tenant.id).await?;
+    let rows = all.iter().map(|w| row(state, c.slug(), w)).collect();
+    let checklist = super::onboarding::checklist(c, state, &all).await?;
     let page = ListPage {
+        checklist,
+        credentials_href: format!("/console/t/{}/service-credentials", c.slug()),
         layout: c.layout("Workspaces", "workspaces"),
         slug: c.slug().to_owned(),
         rows,
@@ -527,6 +535,40 @@ pub struct SetupRow {
     pub endpoint: String,
     pub client_json: String,
     pub curl: String,
+    /// A program on the official Python SDK (`mcp` 2) that connects and lists the tools.
+    pub python: String,
+}
+
+/// The Python SDK snippet for the endpoint `url`: the same three values from the environment.
+fn python_snippet(url: &str) -> String {
+    format!(
+        r#"import asyncio
+import os
+
+from mcp import ClientSession
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+URL = "{url}"
+HEADERS = {{
+    "Gatehouse-Client-Id": os.environ["GATEHOUSE_CLIENT_ID"],
+    "Gatehouse-Client-Secret": os.environ["GATEHOUSE_CLIENT_SECRET"],
+    "Authorization": "Bearer " + os.environ["GATEHOUSE_TOKEN"],
+}}
+
+
+async def main():
+    async with create_mcp_http_client(headers=HEADERS) as http:
+        async with streamable_http_client(URL, http_client=http) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                listed = await session.list_tools()
+                for tool in listed.tools:
+                    print(tool.name)
+
+
+asyncio.run(main())
+"#
+    )
 }
 
 #[derive(Template)]
@@ -562,6 +604,7 @@ async fn setup(c: Console, State(state): State<AppState>) -> Result<Response, Pa
             );
             SetupRow {
                 slug: w.slug.clone(),
+                python: python_snippet(&url),
                 endpoint: url,
                 client_json: serde_json::to_string_pretty(&client).unwrap_or_default(),
                 curl,

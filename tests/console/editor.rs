@@ -45,6 +45,16 @@ async fn shows(chrome: &Chrome, css: &str, part: &str) -> String {
     chrome.text(css).await
 }
 
+/// Whether each onboarding step is marked done (the checklist must be there).
+async fn steps_done(chrome: &Chrome) -> Vec<bool> {
+    let done = chrome
+        .client
+        .execute("return [...document.querySelectorAll('#onboarding li')].map(li => li.dataset.done === 'true')", vec![])
+        .await
+        .unwrap();
+    serde_json::from_value(done).unwrap()
+}
+
 #[tokio::test]
 async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_race_safely() {
     gatehouse::install_crypto();
@@ -60,6 +70,7 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     assert_eq!(chrome.url().await, format!("{base}/console/t/acme/workspaces"));
     chrome.shot("fresh-tenant").await;
     assert!(chrome.text("#empty").await.contains("Create the first one"));
+    assert_eq!(steps_done(&chrome).await, [false, false, false], "a fresh tenant's checklist: nothing done");
 
     // A bad slug is refused in place, naming its field; nothing is written.
     chrome.fill("#ws-slug", "Not A Slug").await;
@@ -107,6 +118,79 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     chrome.shot("connection-tested").await;
     let tools = chrome.text("section[aria-labelledby='connector-everything'] table").await;
     assert!(tools.contains("echo") && (tools.contains("read") || tools.contains("write")), "{notice}\n{tools}");
+
+    // Onboarding: the connector step is done; create the credentials (each secret shown once).
+    chrome.goto(&format!("{base}/console/t/acme/workspaces"), "checklist-connector-done").await;
+    assert_eq!(steps_done(&chrome).await, [true, false, false]);
+    chrome.click("#step-2-link").await;
+    shows(&chrome, "h1", "Access tokens").await;
+    chrome.fill("#token-name", "first agent").await;
+    chrome.click("#create-token").await;
+    let token = shows(&chrome, "#new-secret", "gth_").await;
+    chrome.shot("onboarding-token").await;
+    chrome.goto(&format!("{base}/console/t/acme/workspaces"), "checklist-token-only").await;
+    assert_eq!(steps_done(&chrome).await, [true, false, false], "a token alone is not a client's credentials");
+    chrome.click("#step-2-credential-link").await;
+    chrome.fill("#credential-name", "first agent").await;
+    chrome.click("#create-credential").await;
+    let client_id = shows(&chrome, "#new-client-id", "gsc_").await;
+    let client_secret = chrome.text("#new-secret").await;
+    chrome.shot("onboarding-credential").await;
+    chrome.goto(&format!("{base}/console/t/acme/workspaces"), "checklist-credentials-done").await;
+    assert_eq!(steps_done(&chrome).await, [true, true, false]);
+
+    // Copy the Python program from "Client setup" and run it as it is, with the three values in
+    // its environment: the official SDK connects and lists the workspace's tools.
+    chrome.click("#step-3-link").await;
+    let program = shows(&chrome, "#python-main", "streamable_http_client").await;
+    chrome.shot("setup-python").await;
+    let file = std::env::temp_dir().join(format!("gatehouse-setup-{}.py", uuid::Uuid::new_v4()));
+    std::fs::write(&file, &program).unwrap();
+    let out = common::python3()
+        .arg(&file)
+        .env("GATEHOUSE_CLIENT_ID", &client_id)
+        .env("GATEHOUSE_CLIENT_SECRET", &client_secret)
+        .env("GATEHOUSE_TOKEN", &token)
+        .output()
+        .await
+        .unwrap();
+    std::fs::remove_file(&file).ok();
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{listed}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(listed.lines().any(|l| l == "call_tool"), "{listed}");
+    // The copied `mcpServers` configuration's URL, with those credentials, calls a tool through
+    // the SDK agent; the dashboard shows the call.
+    let config: Value = serde_json::from_str(&chrome.text("#config-main").await).unwrap();
+    let url = config["mcpServers"]["gatehouse-main"]["url"].as_str().unwrap().to_owned();
+    let machine = common::Machine { client_id, client_secret, token, token_id: String::new() };
+    let run = common::python_agent(
+        &url,
+        &machine,
+        serde_json::json!([["call_tool", { "address": "everything.echo", "args": { "message": "first call" } }]]),
+    )
+    .await;
+    assert_ne!(run["calls"][0]["isError"], true, "{run}");
+    let on_dashboard = eventually(Duration::from_secs(20), || {
+        let (client, url) = (chrome.client.clone(), format!("{base}/console/t/acme/dashboard?range=1h&workspace=main"));
+        async move {
+            client.goto(&url).await.unwrap();
+            client.find(Locator::Css("#chart-tools rect[data-label=echo][data-series=calls]")).await.is_ok()
+        }
+    })
+    .await;
+    assert!(on_dashboard, "the dashboard shows the SDK client's call");
+    chrome.shot("dashboard-first-call").await;
+    // Both credentials used: the checklist is done and goes away.
+    let gone = eventually(Duration::from_secs(20), || {
+        let (client, url) = (chrome.client.clone(), format!("{base}/console/t/acme/workspaces"));
+        async move {
+            client.goto(&url).await.unwrap();
+            client.find(Locator::Css("#onboarding")).await.is_err()
+        }
+    })
+    .await;
+    assert!(gone, "the checklist is gone once every step is done");
+    chrome.shot("checklist-done").await;
 
     // Two sessions open the same workspace (version 2). The first adds a connector; the
     // second's edit, made against version 2, is refused and writes nothing; its page then
