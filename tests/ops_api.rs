@@ -108,7 +108,7 @@ async fn findings_rules_reports_and_issues_over_the_api() {
 
     // Reports: the tenant's rows only.
     let (status, reports) = get(&alice, "/api/v1/tenants/acme/reports").await;
-    assert_eq!((status, reports.as_array().unwrap().len()), (200, 9));
+    assert_eq!((status, reports.as_array().unwrap().len()), (200, 10));
     let (status, out) = get(&alice, "/api/v1/tenants/acme/reports/tenant_usage").await;
     assert_eq!(status, 200);
     assert_eq!(out["rows"].as_array().unwrap().len(), 1);

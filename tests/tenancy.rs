@@ -188,6 +188,11 @@ async fn seed(conn: &mut sqlx::PgConnection, tenant: TenantId, tag: &str) {
          VALUES ($1, gen_random_uuid(), 'in', gen_random_uuid(), repeat('0', 63) || length($2))",
         "WITH r AS (INSERT INTO replicas (id, lease_expires_at) VALUES (gen_random_uuid(), now()) RETURNING id)
          INSERT INTO replica_acks (tenant_id, replica_id, epoch) SELECT $1, id, length($2) FROM r",
+        "INSERT INTO quota_limits (tenant_id, id, name, per, class, daily, created_by) VALUES ($1, $1, 'l-' || $2, 'tenant', 'any', 10, 'test')",
+        "INSERT INTO quota_windows (tenant_id, limit_id, subject, kind, span_ms, window_no, budget, granted)
+         VALUES ($1, $1, $2, 'daily', 86400000, 1, 10, 1)",
+        "INSERT INTO quota_slots (tenant_id, limit_id, subject, replica_id, held, expires_at, seq)
+         VALUES ($1, $1, $2, gen_random_uuid(), 1, now() + interval '10 seconds', 1)",
     ] {
         sqlx::query(sql).bind(tenant).bind(tag).execute(&mut *tx).await.unwrap();
     }

@@ -163,6 +163,13 @@ pub struct NavItem {
     pub href: String,
 }
 
+/// The navigation's groups, by task, in their order; each entry's key names its group.
+const NAV_GROUPS: [(&str, &[&str]); 3] = [
+    ("Set up", &["workspaces", "setup"]),
+    ("Access", &["tokens", "credentials", "members", "sso", "mcp-clients"]),
+    ("Observe", &["dashboard", "activity", "approvals", "findings", "suppress-rules", "reports", "admin-log", "ops-issues"]),
+];
+
 /// What the base template needs on every page.
 pub struct Layout {
     pub title: String,
@@ -304,6 +311,19 @@ fn nav(slug: &str, role: Role, ctx: &TenantCtx, platform_admin: bool) -> Vec<Nav
     }
     items.push(item("setup", "Client setup", "/setup"));
     items
+}
+
+impl Layout {
+    /// The navigation grouped by task (a group with nothing this person may open is left out;
+    /// an entry of no group goes last, under "More").
+    pub fn nav_groups(&self) -> Vec<(&'static str, Vec<&NavItem>)> {
+        let mut groups: Vec<(&'static str, Vec<&NavItem>)> =
+            NAV_GROUPS.iter().map(|(name, keys)| (*name, self.nav.iter().filter(|n| keys.contains(&n.key)).collect())).collect();
+        let placed = |n: &&NavItem| NAV_GROUPS.iter().any(|(_, keys)| keys.contains(&n.key));
+        groups.push(("More", self.nav.iter().filter(|n| !placed(n)).collect()));
+        groups.retain(|(_, items)| !items.is_empty());
+        groups
+    }
 }
 
 impl FromRequestParts<AppState> for Console {

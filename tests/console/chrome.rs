@@ -25,6 +25,11 @@ pub struct Chrome {
 impl Chrome {
     /// `prefix` names this test's screenshots (tests run at once, each with its own browser).
     pub async fn start(prefix: &'static str) -> Chrome {
+        Chrome::start_with(prefix, &[]).await
+    }
+
+    /// [`Chrome::start`] with extra command-line switches for the browser.
+    pub async fn start_with(prefix: &'static str, switches: &[&str]) -> Chrome {
         assert!(
             std::path::Path::new(CHROMIUM).exists() && std::path::Path::new(CHROMEDRIVER).exists(),
             "Chromium is not installed: apt-get install chromium chromium-driver (.ci/run does)"
@@ -46,18 +51,24 @@ impl Chrome {
         assert!(up, "chromedriver did not start");
         let profile = std::env::temp_dir().join(format!("gatehouse-chromium-{}", uuid::Uuid::new_v4().simple()));
         let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({
-                "binary": CHROMIUM,
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--disable-dev-shm-usage", "--window-size=1280,1000",
-                    format!("--user-data-dir={}", profile.display()),
-                ],
-            }),
-        );
+        let mut args: Vec<String> = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,1000",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.push(format!("--user-data-dir={}", profile.display()));
+        args.extend(switches.iter().map(|s| s.to_string()));
+        caps.insert("goog:chromeOptions".into(), json!({ "binary": CHROMIUM, "args": args }));
         let connector = hyper_util::client::legacy::connect::HttpConnector::new();
         let client = ClientBuilder::new(connector)
             .capabilities(caps)

@@ -284,3 +284,38 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     chrome.client.clone().close().await.ok();
     assert_eq!(served.terminate().await, 0);
 }
+
+/// Dark mode (issue 24 item 4): with the browser in a dark colour scheme the console's
+/// stylesheet turns dark, and every page visited passes the same audit, contrast included, at
+/// 1280 px and at 390 px.
+#[tokio::test]
+async fn the_console_in_dark_mode_passes_the_audit_at_both_widths() {
+    gatehouse::install_crypto();
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "erin@example.test"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let base = served.base.clone();
+    let chrome = Chrome::start_with("dark", &["--force-dark-mode"]).await;
+    chrome.sign_in(&base, "erin").await;
+    let dark = chrome.client.execute("return matchMedia('(prefers-color-scheme: dark)').matches", vec![]).await.unwrap();
+    assert_eq!(dark, Value::Bool(true), "the browser prefers a dark scheme");
+    let pages = ["workspaces", "workspaces/main", "dashboard", "tokens", "members", "activity", "setup"];
+    for (width, height) in [(1280, 900), (390, 844)] {
+        chrome.client.set_window_size(width, height).await.unwrap();
+        for page in pages {
+            chrome.goto(&format!("{base}/console/t/acme/{page}"), &format!("{}-{width}", page.replace('/', "-"))).await;
+            let background =
+                chrome.client.execute("return getComputedStyle(document.body).backgroundColor", vec![]).await.unwrap();
+            assert_eq!(background, Value::String("rgb(18, 18, 18)".into()), "{page}: the dark stylesheet applies");
+            let fits = chrome
+                .client
+                .execute("return document.documentElement.scrollWidth <= window.innerWidth + 1", vec![])
+                .await
+                .unwrap();
+            assert_eq!(fits, Value::Bool(true), "{page} at {width}px: no horizontal scrolling of the page");
+        }
+    }
+    chrome.client.clone().close().await.ok();
+    assert_eq!(served.terminate().await, 0);
+}
