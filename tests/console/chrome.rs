@@ -92,7 +92,34 @@ impl Chrome {
             let problems = self.client.execute(include_str!("a11y.js"), vec![]).await.expect("the accessibility audit runs");
             let problems: Vec<String> = serde_json::from_value(problems).expect("a list of problems");
             assert!(problems.is_empty(), "{name} ({url}) fails the accessibility audit:\n{}", problems.join("\n"));
+            let serious = self.axe().await;
+            assert!(serious.is_empty(), "{name} ({url}): axe-core finds serious or critical violations:\n{}", serious.join("\n"));
         }
+    }
+
+    /// axe-core (the npm package, installed with the test peers) on the current page: its
+    /// serious and critical violations, each as `rule: help (elements)`. The library is sent
+    /// as the WebDriver script itself (page CSP does not apply to it) once per page.
+    pub async fn axe(&self) -> Vec<String> {
+        let loaded = self.client.execute("return typeof window.axe !== 'undefined'", vec![]).await.unwrap();
+        if loaded != serde_json::Value::Bool(true) {
+            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/node_modules/axe-core/axe.min.js");
+            let source = std::fs::read_to_string(&path).expect("axe-core is installed with the test peers (scripts/test.sh)");
+            self.client.execute(&format!("{source}\n;return true;"), vec![]).await.expect("axe-core loads");
+        }
+        let found = self
+            .client
+            .execute_async(
+                "const done = arguments[arguments.length - 1];
+                 axe.run(document, { resultTypes: ['violations'] }).then((r) => done(r.violations
+                   .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+                   .map((v) => v.id + ': ' + v.help + ' (' + v.nodes.map((n) => n.target.join(' ')).join(', ') + ')')),
+                   (e) => done(['axe-core failed: ' + e]));",
+                vec![],
+            )
+            .await
+            .expect("axe-core runs");
+        serde_json::from_value(found).expect("a list of violations")
     }
 
     pub async fn goto(&self, url: &str, name: &str) -> String {
