@@ -75,9 +75,63 @@ pub struct NewConnector {
     pub timeout_ms: String,
     #[serde(default)]
     pub config: String,
+    /// An HTTP API's base URL (`kind` `http_api`).
+    #[serde(default)]
+    pub base_url: String,
     /// The configuration version the page showed.
     #[serde(default)]
     pub expected_version: String,
+    /// The tool editor's rows (`tool_{n}_{field}`, n below [`TOOL_ROWS`]); other fields of
+    /// the form land here too and are ignored.
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, String>,
+}
+
+/// Tool rows of the HTTP API editor; an API with more tools is added as JSON.
+pub const TOOL_ROWS: usize = 3;
+
+impl NewConnector {
+    /// Field `field` of tool row `n` as posted ("" when absent).
+    pub fn tool(&self, n: &usize, field: &str) -> &str {
+        self.rest.get(&format!("tool_{n}_{field}")).map(String::as_str).unwrap_or("")
+    }
+}
+
+/// `a, b c` as `["a", "b", "c"]`.
+fn names(list: &str) -> Vec<String> {
+    list.split([',', ' ']).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+}
+
+/// The tools of the HTTP API editor's rows that have a name, in the API's form.
+fn tools(form: &NewConnector) -> Result<Vec<Value>, Error> {
+    let mut tools = Vec::new();
+    for n in 0..TOOL_ROWS {
+        let name = form.tool(&n, "name").trim();
+        if name.is_empty() {
+            continue;
+        }
+        let mut t = Map::new();
+        t.insert("name".into(), json!(name));
+        t.insert("description".into(), json!(form.tool(&n, "description").trim()));
+        t.insert("method".into(), json!(form.tool(&n, "method").trim().to_uppercase()));
+        t.insert("path".into(), json!(form.tool(&n, "path").trim()));
+        let schema = form.tool(&n, "input_schema").trim();
+        if !schema.is_empty() {
+            let v: Value = serde_json::from_str(schema).map_err(|e| {
+                field_issue(&format!("tool_{n}_input_schema"), format!("tool {name}: the input schema is not JSON: {e}"))
+            })?;
+            t.insert("input_schema".into(), v);
+        }
+        for part in ["query", "body"] {
+            let list = names(form.tool(&n, part));
+            if !list.is_empty() {
+                t.insert(part.into(), json!(list));
+            }
+        }
+        t.insert("read_only".into(), json!(form.tool(&n, "read_only") == "on"));
+        tools.push(Value::Object(t));
+    }
+    Ok(tools)
 }
 
 fn field_issue(field: &str, message: impl Into<String>) -> Error {
@@ -111,18 +165,25 @@ pub fn connector_json(form: &NewConnector) -> Result<Value, Error> {
         }
         return Ok(value);
     }
-    if form.kind != "remote_mcp" {
-        return Err(field_issue("kind", "choose a remote MCP server or a configuration in JSON"));
-    }
     let mut c = Map::new();
-    c.insert("kind".into(), json!("remote_mcp"));
-    c.insert("url".into(), json!(form.url.trim()));
-    match form.transport.as_str() {
-        "" | "streamable_http" => {}
-        "sse" => {
-            c.insert("transport".into(), json!("sse"));
+    match form.kind.as_str() {
+        "remote_mcp" => {
+            c.insert("kind".into(), json!("remote_mcp"));
+            c.insert("url".into(), json!(form.url.trim()));
+            match form.transport.as_str() {
+                "" | "streamable_http" => {}
+                "sse" => {
+                    c.insert("transport".into(), json!("sse"));
+                }
+                _ => return Err(field_issue("transport", "the transport is streamable HTTP or SSE")),
+            }
         }
-        _ => return Err(field_issue("transport", "the transport is streamable HTTP or SSE")),
+        "http_api" => {
+            c.insert("kind".into(), json!("http_api"));
+            c.insert("base_url".into(), json!(form.base_url.trim()));
+            c.insert("tools".into(), Value::Array(tools(form)?));
+        }
+        _ => return Err(field_issue("kind", "choose a remote MCP server, an HTTP API or a configuration in JSON")),
     }
     let headers = header_lines(&form.headers, "headers")?;
     if !headers.is_empty() {
@@ -351,6 +412,37 @@ mod tests {
         assert_eq!(field(connector_json(&f).unwrap_err()), "config");
         assert_eq!(expected("x").unwrap_err().code(), "invalid_config");
         assert_eq!(expected(" 7 ").unwrap(), Some(7));
+    }
+
+    #[test]
+    fn the_tool_editor_rows_become_the_apis_tools() {
+        let mut f = form("http_api");
+        f.base_url = " https://api.example/v1 ".into();
+        for (k, v) in [
+            ("tool_0_name", "get_item"),
+            ("tool_0_description", "Read an item"),
+            ("tool_0_method", "get"),
+            ("tool_0_path", "/items/{id}"),
+            ("tool_0_query", "fields, expand"),
+            ("tool_0_read_only", "on"),
+            ("tool_0_input_schema", r#"{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}"#),
+            ("tool_2_name", "add_item"),
+            ("tool_2_method", "POST"),
+            ("tool_2_path", "/items"),
+            ("tool_2_body", "name"),
+            ("csrf_token", "ignored"),
+        ] {
+            f.rest.insert(k.into(), v.into());
+        }
+        let v = connector_json(&f).unwrap();
+        assert_eq!(v["base_url"], "https://api.example/v1");
+        assert_eq!(v["tools"].as_array().unwrap().len(), 2, "the empty middle row is skipped");
+        assert_eq!(v["tools"][0]["query"], json!(["fields", "expand"]));
+        assert_eq!((v["tools"][0]["read_only"].clone(), v["tools"][1]["read_only"].clone()), (json!(true), json!(false)));
+        assert_eq!(v["tools"][1]["body"], json!(["name"]));
+        crate::workspaces::http::parse_connector("inv", v).unwrap();
+        f.rest.insert("tool_2_input_schema".into(), "{not json".into());
+        assert_eq!(field(connector_json(&f).unwrap_err()), "tool_2_input_schema");
     }
 
     proptest! {

@@ -123,6 +123,7 @@ struct WorkspacePage {
     can_edit: bool,
     /// The add-connector form's values (shown again after a refusal).
     draft: super::editor::NewConnector,
+    tool_rows: usize,
 }
 
 fn endpoint(state: &AppState, tenant: &str, workspace: &str) -> String {
@@ -378,6 +379,7 @@ async fn page_with(
         notice,
         can_edit: c.ctx.permissions.has(Permission::CredentialAdministration),
         draft,
+        tool_rows: super::editor::TOOL_ROWS,
     };
     render(status, &page)
 }

@@ -319,3 +319,70 @@ async fn the_console_in_dark_mode_passes_the_audit_at_both_widths() {
     chrome.client.clone().close().await.ok();
     assert_eq!(served.terminate().await, 0);
 }
+
+/// The HTTP API tool editor (issue 24 item 1): a tool with a malformed path template is
+/// refused, naming the field as the API does, and nothing is written; fixed, the connector is
+/// added, its tool shows as a read, and an agent on the official SDK calls it.
+#[tokio::test]
+async fn an_http_api_connector_is_made_in_the_tool_editor_after_a_field_error() {
+    gatehouse::install_crypto();
+    let app = axum::Router::new().route(
+        "/v1/items/{id}",
+        axum::routing::get(|axum::extract::Path(id): axum::extract::Path<String>| async move {
+            axum::Json(serde_json::json!({ "id": id, "name": "gizmo" }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let t = TestDb::new().await;
+    cli(&t.url, &["tenant", "create", "acme", "--name", "Acme", "--owner-email", "erin@example.test"]).await;
+    cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
+    let machine = common::provision(&t.url, "acme").await;
+    let served = Served::start(gatehouse(Some(&t.url))).await;
+    let base = served.base.clone();
+    let chrome = Chrome::start("tool-editor").await;
+    chrome.sign_in(&base, "erin").await;
+    chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "tool-editor-empty").await;
+    chrome.fill("#c-id", "inventory").await;
+    chrome.click("#c-kind-http").await;
+    chrome.fill("#c-base-url", &api).await;
+    chrome.fill("#t0-name", "get_item").await;
+    chrome.fill("#t0-description", "Read one item").await;
+    chrome.fill("#t0-path", "/items/{id").await;
+    chrome
+        .fill(
+            "#t0-schema",
+            r#"{"type":"object","properties":{"id":{"type":"string"}},"required":["id"],"additionalProperties":false}"#,
+        )
+        .await;
+    chrome.click("#t0-read-only").await;
+    chrome.click("#add-connector-submit").await;
+    shows(&chrome, "#form-error", "invalid_config").await;
+    chrome.shot("tool-editor-field-error").await;
+    let fields = chrome.text("#field-errors").await;
+    assert!(fields.contains("connectors.inventory.tools.get_item.path"), "{fields}");
+    assert_eq!(configuration(&t, "main").await, (1, vec![]), "a refusal writes nothing");
+    // The form kept every row's values; fix the path.
+    assert!(chrome.client.find(Locator::Css("#t0-read-only")).await.unwrap().is_selected().await.unwrap());
+    assert!(chrome.client.find(Locator::Css("#c-kind-http")).await.unwrap().is_selected().await.unwrap());
+    chrome.fill("#t0-path", "/items/{id}").await;
+    chrome.click("#add-connector-submit").await;
+    shows(&chrome, ".notice", "Connector inventory added (configuration version 2)").await;
+    chrome.click("#test-connection-inventory").await;
+    shows(&chrome, ".notice", "its catalog lists 1 tools").await;
+    chrome.shot("tool-editor-added").await;
+    let tools = chrome.text("section[aria-labelledby='connector-inventory'] table").await;
+    assert!(tools.contains("get_item") && tools.contains("read"), "{tools}");
+    assert_eq!(configuration(&t, "main").await, (2, vec!["inventory".to_owned()]));
+    let run = common::python_agent(
+        &format!("{base}/t/acme/w/main/mcp"),
+        &machine,
+        serde_json::json!([["call_tool", { "address": "inventory.get_item", "args": { "id": "42" } }]]),
+    )
+    .await;
+    let text = run["calls"][0]["text"][0].as_str().unwrap_or("");
+    assert!(run["calls"][0]["isError"] != true && text.contains("gizmo") && text.contains("42"), "{run}");
+    chrome.client.clone().close().await.ok();
+    assert_eq!(served.terminate().await, 0);
+}
