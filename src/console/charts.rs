@@ -6,6 +6,9 @@
 
 use std::fmt::Write;
 
+/// Text for SVG: the HTML escaping of the sign-in pages serves (same five characters).
+use crate::pages::escape as esc;
+
 const WIDTH: f64 = 720.0;
 const LEFT: f64 = 48.0;
 const RIGHT: f64 = 12.0;
@@ -18,22 +21,6 @@ pub struct Series<'a> {
     pub name: &'a str,
     pub class: &'a str,
     pub values: &'a [i64],
-}
-
-/// Text for SVG: `&`, `<`, `>` and quotes escaped.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The opening of a chart `id` of `height` with its accessible title and description.
