@@ -12,8 +12,10 @@
 
 mod activity;
 mod approvals;
+mod blueprints;
 mod charts;
 mod connector;
+mod copies;
 mod credentials;
 mod dashboard;
 mod editor;
@@ -26,6 +28,7 @@ mod members;
 mod onboarding;
 mod ops;
 mod page;
+mod policy;
 mod reports;
 mod secret_rows;
 mod sso;
@@ -65,6 +68,9 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(members::router())
         .merge(workspaces::router())
         .merge(editor::router())
+        .merge(policy::router())
+        .merge(blueprints::router())
+        .merge(copies::router())
         .merge(activity::router())
         .merge(dashboard::router())
         .merge(approvals::router())
@@ -165,7 +171,7 @@ pub struct NavItem {
 
 /// The navigation's groups, by task, in their order; each entry's key names its group.
 const NAV_GROUPS: [(&str, &[&str]); 3] = [
-    ("Set up", &["workspaces", "setup"]),
+    ("Set up", &["workspaces", "blueprints", "setup"]),
     ("Access", &["tokens", "credentials", "members", "sso", "mcp-clients"]),
     ("Observe", &["dashboard", "activity", "approvals", "findings", "suppress-rules", "reports", "admin-log", "ops-issues"]),
 ];
@@ -280,6 +286,9 @@ fn is_admin_with_activity(role: Role, ctx: &TenantCtx) -> bool {
 fn nav(slug: &str, role: Role, ctx: &TenantCtx, platform_admin: bool) -> Vec<NavItem> {
     let item = |key, label, path: &str| NavItem { key, label, href: format!("/console/t/{slug}{path}") };
     let mut items = vec![item("workspaces", "Workspaces", "/workspaces")];
+    if ctx.permissions.has(Permission::CredentialAdministration) {
+        items.push(item("blueprints", "Blueprints", "/blueprints"));
+    }
     if ctx.permissions.has(Permission::AccessTokenManagement) {
         items.push(item("tokens", "Access tokens", "/tokens"));
     }

@@ -392,6 +392,8 @@ struct Shown {
     done: Option<String>,
     /// The connector just added, and the configuration version that made it.
     added: Option<String>,
+    /// The connector just edited in place.
+    edited: Option<String>,
     version: Option<i32>,
 }
 
@@ -408,6 +410,8 @@ async fn show_workspace(
     let notice = notice.or(match q.done.as_deref() {
         Some("created") => Some("Workspace created. Add a connector below.".to_owned()),
         Some("connector_removed") => Some("Connector removed.".to_owned()),
+        Some("restored") => Some("Snapshot restored into this new workspace.".to_owned()),
+        Some("bound") => Some("Workspace bound to the blueprint version: it runs that configuration now.".to_owned()),
         _ => None,
     });
     let notice = notice.or(q.added.filter(|id| workspaces::config::valid_connector_id(id)).map(|id| {
@@ -416,6 +420,10 @@ async fn show_workspace(
             q.version.unwrap_or_default()
         )
     }));
+    let notice = notice.or(q
+        .edited
+        .filter(|id| workspaces::config::valid_connector_id(id))
+        .map(|id| format!("Connector {id} saved (configuration version {}).", q.version.unwrap_or_default())));
     workspace_page(&c, &state, &ws, StatusCode::OK, None, notice, None).await
 }
 

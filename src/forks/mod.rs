@@ -14,6 +14,8 @@ pub mod cli;
 pub mod http;
 mod store;
 
+pub use store::ForkView;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::json;
@@ -237,6 +239,11 @@ async fn set_expiry(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, hours:
         })
     })
     .await
+}
+
+/// Whether workspace `slug` is a fork, and its expiry (for its page); `None` when it is not.
+pub async fn view(db: &Db, tenant: TenantId, slug: &str) -> Result<Option<ForkView>> {
+    db.single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::view(conn, tenant, slug))).await
 }
 
 pub async fn extend(db: &Db, tenant: TenantId, audit: &Audit, slug: &str, hours: i64) -> Result<Expiry> {

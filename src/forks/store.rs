@@ -131,6 +131,28 @@ pub async fn activate(conn: &mut PgConnection, tenant: TenantId, fork: Uuid) -> 
     .await?)
 }
 
+/// A fork as its page shows it: the workspace it was forked from (its slug, `None` once that
+/// one is gone), when it expires and whether it is pinned.
+pub struct ForkView {
+    pub fork_of: Option<String>,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub pinned: bool,
+}
+
+/// The fork state of workspace `slug`; `None` when it is not a fork.
+pub async fn view(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<ForkView>> {
+    Ok(sqlx::query_as!(
+        ForkView,
+        r#"SELECT s.slug AS "fork_of?", f.expires_at, f.pinned
+             FROM workspaces f LEFT JOIN workspaces s ON s.tenant_id = f.tenant_id AND s.id = f.fork_of
+            WHERE f.tenant_id = $1 AND f.slug = $2 AND f.fork_of IS NOT NULL AND f.status <> 'reaped'"#,
+        tenant.0,
+        slug,
+    )
+    .fetch_optional(conn)
+    .await?)
+}
+
 /// A fork's expiry state, locked for update.
 pub struct ForkRow {
     pub id: WorkspaceId,

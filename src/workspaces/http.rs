@@ -147,6 +147,39 @@ async fn add_connector(
     Ok((StatusCode::CREATED, Json(bound)))
 }
 
+/// The body of `PUT …/connectors/{id}`: the connector's own fields (`kind`, `url`, …) beside
+/// this.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ReplaceConnectorDoc {
+    /// The version the editor read; the edit is refused with 412 if it moved on.
+    expected_version: Option<i32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplaceConnector {
+    expected_version: Option<i32>,
+    #[serde(flatten)]
+    connector: Value,
+}
+
+/// Replaces a connector's configuration in place (its id, and what names it, stay).
+#[utoipa::path(put, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", tag = "workspaces", security(("session" = [])), request_body = ReplaceConnectorDoc, responses((status = 200, body = Bound), (status = 412, response = crate::error::Problem)))]
+async fn replace_connector(
+    ctx: TenantCtx,
+    State(state): State<AppState>,
+    Path((_, slug, id)): Path<(String, String, String)>,
+    ApiJson(body): ApiJson<ReplaceConnector>,
+) -> Result<Json<Bound>> {
+    ctx.require_person(Permission::CredentialAdministration)?;
+    let connector = parse_connector(&id, body.connector)?;
+    crate::vault::slots::check_connector(state.config.vault_keys.as_ref(), &connector)?;
+    let bound =
+        workspaces::replace_connector(&state.db, ctx.tenant.id, &ctx.audit, &slug, body.expected_version, &id, connector).await?;
+    Ok(Json(bound))
+}
+
 /// Removes a connector from the workspace's configuration.
 #[utoipa::path(delete, path = "/api/v1/tenants/{tenant}/workspaces/{workspace}/connectors/{id}", tag = "workspaces", security(("session" = [])), responses((status = 200, body = Bound), (status = 412, response = crate::error::Problem)))]
 async fn remove_connector(
@@ -256,6 +289,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_workspace))
         .routes(routes!(configure))
         .routes(routes!(list_connectors, add_connector))
-        .routes(routes!(remove_connector))
+        .routes(routes!(replace_connector, remove_connector))
         .routes(routes!(refresh_connector))
 }

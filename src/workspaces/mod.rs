@@ -244,6 +244,29 @@ pub async fn add_connector(
     .await
 }
 
+/// Replaces connector `id`'s configuration in place (a new configuration version); its
+/// classification overrides, grants, pools and approval rules, which name it by id, stay.
+/// A missing id is a 404: an edit never creates a connector.
+#[tracing::instrument(name = "workspaces::replace_connector", skip_all, fields(tenant = %tenant, workspace = slug, connector = id))]
+pub async fn replace_connector(
+    db: &Db,
+    tenant: TenantId,
+    audit: &Audit,
+    slug: &str,
+    expected: Option<i32>,
+    id: &str,
+    connector: Connector,
+) -> Result<Bound> {
+    edit(db, tenant, audit, slug, expected, "connector.replace", |doc| {
+        let Some(slot) = doc.connectors.get_mut(id) else {
+            return Err(Error::NotFound { what: "connector" });
+        };
+        let before = std::mem::replace(slot, connector.clone());
+        Ok(json!({ "connector": id, "before": before, "config": connector }))
+    })
+    .await
+}
+
 /// Removes a connector (a new configuration version) and its classification overrides.
 #[tracing::instrument(name = "workspaces::remove_connector", skip_all, fields(tenant = %tenant, workspace = slug, connector = id))]
 pub async fn remove_connector(
