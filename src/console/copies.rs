@@ -129,7 +129,7 @@ async fn show(
         Some("unpinned") => Some("The fork is unpinned: it expires again.".to_owned()),
         Some("exported") => q
             .file
-            .filter(|f| f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'))
+            .filter(|f| f.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)))
             .map(|f| format!("Snapshot exported to {f}. Restore it below into a new workspace.")),
         _ => None,
     };

@@ -142,6 +142,35 @@ impl Chrome {
         field.send_keys(value).await.unwrap();
     }
 
+    /// Waits (up to 30 s) until the element at `css` shows text containing `part`; its text.
+    pub async fn shows(&self, css: &str, part: &str) -> String {
+        let found = crate::common::eventually(std::time::Duration::from_secs(30), || {
+            let client = self.client.clone();
+            async move {
+                match client.find(Locator::Css(css)).await {
+                    Ok(e) => e.text().await.is_ok_and(|s| s.contains(part)),
+                    Err(_) => false,
+                }
+            }
+        })
+        .await;
+        assert!(found, "{css} never showed {part:?} (at {})", self.url().await);
+        self.text(css).await
+    }
+
+    /// Chooses `value` in the `<select>` at `css`.
+    pub async fn select(&self, css: &str, value: &str) {
+        let chosen = self
+            .client
+            .execute(
+                "const s = document.querySelector(arguments[0]); s.value = arguments[1]; return s.value === arguments[1];",
+                vec![serde_json::json!(css), serde_json::json!(value)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(chosen, serde_json::Value::Bool(true), "{css} has no option {value}");
+    }
+
     pub async fn url(&self) -> String {
         self.client.current_url().await.unwrap().to_string()
     }

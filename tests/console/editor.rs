@@ -27,24 +27,6 @@ async fn configuration(t: &TestDb, slug: &str) -> (i32, Vec<String>) {
     (version, ids)
 }
 
-/// Waits until the page at `css` shows text containing `part`; returns the text.
-async fn shows(chrome: &Chrome, css: &str, part: &str) -> String {
-    let client = chrome.client.clone();
-    let (css2, part2) = (css.to_owned(), part.to_owned());
-    let ok = eventually(Duration::from_secs(30), || {
-        let (client, css, part) = (client.clone(), css2.clone(), part2.clone());
-        async move {
-            match client.find(Locator::Css(&css)).await {
-                Ok(e) => e.text().await.is_ok_and(|s| s.contains(&part)),
-                Err(_) => false,
-            }
-        }
-    })
-    .await;
-    assert!(ok, "{css} never showed {part:?}");
-    chrome.text(css).await
-}
-
 /// Whether each onboarding step is marked done (the checklist must be there).
 async fn steps_done(chrome: &Chrome) -> Vec<bool> {
     let done = chrome
@@ -75,7 +57,7 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     // A bad slug is refused in place, naming its field; nothing is written.
     chrome.fill("#ws-slug", "Not A Slug").await;
     chrome.click("#create-workspace").await;
-    let error = shows(&chrome, "#form-error", "invalid_slug").await;
+    let error = chrome.shows("#form-error", "invalid_slug").await;
     chrome.shot("workspace-bad-slug").await;
     assert!(chrome.text("#field-errors").await.contains("slug"), "{error}");
     assert_eq!(chrome.client.find(Locator::Css("#ws-slug")).await.unwrap().prop("value").await.unwrap().unwrap(), "Not A Slug");
@@ -86,7 +68,7 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     chrome.fill("#ws-slug", "main").await;
     chrome.fill("#ws-name", "Main").await;
     chrome.click("#create-workspace").await;
-    shows(&chrome, ".notice", "Workspace created").await;
+    chrome.shows(".notice", "Workspace created").await;
     chrome.shot("workspace-created").await;
     assert!(chrome.url().await.starts_with(&format!("{base}/console/t/acme/workspaces/main")));
     assert_eq!(configuration(&t, "main").await, (1, vec![]));
@@ -95,7 +77,7 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     chrome.fill("#c-id", "everything").await;
     chrome.fill("#c-url", "not a url").await;
     chrome.click("#add-connector-submit").await;
-    shows(&chrome, "#form-error", "invalid_config").await;
+    chrome.shows("#form-error", "invalid_config").await;
     chrome.shot("connector-bad-url").await;
     let fields: Value = chrome
         .client
@@ -108,13 +90,13 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     assert_eq!(chrome.client.find(Locator::Css("#c-id")).await.unwrap().prop("value").await.unwrap().unwrap(), "everything");
     chrome.fill("#c-url", &everything.url).await;
     chrome.click("#add-connector-submit").await;
-    shows(&chrome, ".notice", "Connector everything added (configuration version 2)").await;
+    chrome.shows(".notice", "Connector everything added (configuration version 2)").await;
     chrome.shot("connector-added").await;
     assert_eq!(configuration(&t, "main").await, (2, vec!["everything".to_owned()]));
 
     // Test the connection: the catalog is fetched and its tools show with their labels.
     chrome.click("#test-connection-everything").await;
-    let notice = shows(&chrome, ".notice", "its catalog lists").await;
+    let notice = chrome.shows(".notice", "its catalog lists").await;
     chrome.shot("connection-tested").await;
     let tools = chrome.text("section[aria-labelledby='connector-everything'] table").await;
     assert!(tools.contains("echo") && (tools.contains("read") || tools.contains("write")), "{notice}\n{tools}");
@@ -123,17 +105,17 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     chrome.goto(&format!("{base}/console/t/acme/workspaces"), "checklist-connector-done").await;
     assert_eq!(steps_done(&chrome).await, [true, false, false]);
     chrome.click("#step-2-link").await;
-    shows(&chrome, "h1", "Access tokens").await;
+    chrome.shows("h1", "Access tokens").await;
     chrome.fill("#token-name", "first agent").await;
     chrome.click("#create-token").await;
-    let token = shows(&chrome, "#new-secret", "gth_").await;
+    let token = chrome.shows("#new-secret", "gth_").await;
     chrome.shot("onboarding-token").await;
     chrome.goto(&format!("{base}/console/t/acme/workspaces"), "checklist-token-only").await;
     assert_eq!(steps_done(&chrome).await, [true, false, false], "a token alone is not a client's credentials");
     chrome.click("#step-2-credential-link").await;
     chrome.fill("#credential-name", "first agent").await;
     chrome.click("#create-credential").await;
-    let client_id = shows(&chrome, "#new-client-id", "gsc_").await;
+    let client_id = chrome.shows("#new-client-id", "gsc_").await;
     let client_secret = chrome.text("#new-secret").await;
     chrome.shot("onboarding-credential").await;
     chrome.goto(&format!("{base}/console/t/acme/workspaces"), "checklist-credentials-done").await;
@@ -142,7 +124,7 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     // Copy the Python program from "Client setup" and run it as it is, with the three values in
     // its environment: the official SDK connects and lists the workspace's tools.
     chrome.click("#step-3-link").await;
-    let program = shows(&chrome, "#python-main", "streamable_http_client").await;
+    let program = chrome.shows("#python-main", "streamable_http_client").await;
     chrome.shot("setup-python").await;
     let file = std::env::temp_dir().join(format!("gatehouse-setup-{}.py", uuid::Uuid::new_v4()));
     std::fs::write(&file, &program).unwrap();
@@ -202,28 +184,28 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     chrome.fill("#c-id", "alpha").await;
     chrome.fill("#c-url", &everything.url).await;
     chrome.click("#add-connector-submit").await;
-    shows(&chrome, ".notice", "Connector alpha added (configuration version 3)").await;
+    chrome.shows(".notice", "Connector alpha added (configuration version 3)").await;
     other.fill("#c-id", "beta").await;
     other.fill("#c-url", &everything.url).await;
     other.click("#add-connector-submit").await;
-    let refused = shows(&other, "#form-error", "binding_changed").await;
+    let refused = other.shows("#form-error", "binding_changed").await;
     other.shot("second-session-refused").await;
     assert!(refused.contains("changed since you opened"), "{refused}");
     assert_eq!(configuration(&t, "main").await, (3, vec!["alpha".to_owned(), "everything".to_owned()]), "nothing lost");
     assert!(other.text("#connector-alpha").await.contains("alpha"), "the refused page shows the current configuration");
     assert_eq!(other.client.find(Locator::Css("#c-id")).await.unwrap().prop("value").await.unwrap().unwrap(), "beta");
     other.click("#add-connector-submit").await;
-    shows(&other, ".notice", "Connector beta added (configuration version 4)").await;
+    other.shows(".notice", "Connector beta added (configuration version 4)").await;
     assert_eq!(configuration(&t, "main").await, (4, vec!["alpha".to_owned(), "beta".to_owned(), "everything".to_owned()]));
     other.client.clone().close().await.ok();
 
     // Remove one through its confirmation page.
     chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "before-remove").await;
     chrome.click("#remove-connector-alpha").await;
-    shows(&chrome, "#question", "Remove the connector alpha").await;
+    chrome.shows("#question", "Remove the connector alpha").await;
     chrome.shot("remove-confirm").await;
     chrome.click("#confirm").await;
-    shows(&chrome, ".notice", "Connector removed").await;
+    chrome.shows(".notice", "Connector removed").await;
     chrome.shot("removed").await;
     assert_eq!(configuration(&t, "main").await, (5, vec!["beta".to_owned(), "everything".to_owned()]));
 
@@ -237,7 +219,7 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
     chrome.goto(&format!("{base}/console/t/acme/members"), "members").await;
     chrome.fill("#invite-email", "finn@example.test").await;
     chrome.click("#invite").await;
-    shows(&chrome, ".notice", "Invited finn@example.test as member").await;
+    chrome.shows(".notice", "Invited finn@example.test as member").await;
     chrome.client.delete_all_cookies().await.unwrap();
     chrome.sign_in(&base, "finn").await;
     chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "member-workspace").await;
@@ -358,7 +340,7 @@ async fn an_http_api_connector_is_made_in_the_tool_editor_after_a_field_error() 
         .await;
     chrome.click("#t0-read-only").await;
     chrome.click("#add-connector-submit").await;
-    shows(&chrome, "#form-error", "invalid_config").await;
+    chrome.shows("#form-error", "invalid_config").await;
     chrome.shot("tool-editor-field-error").await;
     let fields = chrome.text("#field-errors").await;
     assert!(fields.contains("connectors.inventory.tools.get_item.path"), "{fields}");
@@ -368,9 +350,9 @@ async fn an_http_api_connector_is_made_in_the_tool_editor_after_a_field_error() 
     assert!(chrome.client.find(Locator::Css("#c-kind-http")).await.unwrap().is_selected().await.unwrap());
     chrome.fill("#t0-path", "/items/{id}").await;
     chrome.click("#add-connector-submit").await;
-    shows(&chrome, ".notice", "Connector inventory added (configuration version 2)").await;
+    chrome.shows(".notice", "Connector inventory added (configuration version 2)").await;
     chrome.click("#test-connection-inventory").await;
-    shows(&chrome, ".notice", "its catalog lists 1 tools").await;
+    chrome.shows(".notice", "its catalog lists 1 tools").await;
     chrome.shot("tool-editor-added").await;
     let tools = chrome.text("section[aria-labelledby='connector-inventory'] table").await;
     assert!(tools.contains("get_item") && tools.contains("read"), "{tools}");

@@ -7,6 +7,7 @@ mod approvals;
 mod chrome;
 #[path = "../common/mod.rs"]
 mod common;
+mod config;
 mod editor;
 mod pages;
 
