@@ -42,13 +42,13 @@ pub const SECTIONS: [Section; 6] = [
     Section {
         key: "grants",
         title: "Grants",
-        help: "Who may use which connectors and tools. Empty: everyone with connector access uses every tool. Otherwise only what a grant names: `to` is role:owner|admin|operator|member, member:<id> or machines; `tools` are connector ids or connector.tool addresses.",
+        help: "Who may use which connectors and tools. Empty: everyone with connector access uses every tool. Otherwise only what a grant names: to is role:owner|admin|operator|member, member:<id> or machines; tools are connector ids or connector.tool addresses.",
         example: r#"[{"to": "role:member", "tools": ["crm.search"]}, {"to": "machines", "tools": ["crm"]}]"#,
     },
     Section {
         key: "pools",
         title: "Pools",
-        help: "Named subsets of the tools, each served at this workspace's endpoint followed by /<pool>. A pool only narrows what grants allow; `native` serves the downstream tools under their own names.",
+        help: "Named subsets of the tools, each served at this workspace's endpoint followed by /<pool>. A pool only narrows what grants allow; native serves the downstream tools under their own names.",
         example: r#"{"support": {"tools": ["crm.search", "tickets"], "native": false}}"#,
     },
     Section {
@@ -60,19 +60,19 @@ pub const SECTIONS: [Section; 6] = [
     Section {
         key: "approvals",
         title: "Approvals",
-        help: "Writes a person must approve before they are made: `tools` are connector ids or connector.tool addresses, `to` whose calls need approval (absent: everyone's), `expires_in_s` 60 to 86400.",
+        help: "Writes a person must approve before they are made: tools are connector ids or connector.tool addresses, to whose calls need approval (absent: everyone's), expires_in_s 60 to 86400.",
         example: r#"[{"tools": ["crm.delete"], "to": ["machines"], "expires_in_s": 900}]"#,
     },
     Section {
         key: "redaction",
         title: "Redaction",
-        help: "Detectors applied to tool results and recorded arguments: built-ins by name (pem_private_key, aws_access_key, jwt, gatehouse_token, gatehouse_client_secret, gatehouse_client_id) or a named `regex`; `action` mask or block.",
+        help: "Detectors applied to tool results and recorded arguments: built-ins by name (pem_private_key, aws_access_key, jwt, gatehouse_token, gatehouse_client_secret, gatehouse_client_id) or a named regex; action mask or block.",
         example: r#"{"detectors": [{"name": "jwt", "action": "mask"}, {"name": "ticket", "regex": "TCK-[0-9]{6}", "action": "block"}]}"#,
     },
     Section {
         key: "pinning",
         title: "Pinned tool definitions",
-        help: "What agents see of a tool whose definition changed until an admin approves it (`on_change`: serve_pinned or hide), and whether tools new after the first catalog wait for approval.",
+        help: "What agents see of a tool whose definition changed until an admin approves it (on_change: serve_pinned or hide), and whether tools new after the first catalog wait for approval.",
         example: r#"{"on_change": "hide", "quarantine_new_tools": true}"#,
     },
 ];

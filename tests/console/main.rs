@@ -10,6 +10,7 @@ mod common;
 mod config;
 mod editor;
 mod pages;
+mod permissions;
 
 use std::time::Duration;
 
