@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::common::{Served, TestDb, add_remote_mcp, browser::Browser, cli, dev_sign_in_at, gatehouse};
 
 /// Every console page under `/console/t/{tenant}/`, and whether a plain member may open it.
-const PAGES: &[(&str, bool)] = &[
+pub const PAGES: &[(&str, bool)] = &[
     ("workspaces", true),
     ("workspaces/main", true),
     ("members", true),
