@@ -473,3 +473,57 @@ async fn forks_under_one_slug_raced_by_three_servers_make_exactly_one() {
     }
     assert_eq!(count(&f.t, "SELECT count(*) FROM workspaces WHERE fork_of IS NOT NULL").await, ROUNDS as i64);
 }
+
+/// A connector edited in place (`PUT …/connectors/{id}`), raced from three servers against the
+/// version every racer read: exactly one edit lands, as one new version with one admin-log
+/// row, the rest are 412 `binding_changed`; what names the connector (its overrides, grants)
+/// stays; a missing connector is 404, a bad configuration 422 naming its field, another
+/// tenant's workspace 404, and none of those writes anything.
+#[tokio::test]
+async fn connector_edits_raced_by_three_servers_land_exactly_once_and_keep_what_names_it() {
+    let f = Fleet::start().await;
+    let ws = "/api/v1/tenants/acme/workspaces";
+    let (status, body) = f.post(0, ws, json!({ "slug": "main" })).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = f
+        .post(1, &format!("{ws}/main/connectors"), json!({ "id": "crm", "kind": "remote_mcp", "url": "http://127.0.0.1:9/a" }))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let policy = json!({ "classification": { "crm.search": "read" }, "grants": [{ "to": "machines", "tools": ["crm"] }] });
+    let (status, body) = f.send(2, reqwest::Method::PATCH, &format!("{ws}/main/config"), Some(policy)).await;
+    assert_eq!(status, 200, "{body}");
+    let at = format!("{ws}/main/connectors/crm");
+    for round in 0..ROUNDS {
+        let read = f.get(&format!("{ws}/main")).await["workspace"]["bound_version"].as_i64().unwrap();
+        let versions = count(&f.t, "SELECT count(*) FROM workspace_versions").await;
+        let rows = f.admin_rows("connector.replace", "workspace:main").await;
+        let fleet = &f;
+        let racers = (0..3 * PER_PROCESS).map(|n| {
+            let (at, body) = (
+                at.clone(),
+                json!({ "expected_version": read, "kind": "remote_mcp", "url": format!("http://127.0.0.1:9/r{round}n{n}") }),
+            );
+            async move { fleet.send(n % 3, reqwest::Method::PUT, &at, Some(body)).await }
+        });
+        let results = join_all(racers).await;
+        let winner = exactly_one(&results, 200, 412, "binding_changed");
+        assert_eq!(results[winner].1["workspace"]["bound_version"].as_i64(), Some(read + 1));
+        let after = f.get(&format!("{ws}/main")).await;
+        assert_eq!(after["document"]["connectors"]["crm"]["url"], format!("http://127.0.0.1:9/r{round}n{winner}"));
+        assert_eq!(after["document"]["classification"], json!({ "crm.search": "read" }), "the overrides stay");
+        assert_eq!(after["document"]["grants"], json!([{ "to": "machines", "tools": ["crm"] }]), "the grants stay");
+        assert_eq!(count(&f.t, "SELECT count(*) FROM workspace_versions").await, versions + 1, "one new version row");
+        assert_eq!(f.admin_rows("connector.replace", "workspace:main").await, rows + 1, "one admin-log row");
+    }
+    // Refusals write nothing.
+    let versions = count(&f.t, "SELECT count(*) FROM workspace_versions").await;
+    let good = json!({ "kind": "remote_mcp", "url": "http://127.0.0.1:9/x" });
+    let (status, body) = f.send(0, reqwest::Method::PUT, &format!("{ws}/main/connectors/nope"), Some(good.clone())).await;
+    assert_eq!((status.as_u16(), body["code"].as_str()), (404, Some("not_found")), "{body}");
+    let bad = json!({ "kind": "remote_mcp", "url": "http://127.0.0.1:9/x", "timeout_ms": "soon" });
+    let (status, body) = f.send(1, reqwest::Method::PUT, &at, Some(bad)).await;
+    assert_eq!((status.as_u16(), body["code"].as_str()), (422, Some("invalid_config")), "{body}");
+    let (status, _) = f.send(2, reqwest::Method::PUT, "/api/v1/tenants/globex/workspaces/main/connectors/crm", Some(good)).await;
+    assert_eq!(status, 404);
+    assert_eq!(count(&f.t, "SELECT count(*) FROM workspace_versions").await, versions, "the refusals wrote nothing");
+}

@@ -28,8 +28,9 @@ struct CreateWorkspace {
     name: Option<String>,
 }
 
+/// No `deny_unknown_fields` here: serde does not support it beside `flatten` (it refuses every
+/// flattened field). Unknown fields are refused all the same, by the connector's own parse.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct AddConnector {
     id: String,
     /// The version the editor read; the edit is refused with 412 if it moved on.
@@ -156,8 +157,8 @@ struct ReplaceConnectorDoc {
     expected_version: Option<i32>,
 }
 
+/// As [`AddConnector`]: unknown fields are refused by the connector's parse.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ReplaceConnector {
     expected_version: Option<i32>,
     #[serde(flatten)]
