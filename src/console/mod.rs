@@ -31,6 +31,7 @@ mod page;
 mod policy;
 mod reports;
 mod secret_rows;
+mod setup;
 mod sso;
 mod tokens;
 mod workspaces;
@@ -67,6 +68,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(credentials::router())
         .merge(members::router())
         .merge(workspaces::router())
+        .merge(setup::router())
         .merge(editor::router())
         .merge(policy::router())
         .merge(blueprints::router())

@@ -23,14 +23,7 @@ pub async fn checklist(c: &Console, state: &AppState, all: &[workspaces::Workspa
     }
     let tenant = c.ctx.tenant.id;
     let base = format!("/console/t/{}", c.slug());
-    // The first workspace with a connector (a tenant has few; the search stops at the first).
-    let mut with_connector = None;
-    for w in all {
-        if !workspaces::bound(&state.db, tenant, &w.slug).await?.document.connectors.is_empty() {
-            with_connector = Some(w.slug.clone());
-            break;
-        }
-    }
+    let with_connector = workspaces::first_with_connector(&state.db, tenant).await?;
     let tokens: Vec<_> = crate::tokens::list(&state.db, tenant).await?.into_iter().filter(|t| t.revoked_at.is_none()).collect();
     let credentials: Vec<_> =
         crate::service_credentials::list(&state.db, tenant).await?.into_iter().filter(|s| s.revoked_at.is_none()).collect();

@@ -1,6 +1,6 @@
-//! Workspaces (list, status, bound version), one workspace's connectors (status, tools with
+//! Workspaces (list, status, bound version) and one workspace's connectors (status, tools with
 //! read/write labels from the shared catalog, credential slots set/replace/remove — values
-//! never shown), and client setup (configuration to paste, without any secret).
+//! never shown). Client setup is in `setup.rs`.
 //!
 //! OAuth connectors: the grant's state, connect (through the signed connect URL) and
 //! disconnect.
@@ -126,7 +126,7 @@ struct WorkspacePage {
     tool_rows: usize,
 }
 
-fn endpoint(state: &AppState, tenant: &str, workspace: &str) -> String {
+pub(super) fn endpoint(state: &AppState, tenant: &str, workspace: &str) -> String {
     format!("{}/t/{tenant}/w/{workspace}/mcp", state.config.public_url.trim_end_matches('/'))
 }
 
@@ -540,90 +540,6 @@ async fn oauth_disconnect(
     Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}", c.slug())).into_response())
 }
 
-pub struct SetupRow {
-    pub slug: String,
-    pub endpoint: String,
-    pub client_json: String,
-    pub curl: String,
-    /// A program on the official Python SDK (`mcp` 2) that connects and lists the tools.
-    pub python: String,
-}
-
-/// The Python SDK snippet for the endpoint `url`: the same three values from the environment.
-fn python_snippet(url: &str) -> String {
-    format!(
-        r#"import asyncio
-import os
-
-from mcp import ClientSession
-from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
-
-URL = "{url}"
-HEADERS = {{
-    "Gatehouse-Client-Id": os.environ["GATEHOUSE_CLIENT_ID"],
-    "Gatehouse-Client-Secret": os.environ["GATEHOUSE_CLIENT_SECRET"],
-    "Authorization": "Bearer " + os.environ["GATEHOUSE_TOKEN"],
-}}
-
-
-async def main():
-    async with create_mcp_http_client(headers=HEADERS) as http:
-        async with streamable_http_client(URL, http_client=http) as streams:
-            async with ClientSession(streams[0], streams[1]) as session:
-                await session.initialize()
-                listed = await session.list_tools()
-                for tool in listed.tools:
-                    print(tool.name)
-
-
-asyncio.run(main())
-"#
-    )
-}
-
-#[derive(Template)]
-#[template(path = "console/setup.html")]
-struct SetupPage {
-    layout: Layout,
-    slug: String,
-    rows: Vec<SetupRow>,
-}
-
-/// Ready-to-paste configuration: placeholders where the secrets go, never a secret.
-async fn setup(c: Console, State(state): State<AppState>) -> Result<Response, PageError> {
-    let rows = workspaces::list(&state.db, c.ctx.tenant.id)
-        .await?
-        .iter()
-        .map(|w| {
-            let url = endpoint(&state, c.slug(), &w.slug);
-            let client = serde_json::json!({
-                "mcpServers": {
-                    format!("gatehouse-{}", w.slug): {
-                        "type": "http",
-                        "url": url,
-                        "headers": {
-                            "Gatehouse-Client-Id": "${GATEHOUSE_CLIENT_ID}",
-                            "Gatehouse-Client-Secret": "${GATEHOUSE_CLIENT_SECRET}",
-                            "Authorization": "Bearer ${GATEHOUSE_TOKEN}"
-                        }
-                    }
-                }
-            });
-            let curl = format!(
-                "curl -sS {url} \\\n  -H \"Gatehouse-Client-Id: $GATEHOUSE_CLIENT_ID\" \\\n  -H \"Gatehouse-Client-Secret: $GATEHOUSE_CLIENT_SECRET\" \\\n  -H \"Authorization: Bearer $GATEHOUSE_TOKEN\" \\\n  -H 'Content-Type: application/json' \\\n  -H 'Accept: application/json, text/event-stream' \\\n  -H 'MCP-Protocol-Version: 2025-11-25' \\\n  -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}}'"
-            );
-            SetupRow {
-                slug: w.slug.clone(),
-                python: python_snippet(&url),
-                endpoint: url,
-                client_json: serde_json::to_string_pretty(&client).unwrap_or_default(),
-                curl,
-            }
-        })
-        .collect();
-    render(StatusCode::OK, &SetupPage { layout: c.layout("Client setup", "setup"), slug: c.slug().to_owned(), rows })
-}
-
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/console/t/{tenant}/workspaces", get(list_workspaces))
@@ -632,5 +548,4 @@ pub fn router() -> Router<AppState> {
         .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/credential/remove", post(remove_slot))
         .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/connect", get(oauth_connect))
         .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/oauth/disconnect", post(oauth_disconnect))
-        .route("/console/t/{tenant}/setup", get(setup))
 }

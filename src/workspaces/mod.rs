@@ -149,6 +149,11 @@ pub async fn bound_by_id(db: &Db, tenant: TenantId, id: Uuid) -> Result<Bound> {
     bound(db, tenant, &slug.ok_or(Error::NotFound { what: "workspace" })?).await
 }
 
+/// The slug of the first workspace whose bound configuration has a connector.
+pub async fn first_with_connector(db: &Db, tenant: TenantId) -> Result<Option<String>> {
+    db.single_decision(Scope::Tenant(tenant), move |conn, _| Box::pin(store::first_with_connector(conn, tenant))).await
+}
+
 /// The workspace and the configuration it runs; another tenant's answers `not_found`.
 #[tracing::instrument(name = "workspaces::bound", skip_all, fields(tenant = %tenant, workspace = slug))]
 pub async fn bound(db: &Db, tenant: TenantId, slug: &str) -> Result<Bound> {

@@ -86,6 +86,20 @@ pub async fn list(conn: &mut PgConnection, tenant: TenantId) -> Result<Vec<Works
     Ok(workspace!(["SELECT "] " FROM workspaces w WHERE tenant_id = $1 ORDER BY slug", tenant.0).fetch_all(conn).await?)
 }
 
+/// The slug of the first workspace (by slug) whose bound configuration has a connector, in one
+/// statement (the console's onboarding checklist).
+pub async fn first_with_connector(conn: &mut PgConnection, tenant: TenantId) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar!(
+        "SELECT w.slug FROM workspaces w
+           JOIN workspace_versions v ON v.tenant_id = w.tenant_id AND v.workspace_id = w.id AND v.version = w.bound_version
+          WHERE w.tenant_id = $1 AND w.status <> 'reaped' AND v.document->'connectors' <> '{}'::jsonb
+          ORDER BY w.slug LIMIT 1",
+        tenant.0,
+    )
+    .fetch_optional(conn)
+    .await?)
+}
+
 /// The workspace with its bound document and which of its connectors' catalogs are fresh in
 /// the shared cache, in one query.
 pub async fn bound(conn: &mut PgConnection, tenant: TenantId, slug: &str) -> Result<Option<Bound>> {

@@ -136,10 +136,24 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
         .output()
         .await
         .unwrap();
-    std::fs::remove_file(&file).ok();
     let listed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{listed}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(listed.lines().any(|l| l == "call_tool"), "{listed}");
+    // The same program, still unchanged, calls a tool named on its command line.
+    let out = common::python3()
+        .arg(&file)
+        .arg("call_tool")
+        .arg(r#"{"address": "everything.echo", "args": {"message": "from the copied program"}}"#)
+        .env("GATEHOUSE_CLIENT_ID", &client_id)
+        .env("GATEHOUSE_CLIENT_SECRET", &client_secret)
+        .env("GATEHOUSE_TOKEN", &token)
+        .output()
+        .await
+        .unwrap();
+    std::fs::remove_file(&file).ok();
+    let called = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{called}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(called.contains("from the copied program"), "{called}");
     // The copied `mcpServers` configuration's URL, with those credentials, calls a tool through
     // the SDK agent; the dashboard shows the call.
     let config: Value = serde_json::from_str(&chrome.text("#config-main").await).unwrap();
