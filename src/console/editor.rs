@@ -68,6 +68,12 @@ pub struct NewConnector {
     /// `Name: value` lines; `{field}` names a field of the slot.
     #[serde(default)]
     pub auth_headers: String,
+    /// With `auth` `oauth_shared` or `oauth_personal`: a statically registered client id
+    /// (empty: dynamic registration) and the scopes to ask for (space-separated).
+    #[serde(default)]
+    pub oauth_client_id: String,
+    #[serde(default)]
+    pub oauth_scopes: String,
     /// `Name: value` lines sent as they are (not secret).
     #[serde(default)]
     pub headers: String,
@@ -201,7 +207,26 @@ pub fn connector_json(form: &NewConnector) -> Result<Value, Error> {
             }
             c.insert("auth".into(), json!({ "type": "slot", "slot": slot, "headers": headers }));
         }
-        _ => return Err(field_issue("auth", "authentication is none, or a shared or personal credential slot")),
+        grant @ ("oauth_shared" | "oauth_personal") => {
+            let mut oauth = Map::new();
+            oauth.insert("type".into(), json!("oauth"));
+            oauth.insert("grant".into(), json!(grant.trim_start_matches("oauth_")));
+            let client_id = form.oauth_client_id.trim();
+            if !client_id.is_empty() {
+                oauth.insert("client_id".into(), json!(client_id));
+            }
+            let scopes = names(&form.oauth_scopes);
+            if !scopes.is_empty() {
+                oauth.insert("scopes".into(), json!(scopes));
+            }
+            c.insert("auth".into(), Value::Object(oauth));
+        }
+        _ => {
+            return Err(field_issue(
+                "auth",
+                "authentication is none, a shared or personal credential slot, or an OAuth grant (shared or personal)",
+            ));
+        }
     }
     let timeout = form.timeout_ms.trim();
     if !timeout.is_empty() {
@@ -384,6 +409,24 @@ mod tests {
             v,
             json!({ "kind": "remote_mcp", "url": "https://mcp.example/mcp", "transport": "sse", "headers": { "X-Team": "tools" },
                     "auth": { "type": "slot", "slot": "shared", "headers": { "Authorization": "Bearer {token}" } }, "timeout_ms": 5000 })
+        );
+        crate::workspaces::http::parse_connector("crm", v).unwrap();
+    }
+
+    #[test]
+    fn an_oauth_grant_from_the_form_is_the_apis_and_discovers_the_rest() {
+        let mut f = form("remote_mcp");
+        f.auth = "oauth_personal".into();
+        let v = connector_json(&f).unwrap();
+        assert_eq!(v["auth"], json!({ "type": "oauth", "grant": "personal" }));
+        crate::workspaces::http::parse_connector("crm", v).unwrap();
+        f.auth = "oauth_shared".into();
+        f.oauth_client_id = " crm-client ".into();
+        f.oauth_scopes = "openid, email crm.read".into();
+        let v = connector_json(&f).unwrap();
+        assert_eq!(
+            v["auth"],
+            json!({ "type": "oauth", "grant": "shared", "client_id": "crm-client", "scopes": ["openid", "email", "crm.read"] })
         );
         crate::workspaces::http::parse_connector("crm", v).unwrap();
     }

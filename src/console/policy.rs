@@ -326,10 +326,74 @@ async fn save_edit(
     }
 }
 
+/// The read/write overrides of one connector's tools, as the workspace page's table posts
+/// them: `class.<tool>` = `read`, `write` or empty (as the server says).
+#[derive(Deserialize)]
+struct Classes {
+    #[serde(default)]
+    expected_version: String,
+    #[serde(flatten)]
+    fields: std::collections::BTreeMap<String, String>,
+}
+
+/// Saves one connector's overrides: the workspace's classification with this connector's
+/// entries replaced by the ones chosen, as one new configuration version.
+async fn save_classes(
+    c: Console,
+    State(state): State<AppState>,
+    Path((_, ws, id)): Path<(String, String, String)>,
+    Form(form): Form<Classes>,
+) -> Result<Response, PageError> {
+    c.require(EDITOR)?;
+    let saved = async {
+        let expected = expected(&form.expected_version)?;
+        let bound = workspaces::bound(&state.db, c.ctx.tenant.id, &ws).await?;
+        if !bound.document.connectors.contains_key(&id) {
+            return Err(Error::NotFound { what: "connector" });
+        }
+        let prefix = format!("{id}.");
+        let mut classes = serde_json::Map::new();
+        for (address, class) in &bound.document.classification {
+            if !address.starts_with(&prefix) {
+                classes.insert(address.clone(), json!(class));
+            }
+        }
+        for (field, class) in &form.fields {
+            let Some(tool) = field.strip_prefix("class.") else { continue };
+            match class.as_str() {
+                "" => {}
+                "read" | "write" => {
+                    classes.insert(format!("{prefix}{tool}"), json!(class));
+                }
+                _ => return Err(field_issue(field, "an override is read, write or none")),
+            }
+        }
+        let patch = json!({ "classification": if classes.is_empty() { Value::Null } else { Value::Object(classes) } });
+        workspaces::configure(&state.db, c.ctx.tenant.id, &c.ctx.audit, &ws, expected, &patch).await
+    }
+    .await;
+    match saved {
+        Ok(bound) => Ok(Redirect::to(&format!(
+            "/console/t/{}/workspaces/{ws}?classes={id}&version={}#connector-{id}",
+            c.slug(),
+            bound.workspace.bound_version
+        ))
+        .into_response()),
+        Err(e @ Error::NotFound { .. }) => Err(e.into()),
+        Err(e) => {
+            let error = shown(e)?;
+            let status =
+                if error.code == "binding_changed" { StatusCode::PRECONDITION_FAILED } else { StatusCode::UNPROCESSABLE_ENTITY };
+            super::workspaces::workspace_page(&c, &state, &ws, status, Some(error), None, None).await
+        }
+    }
+}
+
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/console/t/{tenant}/workspaces/{workspace}/policy", get(show_policy).post(save_policy))
         .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/edit", get(show_edit).post(save_edit))
+        .route("/console/t/{tenant}/workspaces/{workspace}/connectors/{id}/classes", axum::routing::post(save_classes))
 }
 
 #[cfg(test)]

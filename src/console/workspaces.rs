@@ -69,6 +69,8 @@ struct Listed {
 pub struct ToolRow {
     pub name: String,
     pub write: bool,
+    /// The workspace's read/write override of this tool (`read` or `write`), if any.
+    pub overridden: &'static str,
 }
 
 pub struct SlotView {
@@ -232,7 +234,15 @@ async fn connector_view(
     };
     let mut tools: Vec<ToolRow> = tools
         .iter()
-        .map(|t| ToolRow { name: t.name.to_string(), write: surface::classify(&bound.document, id, t) == Class::Write })
+        .map(|t| ToolRow {
+            name: t.name.to_string(),
+            write: surface::classify(&bound.document, id, t) == Class::Write,
+            overridden: match bound.document.classification.get(&format!("{id}.{}", t.name)) {
+                Some(Class::Read) => "read",
+                Some(Class::Write) => "write",
+                None => "",
+            },
+        })
         .collect();
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     let slot = match auth.slot() {
@@ -394,6 +404,8 @@ struct Shown {
     added: Option<String>,
     /// The connector just edited in place.
     edited: Option<String>,
+    /// The connector whose read/write overrides were just saved.
+    classes: Option<String>,
     version: Option<i32>,
 }
 
@@ -414,16 +426,16 @@ async fn show_workspace(
         Some("bound") => Some("Workspace bound to the blueprint version: it runs that configuration now.".to_owned()),
         _ => None,
     });
-    let notice = notice.or(q.added.filter(|id| workspaces::config::valid_connector_id(id)).map(|id| {
-        format!(
-            "Connector {id} added (configuration version {}). Test its connection to see its tools.",
-            q.version.unwrap_or_default()
-        )
-    }));
-    let notice = notice.or(q
-        .edited
-        .filter(|id| workspaces::config::valid_connector_id(id))
-        .map(|id| format!("Connector {id} saved (configuration version {}).", q.version.unwrap_or_default())));
+    let version = q.version.unwrap_or_default();
+    let connector = |id: Option<String>, say: &dyn Fn(&str) -> String| {
+        id.filter(|id| workspaces::config::valid_connector_id(id)).map(|id| say(&id))
+    };
+    let notice = notice
+        .or(connector(q.added, &|id| {
+            format!("Connector {id} added (configuration version {version}). Test its connection to see its tools.")
+        }))
+        .or(connector(q.edited, &|id| format!("Connector {id} saved (configuration version {version}).")))
+        .or(connector(q.classes, &|id| format!("Read/write overrides of {id} saved (configuration version {version}).")));
     workspace_page(&c, &state, &ws, StatusCode::OK, None, notice, None).await
 }
 

@@ -196,6 +196,34 @@ async fn an_operator_edits_a_connector_and_the_policy_runs_a_blueprint_and_copie
     let listed = cli(&t.url, &["workspace", "list", "--tenant", "acme"]).await;
     assert_eq!(listed.len(), 3, "main, preview and restored: {listed:?}");
 
+    // Read/write overrides from the tools table: echo made a write, and back to the server's
+    // say for a tool that had none; the rest of the classification stays.
+    chrome.goto(&format!("{base}/console/t/acme/workspaces/main"), "before-overrides").await;
+    chrome.click("#test-connection-everything").await;
+    chrome.shows(".notice", "its catalog lists").await;
+    let (version, _) = config(&api, "main").await;
+    chrome.select("#class-everything-echo", "write").await;
+    chrome.click("#save-classes-everything").await;
+    chrome.shows(".notice", &format!("Read/write overrides of everything saved (configuration version {})", version + 1)).await;
+    chrome.shot("overrides-saved").await;
+    assert_eq!(config(&api, "main").await.1["classification"], json!({ "everything.echo": "write" }));
+    let row = chrome.text("section[aria-labelledby='connector-everything'] table").await;
+    assert!(row.lines().any(|l| l.starts_with("echo") && l.contains("write")), "{row}");
+
+    // A connector with an OAuth grant from the add form's fields: the rest is discovered.
+    chrome.fill("#c-id", "crm").await;
+    chrome.fill("#c-url", &everything.url).await;
+    chrome.select("#c-auth", "oauth_shared").await;
+    chrome.fill("#c-oauth-scopes", "openid email").await;
+    chrome.click("#add-connector-submit").await;
+    chrome.shows(".notice", "Connector crm added").await;
+    chrome.shot("oauth-connector-added").await;
+    assert_eq!(
+        config(&api, "main").await.1["connectors"]["crm"]["auth"],
+        json!({ "type": "oauth", "grant": "shared", "scopes": ["openid", "email"] })
+    );
+    assert!(chrome.text("#grant-crm").await.contains("OAuth (shared grant)"));
+
     // Every change is in the admin log.
     let log = common::admin_log_text(&t).await;
     for action in [

@@ -116,6 +116,7 @@ async fn each_page_refuses_a_member_without_its_permission_and_another_tenants_u
             "/console/t/acme/workspaces/main/connectors/everything/edit",
             &[("config", r#"{"kind": "remote_mcp", "url": "http://127.0.0.1:9/other"}"#)],
         ),
+        ("/console/t/acme/workspaces/main/connectors/everything/classes", &[("class.echo", "read"), ("expected_version", "2")]),
         ("/console/t/acme/blueprints", &[("slug", "sneaky")]),
         ("/console/t/acme/blueprints/base/versions", &[("document", "{}"), ("expected_latest", "0")]),
         ("/console/t/acme/workspaces/main/copies/fork", &[("slug", "sneaky")]),
