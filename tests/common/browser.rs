@@ -140,6 +140,14 @@ fn attr(tag: &str, name: &str) -> Option<String> {
     Some(unescape(&tag[start..end]))
 }
 
+/// The value of the first `csrf_token` field of a console page (every console form has one).
+pub fn csrf_field(html: &str) -> Option<String> {
+    let needle = "name=\"csrf_token\" value=\"";
+    let start = html.find(needle)? + needle.len();
+    let end = html[start..].find('"')? + start;
+    Some(unescape(&html[start..end]))
+}
+
 /// The first POST form of a page: its action and its named inputs with their values.
 pub fn first_form(html: &str) -> Option<(String, Vec<(String, String)>)> {
     let start = html.find("<form")?;

@@ -248,9 +248,7 @@ async fn a_new_operator_creates_a_workspace_adds_a_server_tests_it_and_edits_rac
         .text()
         .await
         .unwrap();
-    let needle = "name=\"csrf_token\" value=\"";
-    let at = page.find(needle).unwrap() + needle.len();
-    let csrf = page[at..at + page[at..].find('"').unwrap()].to_owned();
+    let csrf = common::browser::csrf_field(&page).expect("the page has a form");
     for (path, form) in [
         ("/console/t/acme/workspaces/main/connectors/beta/remove", vec![("csrf_token", csrf.as_str())]),
         ("/console/t/acme/workspaces", vec![("csrf_token", csrf.as_str()), ("slug", "sneaky")]),

@@ -287,8 +287,7 @@ async fn console_in_chromium_tokens_credentials_mcp_client_permissions_and_csrf(
             .text()
             .await
             .unwrap();
-        let at = page.find("name=\"csrf_token\" value=\"").unwrap() + 26;
-        page[at..at + page[at..].find('"').unwrap()].to_owned()
+        common::browser::csrf_field(&page).expect("the page has a form")
     };
     let r = http()
         .post(format!("{base}/console/t/acme/tokens"))
