@@ -294,9 +294,7 @@ async fn every_console_page_at_both_widths_in_light_and_dark_passes_the_audit() 
     cmd.env("GATEHOUSE_PLATFORM_ADMINS", "erin@example.test");
     let served = Served::start(cmd).await;
     let base = served.base.clone();
-    let api = common::dev_sign_in_at(&base, "erin@example.test").await;
-    let r = api.write(reqwest::Method::POST, "/api/v1/tenants/acme/blueprints", serde_json::json!({ "slug": "base" })).await;
-    assert_eq!(r.status(), 201);
+    let (_, _, pages) = crate::permissions::seed(&base).await;
     for (scheme, switches) in [("light", &[][..]), ("dark", &["--force-dark-mode"][..])] {
         let chrome = Chrome::start_with(scheme, switches).await;
         chrome.sign_in(&base, "erin").await;
@@ -304,7 +302,7 @@ async fn every_console_page_at_both_widths_in_light_and_dark_passes_the_audit() 
         assert_eq!(dark, Value::Bool(scheme == "dark"), "the browser's colour scheme");
         for (width, height) in [(1280, 900), (390, 844)] {
             chrome.client.set_window_size(width, height).await.unwrap();
-            for (page, _) in crate::permissions::PAGES {
+            for (page, _) in &pages {
                 chrome.goto(&format!("{base}/console/t/acme/{page}"), &format!("{}-{width}", page.replace('/', "-"))).await;
                 let title = chrome.text("h1").await;
                 assert!(!title.starts_with("Error"), "{page}: {title}");

@@ -35,6 +35,45 @@ pub const PAGES: &[(&str, bool)] = &[
     ("ops-issues", false),
 ];
 
+/// The pages of [`PAGES`] and those that show one object by its id (a token, a service
+/// credential, a member, a suppress rule), with ids of objects seeded through the API as the
+/// owner erin, who also invites finn (a plain member, signed in). Needs the blueprint `base`
+/// of [`PAGES`] not to exist yet. Returns (erin, finn, pages).
+pub async fn seed(base: &str) -> (Browser, Browser, Vec<(String, bool)>) {
+    let erin = dev_sign_in_at(base, "erin@example.test").await;
+    let created = |path: &'static str, body: Value| {
+        let erin = erin.clone();
+        async move {
+            let r = erin.write(reqwest::Method::POST, &format!("/api/v1/tenants/acme/{path}"), body).await;
+            assert!(r.status().is_success(), "{path}: {}", r.status());
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    created("blueprints", json!({ "slug": "base" })).await;
+    created("invitations", json!({ "email": "finn@example.test", "role": "member" })).await;
+    let finn = dev_sign_in_at(base, "finn@example.test").await;
+    let id = |v: &Value, inner: &str| v[inner]["id"].as_str().or(v["id"].as_str()).expect("an id").to_owned();
+    let token = id(&created("tokens", json!({ "name": "pages" })).await, "token");
+    let credential = id(&created("service-credentials", json!({ "name": "pages" })).await, "credential");
+    let expires = (chrono::Utc::now() + chrono::TimeDelta::days(1)).to_rfc3339();
+    let rule =
+        id(&created("suppress-rules", json!({ "code": "timeout", "reason": "pages", "expires_at": expires })).await, "rule");
+    let members: Value =
+        erin.client.get(format!("{base}/api/v1/tenants/acme/members")).send().await.unwrap().json().await.unwrap();
+    let members = members.as_array().or(members["members"].as_array()).expect("a list of members").clone();
+    let member =
+        members.iter().find(|m| m["email"] == "finn@example.test").expect("finn is a member")["id"].as_str().unwrap().to_owned();
+    let mut pages: Vec<(String, bool)> = PAGES.iter().map(|(p, may)| ((*p).to_owned(), *may)).collect();
+    pages.extend([
+        (format!("tokens/{token}"), false),
+        (format!("tokens/{token}/revoke"), false),
+        (format!("service-credentials/{credential}/revoke"), false),
+        (format!("members/{member}/remove"), false),
+        (format!("suppress-rules/{rule}/revoke"), false),
+    ]);
+    (erin, finn, pages)
+}
+
 async fn get(b: &Browser, path: &str) -> (u16, String) {
     let r = b.client.get(format!("{}{path}", b.base)).send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
@@ -76,20 +115,9 @@ async fn each_page_refuses_a_member_without_its_permission_and_another_tenants_u
     cmd.env("GATEHOUSE_PLATFORM_ADMINS", "erin@example.test");
     let served = Served::start(cmd).await;
     let base = served.base.clone();
-    let erin = dev_sign_in_at(&base, "erin@example.test").await;
-    let r = erin.write(reqwest::Method::POST, "/api/v1/tenants/acme/blueprints", json!({ "slug": "base" })).await;
-    assert_eq!(r.status(), 201);
-    let r = erin
-        .write(
-            reqwest::Method::POST,
-            "/api/v1/tenants/acme/invitations",
-            json!({ "email": "finn@example.test", "role": "member" }),
-        )
-        .await;
-    assert!(r.status().is_success(), "{}", r.status());
-    let finn = dev_sign_in_at(&base, "finn@example.test").await;
+    let (erin, finn, pages) = seed(&base).await;
 
-    for (page, member_may) in PAGES {
+    for (page, member_may) in &pages {
         let path = format!("/console/t/acme/{page}");
         let (status, body) = get(&erin, &path).await;
         assert_eq!(status, 200, "the owner opens {path}: {body}");
