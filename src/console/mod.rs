@@ -29,6 +29,7 @@ mod onboarding;
 mod ops;
 mod page;
 mod policy;
+mod quotas;
 mod reports;
 mod secret_rows;
 mod setup;
@@ -73,6 +74,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(policy::router())
         .merge(blueprints::router())
         .merge(copies::router())
+        .merge(quotas::router())
         .merge(activity::router())
         .merge(dashboard::router())
         .merge(approvals::router())
@@ -174,7 +176,7 @@ pub struct NavItem {
 /// The navigation's groups, by task, in their order; each entry's key names its group.
 const NAV_GROUPS: [(&str, &[&str]); 3] = [
     ("Set up", &["workspaces", "blueprints", "setup"]),
-    ("Access", &["tokens", "credentials", "members", "sso", "mcp-clients"]),
+    ("Access", &["tokens", "credentials", "members", "sso", "mcp-clients", "quotas"]),
     ("Observe", &["dashboard", "activity", "approvals", "findings", "suppress-rules", "reports", "admin-log", "ops-issues"]),
 ];
 
@@ -313,6 +315,7 @@ fn nav(slug: &str, role: Role, ctx: &TenantCtx, platform_admin: bool) -> Vec<Nav
         items.push(item("reports", "Reports", "/reports"));
     }
     if is_admin(role) {
+        items.push(item("quotas", "Quotas", "/quotas"));
         items.push(item("admin-log", "Admin log", "/admin-log"));
         items.push(item("mcp-clients", "MCP clients", "/mcp-clients"));
         items.push(item("sso", "Single sign-on", "/sso"));

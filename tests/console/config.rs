@@ -224,6 +224,57 @@ async fn an_operator_edits_a_connector_and_the_policy_runs_a_blueprint_and_copie
     );
     assert!(chrome.text("#grant-crm").await.contains("OAuth (shared grant)"));
 
+    // Quotas: a limit without a budget is refused by field; one is added, edited, refused
+    // when changed meanwhile (keeping the form), and removed through its confirmation page.
+    chrome.goto(&format!("{base}/console/t/acme/quotas"), "quotas-empty").await;
+    chrome.fill("#q-name", "writes").await;
+    chrome.click("#save-limit").await;
+    chrome.shows("#form-error", "quota_without_budget").await;
+    chrome.shot("quota-refused").await;
+    chrome.select("#q-class", "write").await;
+    chrome.fill("#q-requests", "10").await;
+    chrome.fill("#q-window", "60").await;
+    chrome.click("#save-limit").await;
+    chrome.shows("#notice", "Limit added").await;
+    let limits = |api: common::browser::Browser| async move {
+        let r = api.client.get(format!("{}/api/v1/tenants/acme/quotas", api.base)).send().await.unwrap();
+        r.json::<Value>().await.unwrap()
+    };
+    let listed = limits(api.clone()).await;
+    assert_eq!(
+        (listed[0]["name"].as_str(), listed[0]["class"].as_str(), listed[0]["requests"].as_i64()),
+        (Some("writes"), Some("write"), Some(10))
+    );
+    let id = listed[0]["id"].as_str().unwrap().to_owned();
+    chrome.click("#limit-writes a").await;
+    chrome.shows("#limit-form-heading", "Edit writes").await;
+    chrome.shot("quota-edit").await;
+    chrome.fill("#q-daily", "500").await;
+    chrome.click("#save-limit").await;
+    chrome.shows("#notice", "Limit saved").await;
+    assert_eq!(limits(api.clone()).await[0]["daily"].as_i64(), Some(500));
+    // Changed elsewhere between this page's load and its submit: refused, nothing written.
+    chrome.click("#limit-writes a").await;
+    let version = limits(api.clone()).await[0]["version"].as_i64().unwrap();
+    let r = api
+        .write(
+            Method::PUT,
+            &format!("/api/v1/tenants/acme/quotas/{id}"),
+            json!({ "name": "writes", "per": "tenant", "class": "write", "requests": 20, "window_seconds": 60, "daily": 500, "version": version }),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    chrome.fill("#q-concurrency", "4").await;
+    chrome.click("#save-limit").await;
+    chrome.shows("#form-error", "quota_changed").await;
+    chrome.shot("quota-changed-meanwhile").await;
+    let now = &limits(api.clone()).await[0];
+    assert_eq!((now["requests"].as_i64(), now["concurrency"].as_i64()), (Some(20), None), "the refused edit wrote nothing");
+    chrome.goto(&format!("{base}/console/t/acme/quotas/{id}/remove"), "quota-remove-confirm").await;
+    chrome.click("#confirm").await;
+    chrome.shows("#notice", "Limit removed").await;
+    assert_eq!(limits(api.clone()).await, json!([]));
+
     // Every change is in the admin log.
     let log = common::admin_log_text(&t).await;
     for action in [
@@ -238,6 +289,9 @@ async fn an_operator_edits_a_connector_and_the_policy_runs_a_blueprint_and_copie
         "fork.extend",
         "snapshot.export",
         "snapshot.restore",
+        "quota.create",
+        "quota.update",
+        "quota.delete",
     ] {
         assert!(log.contains(&format!("\"action\":\"{action}\"")), "{action}");
     }

@@ -32,6 +32,7 @@ pub const PAGES: &[(&str, bool)] = &[
     ("reports/quota_usage", false),
     ("mcp-clients", false),
     ("sso", false),
+    ("quotas", false),
     ("ops-issues", false),
 ];
 
@@ -58,6 +59,8 @@ pub async fn seed(base: &str) -> (Browser, Browser, Vec<(String, bool)>) {
     let expires = (chrono::Utc::now() + chrono::TimeDelta::days(1)).to_rfc3339();
     let rule =
         id(&created("suppress-rules", json!({ "code": "timeout", "reason": "pages", "expires_at": expires })).await, "rule");
+    let quota =
+        id(&created("quotas", json!({ "name": "pages", "per": "tenant", "requests": 10, "window_seconds": 60 })).await, "limit");
     let members: Value =
         erin.client.get(format!("{base}/api/v1/tenants/acme/members")).send().await.unwrap().json().await.unwrap();
     let members = members.as_array().or(members["members"].as_array()).expect("a list of members").clone();
@@ -70,6 +73,8 @@ pub async fn seed(base: &str) -> (Browser, Browser, Vec<(String, bool)>) {
         (format!("service-credentials/{credential}/revoke"), false),
         (format!("members/{member}/remove"), false),
         (format!("suppress-rules/{rule}/revoke"), false),
+        (format!("quotas/{quota}"), false),
+        (format!("quotas/{quota}/remove"), false),
     ]);
     (erin, finn, pages)
 }
@@ -146,6 +151,7 @@ async fn each_page_refuses_a_member_without_its_permission_and_another_tenants_u
         ),
         ("/console/t/acme/workspaces/main/connectors/everything/classes", &[("class.echo", "read"), ("expected_version", "2")]),
         ("/console/t/acme/blueprints", &[("slug", "sneaky")]),
+        ("/console/t/acme/quotas", &[("name", "sneaky"), ("daily", "5")]),
         ("/console/t/acme/blueprints/base/versions", &[("document", "{}"), ("expected_latest", "0")]),
         ("/console/t/acme/workspaces/main/copies/fork", &[("slug", "sneaky")]),
         ("/console/t/acme/workspaces/main/copies/snapshot", &[]),
