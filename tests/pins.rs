@@ -6,53 +6,9 @@
 
 mod common;
 
-use std::{path::PathBuf, time::Duration};
-
-use common::{Machine, Served, TestDb, cli, eventually, gatehouse, http, mcp_tool, provision};
+use common::{Machine, Served, TestDb, changing::Downstream, cli, gatehouse, http, mcp_tool, provision};
 use serde_json::{Value, json};
 use sqlx::Executor;
-
-struct Downstream {
-    _child: tokio::process::Child,
-    url: String,
-    state: PathBuf,
-}
-
-impl Downstream {
-    async fn start() -> Downstream {
-        let state = std::env::temp_dir().join(format!("gatehouse-test-pins-{}.json", uuid::Uuid::new_v4().simple()));
-        std::fs::write(&state, "{}").unwrap();
-        let port = common::free_port();
-        let child = common::python3()
-            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/changing_server.py"))
-            .arg(port.to_string())
-            .arg(&state)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("run python3 (the changing downstream; scripts/test.sh installs its SDK)");
-        let up =
-            eventually(
-                Duration::from_secs(30),
-                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
-            )
-            .await;
-        assert!(up, "the changing downstream did not start");
-        Downstream { _child: child, url: format!("http://127.0.0.1:{port}/mcp"), state }
-    }
-
-    /// What the server lists from now on.
-    fn set(&self, state: Value) {
-        std::fs::write(&self.state, state.to_string()).unwrap();
-    }
-}
-
-impl Drop for Downstream {
-    fn drop(&mut self) {
-        std::fs::remove_file(&self.state).ok();
-    }
-}
 
 struct Setup {
     t: TestDb,

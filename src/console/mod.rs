@@ -28,6 +28,7 @@ mod members;
 mod onboarding;
 mod ops;
 mod page;
+mod pins;
 mod policy;
 mod quotas;
 mod reports;
@@ -75,6 +76,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(blueprints::router())
         .merge(copies::router())
         .merge(quotas::router())
+        .merge(pins::router())
         .merge(activity::router())
         .merge(dashboard::router())
         .merge(approvals::router())

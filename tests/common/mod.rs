@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod changing;
 pub mod codes;
 pub mod downstream;
 pub mod hostile;

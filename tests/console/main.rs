@@ -11,6 +11,7 @@ mod config;
 mod editor;
 mod pages;
 mod permissions;
+mod pins;
 
 use std::time::Duration;
 

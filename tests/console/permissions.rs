@@ -13,6 +13,7 @@ pub const PAGES: &[(&str, bool)] = &[
     ("workspaces/main", true),
     ("members", true),
     ("setup", true),
+    ("workspaces/main/tool-pins", true),
     ("workspaces/main/policy", false),
     ("workspaces/main/copies", false),
     ("workspaces/main/connectors/everything/edit", false),
