@@ -19,11 +19,11 @@ use axum::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Console, FormError, Layout, PageError, render, when, when_opt};
+use super::{Console, FormError, Layout, PageError, editor::field_issue, render, when, when_opt};
 use crate::{
     AppState,
     blueprints::{self, Decision},
-    error::{Error, FieldIssue},
+    error::Error,
     members::Permission,
     workspaces,
 };
@@ -250,10 +250,6 @@ async fn refused(c: &Console, state: &AppState, slug: &str, e: Error, document: 
     }
     let status = status_of(&error);
     show_page(c, state, slug, status, Shown { error: Some(error), document, ..Shown::default() }, None).await
-}
-
-fn field_issue(field: &str, message: impl Into<String>) -> Error {
-    Error::InvalidConfig { issues: vec![FieldIssue { field: field.into(), message: message.into() }] }
 }
 
 #[derive(Deserialize)]

@@ -140,7 +140,7 @@ fn tools(form: &NewConnector) -> Result<Vec<Value>, Error> {
     Ok(tools)
 }
 
-fn field_issue(field: &str, message: impl Into<String>) -> Error {
+pub(super) fn field_issue(field: &str, message: impl Into<String>) -> Error {
     Error::InvalidConfig { issues: vec![crate::error::FieldIssue { field: field.into(), message: message.into() }] }
 }
 
@@ -236,7 +236,7 @@ pub fn connector_json(form: &NewConnector) -> Result<Value, Error> {
     Ok(Value::Object(c))
 }
 
-fn expected(raw: &str) -> Result<Option<i32>, Error> {
+pub(super) fn expected(raw: &str) -> Result<Option<i32>, Error> {
     match raw.trim() {
         "" => Ok(None),
         v => v.parse().map(Some).map_err(|_| field_issue("expected_version", "not a configuration version")),
@@ -245,10 +245,17 @@ fn expected(raw: &str) -> Result<Option<i32>, Error> {
 
 /// A refused edit's error as the page shows it: a concurrent edit is said in the page's words.
 fn shown(e: Error) -> Result<FormError, PageError> {
+    shown_as(
+        e,
+        "This workspace's configuration changed since you opened this page; nothing was saved. The page now shows the current configuration: check it and submit again.",
+    )
+}
+
+/// A refused edit's error, `changed` the message of an edit made meanwhile (`binding_changed`).
+pub(super) fn shown_as(e: Error, changed: &str) -> Result<FormError, PageError> {
     let mut error = FormError::of(e)?;
     if error.code == "binding_changed" {
-        error.message =
-            "This workspace's configuration changed since you opened this page; nothing was saved. The page now shows the current configuration: check it and submit again.".into();
+        error.message = changed.into();
     }
     Ok(error)
 }

@@ -19,10 +19,14 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Console, FormError, Layout, PageError, render};
+use super::{
+    Console, FormError, Layout, PageError,
+    editor::{expected, field_issue, shown_as},
+    render,
+};
 use crate::{
     AppState,
-    error::{Error, FieldIssue},
+    error::Error,
     members::Permission,
     workspaces::{self, Bound},
 };
@@ -97,24 +101,21 @@ fn sections_of(bound: &Bound) -> Result<serde_json::Map<String, Value>, Error> {
     }
 }
 
-fn field_issue(field: &str, message: impl Into<String>) -> Error {
-    Error::InvalidConfig { issues: vec![FieldIssue { field: field.into(), message: message.into() }] }
+/// A refused save: its error as the page shows it (an edit made meanwhile in the page's
+/// words), and the page's status.
+fn refused(e: Error) -> Result<(FormError, StatusCode), PageError> {
+    let error = shown_as(
+        e,
+        "This workspace's configuration changed since you opened this page; nothing was saved. Your text is kept below, beside the value saved now: merge them and save again.",
+    )?;
+    let status = if error.code == "binding_changed" { StatusCode::PRECONDITION_FAILED } else { StatusCode::UNPROCESSABLE_ENTITY };
+    Ok((error, status))
 }
 
-fn expected(raw: &str) -> Result<Option<i32>, Error> {
-    match raw.trim() {
-        "" => Ok(None),
-        v => v.parse().map(Some).map_err(|_| field_issue("expected_version", "not a configuration version")),
-    }
-}
-
-/// A refused save as the page shows it; a concurrent edit in the page's words.
-fn shown(e: Error) -> Result<FormError, PageError> {
-    let mut error = FormError::of(e)?;
-    if error.code == "binding_changed" {
-        error.message = "This workspace's configuration changed since you opened this page; nothing was saved. Your text is kept below, beside the value saved now: merge them and save again.".into();
-    }
-    Ok(error)
+/// Back to the workspace page at connector `id`, which says what was saved (`what`: `edited`
+/// or `classes`) and in which version.
+fn to_connector(c: &Console, ws: &str, what: &str, id: &str, version: i32) -> Response {
+    Redirect::to(&format!("/console/t/{}/workspaces/{ws}?{what}={id}&version={version}#connector-{id}", c.slug())).into_response()
 }
 
 /// One section as the page shows it.
@@ -225,9 +226,7 @@ async fn save_policy(
             Ok(Redirect::to(&format!("/console/t/{}/workspaces/{ws}/policy?saved={key}#section-{key}", c.slug())).into_response())
         }
         Err(e) => {
-            let error = shown(e)?;
-            let status =
-                if error.code == "binding_changed" { StatusCode::PRECONDITION_FAILED } else { StatusCode::UNPROCESSABLE_ENTITY };
+            let (error, status) = refused(e)?;
             policy_page(&c, &state, &ws, status, None, Some((error, draft))).await
         }
     }
@@ -310,17 +309,10 @@ async fn save_edit(
     }
     .await;
     match saved {
-        Ok(bound) => Ok(Redirect::to(&format!(
-            "/console/t/{}/workspaces/{ws}?edited={id}&version={}#connector-{id}",
-            c.slug(),
-            bound.workspace.bound_version
-        ))
-        .into_response()),
+        Ok(bound) => Ok(to_connector(&c, &ws, "edited", &id, bound.workspace.bound_version)),
         Err(e @ Error::NotFound { .. }) => Err(e.into()),
         Err(e) => {
-            let error = shown(e)?;
-            let status =
-                if error.code == "binding_changed" { StatusCode::PRECONDITION_FAILED } else { StatusCode::UNPROCESSABLE_ENTITY };
+            let (error, status) = refused(e)?;
             edit_page(&c, &state, &ws, &id, status, Some((error, draft.config))).await
         }
     }
@@ -373,17 +365,10 @@ async fn save_classes(
     }
     .await;
     match saved {
-        Ok(bound) => Ok(Redirect::to(&format!(
-            "/console/t/{}/workspaces/{ws}?classes={id}&version={}#connector-{id}",
-            c.slug(),
-            bound.workspace.bound_version
-        ))
-        .into_response()),
+        Ok(bound) => Ok(to_connector(&c, &ws, "classes", &id, bound.workspace.bound_version)),
         Err(e @ Error::NotFound { .. }) => Err(e.into()),
         Err(e) => {
-            let error = shown(e)?;
-            let status =
-                if error.code == "binding_changed" { StatusCode::PRECONDITION_FAILED } else { StatusCode::UNPROCESSABLE_ENTITY };
+            let (error, status) = refused(e)?;
             super::workspaces::workspace_page(&c, &state, &ws, status, Some(error), None, None).await
         }
     }
