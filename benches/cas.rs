@@ -5,9 +5,12 @@
 //!   DATABASE_URL=postgres://… cargo bench --bench cas
 //!
 //! Each CAS client owns one key and swaps n → n+1 in a loop, so the figure is the cost of
-//! the whole decision (serializable transaction, tenant context, prune, conditional
-//! UPDATE, admin-log row, commit), not of contention. A contended run (16 clients, one key)
-//! is reported too. Environment: BENCH_SECONDS (default 10).
+//! the whole decision (tenant scope, prune, conditional UPDATE, admin-log row, commit: one
+//! autocommitted statement on a direct connection), not of contention. In the same rounds
+//! pgbench drives that statement itself (no Rust client), and the floor of any
+//! compare-and-set that logs its win in the same transaction (the conditional UPDATE and a
+//! log row, no row-level security, no prune). A contended run (16 clients, one key) is
+//! reported too. Environment: BENCH_SECONDS (default 10).
 
 use std::{
     sync::{
@@ -26,6 +29,9 @@ use gatehouse::{
 };
 use serde_json::json;
 use sqlx::{Connection, Executor};
+
+/// Rounds per figure; each round measures every path in turn.
+const ROUNDS: usize = 2;
 
 fn seconds() -> u64 {
     std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10)
@@ -114,24 +120,90 @@ async fn main() {
     let tenant = tenants::create(&db, &Audit::cli(), &slug, "Bench").await.unwrap().id;
 
     let mut owner = sqlx::PgConnection::connect(owner_url.expose()).await.unwrap();
-    owner.execute("DROP TABLE IF EXISTS bench_counter").await.unwrap();
+    owner.execute("DROP TABLE IF EXISTS bench_counter, bench_kv, bench_log").await.unwrap();
     owner.execute("CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL)").await.unwrap();
     owner.execute("INSERT INTO bench_counter SELECT i, 0 FROM generate_series(1, 64) i").await.unwrap();
-    let script = std::env::temp_dir().join("gatehouse-bench-update.sql");
-    std::fs::write(&script, "UPDATE bench_counter SET v = v + 1 WHERE id = :client_id + 1;\n").unwrap();
+    // The floor of any compare-and-set that logs its win in the same transaction: the
+    // conditional UPDATE and the log row (same columns, indexes and tenant foreign key as
+    // `admin_log`) as one autocommitted statement, without row-level security or the prune.
+    owner
+        .execute(
+            "CREATE TABLE bench_kv (tenant_id uuid NOT NULL REFERENCES tenants (id), key text NOT NULL, value jsonb NOT NULL,
+                                    updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tenant_id, key));
+             CREATE TABLE bench_log (LIKE admin_log INCLUDING DEFAULTS, PRIMARY KEY (id),
+                                     FOREIGN KEY (tenant_id) REFERENCES tenants (id));
+             CREATE INDEX ON bench_log (tenant_id, at, id)",
+        )
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO bench_kv (tenant_id, key, value) SELECT $1, 'k' || i, '1' FROM generate_series(1, 64) i")
+        .bind(tenant.0)
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let script = |name: &str, text: String| {
+        let path = std::env::temp_dir().join(format!("gatehouse-bench-{name}.sql"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let update = script("update", "UPDATE bench_counter SET v = v + 1 WHERE id = :client_id + 1;\n".into());
+    let floor = script(
+        "floor",
+        format!(
+            "\\set id :client_id + 1\n\
+             WITH swapped AS (UPDATE bench_kv SET value = '1', updated_at = now()\
+             WHERE tenant_id = '{tenant}' AND key = 'k' || :id AND value = '1' RETURNING 1) \
+             INSERT INTO bench_log (id, tenant_id, actor, action, target, before, after) \
+             SELECT gen_random_uuid(), '{tenant}', 'bench', 'kv.compare_and_set', 'kv-k', '1', '1' FROM swapped;\n",
+            tenant = tenant.0
+        ),
+    );
+    // The whole compare-and-set statement (scope, prune, decision, log row) with pgbench as
+    // the client: what the Rust client's own cost adds shows as the difference.
+    owner.execute(sqlx::AssertSqlSafe(format!("SET gatehouse.tenant_id = '{}'", tenant.0))).await.unwrap();
+    sqlx::query("INSERT INTO kv_entries (tenant_id, key, value) SELECT $1, 'p' || i, '1' FROM generate_series(1, 64) i")
+        .bind(tenant.0)
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    owner.execute("RESET gatehouse.tenant_id").await.unwrap();
+    let statement = script(
+        "statement",
+        format!(
+            "\\set id :client_id + 1\n\
+             SELECT gatehouse_kv_cas('{tenant}', 'p' || :id, 'update', '1', '1', NULL, 100, gen_random_uuid(), 'bench', \
+             'kv-p', '1', '1', NULL);\n",
+            tenant = tenant.0
+        ),
+    );
 
     let version: String = sqlx::query_scalar("SHOW server_version").fetch_one(&mut owner).await.unwrap();
     let fsync: String = sqlx::query_scalar("SHOW fsync").fetch_one(&mut owner).await.unwrap();
     let sync_commit: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut owner).await.unwrap();
-    println!("PostgreSQL {version}, fsync={fsync}, synchronous_commit={sync_commit}, {} s per figure", seconds());
-    println!("| clients | gatehouse CAS swaps/s | pgbench single-row UPDATE tps | CAS / UPDATE |");
-    println!("|---|---|---|---|");
+    println!(
+        "PostgreSQL {version}, fsync={fsync}, synchronous_commit={sync_commit}, {} s per figure, {ROUNDS} rounds",
+        seconds()
+    );
+    println!(
+        "| clients | round | gatehouse CAS swaps/s | its statement from pgbench | floor: UPDATE + log row | pgbench single-row UPDATE tps | CAS / UPDATE |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for clients in [1usize, 16] {
-        let (swaps, _) = cas_run(&db, tenant, clients, false).await;
-        let tps = pgbench(&bin_dir, owner_url.expose(), clients, &script);
-        println!("| {clients} | {swaps:.0} | {tps:.0} | {:.0}% |", swaps / tps * 100.0);
+        for round in 1..=ROUNDS {
+            let (swaps, _) = cas_run(&db, tenant, clients, false).await;
+            let alone = pgbench(&bin_dir, owner_url.expose(), clients, &statement);
+            let least = pgbench(&bin_dir, owner_url.expose(), clients, &floor);
+            let tps = pgbench(&bin_dir, owner_url.expose(), clients, &update);
+            println!(
+                "| {clients} | {round} | {swaps:.0} | {alone:.0} ({:.0}%) | {least:.0} ({:.0}%) | {tps:.0} | {:.0}% |",
+                alone / tps * 100.0,
+                least / tps * 100.0,
+                swaps / tps * 100.0
+            );
+        }
     }
     let (swaps, attempts) = cas_run(&db, tenant, 16, true).await;
     println!("\ncontended: 16 clients on one key: {swaps:.0} swaps/s won, {attempts:.0} attempts/s");
+    owner.execute("DROP TABLE bench_kv, bench_log").await.unwrap();
     owner.execute("DROP TABLE bench_counter").await.unwrap();
 }

@@ -194,6 +194,64 @@ async fn compare_and_set_race_has_exactly_one_winner() {
     assert_eq!(log_count(&t, tenant).await, 50);
 }
 
+/// Issue 20 §3: on a direct connection a compare-and-set is one autocommitted statement (the
+/// `gatehouse_kv_cas` function, which takes its own scope), not a transaction. It counts each
+/// call, wins and loses as the transaction form did, logs exactly its wins, and leaves no
+/// scope behind on the pooled connection: the next statement on it sees no tenant's rows.
+#[tokio::test]
+async fn compare_and_set_is_one_statement_that_takes_and_drops_its_own_scope() {
+    let (t, tenant) = setup().await;
+    let other = tenants::create(&t.db, &Audit::cli(), "other", "Other").await.unwrap().id;
+    let mut owner = t.admin_conn().await;
+    owner.execute(sqlx::AssertSqlSafe(format!("ALTER DATABASE {} SET track_functions = 'pl'", t.name))).await.unwrap();
+    // One connection, opened after the setting, so every statement below shares it.
+    let db = gatehouse::db::Db::connect(&t.url, 1).await.unwrap();
+    assert!(db.one_statement_fits(Scope::Tenant(tenant)));
+    let a = Audit::cli();
+    let cas = |tenant: TenantId, e: Expect, n: Next| {
+        let (db, a) = (&db, &a);
+        async move { kv::compare_and_set(db, tenant, a, &key("k"), &e, &n, None).await.unwrap() }
+    };
+    assert!(cas(tenant, Expect::Absent, Next::Value(val(json!(1)))).await);
+    assert!(cas(other, Expect::Absent, Next::Value(val(json!("theirs")))).await, "the same key is another tenant's own");
+    assert!(!cas(tenant, Expect::Value(val(json!(2))), Next::Value(val(json!(3)))).await);
+    assert!(cas(tenant, Expect::Value(val(json!(1))), Next::Value(val(json!(2)))).await);
+    assert!(!cas(tenant, Expect::Value(val(json!("theirs"))), Next::Delete).await, "another tenant's value is not seen");
+    assert!(cas(tenant, Expect::Value(val(json!(2))), Next::Delete).await);
+    assert_eq!(kv::get(&db, tenant, &key("k")).await.unwrap(), None);
+    assert_eq!(kv::get(&db, other, &key("k")).await.unwrap().unwrap().value, json!("theirs"));
+    assert_eq!(log_count(&t, tenant).await, 3, "the three wins, each logged once");
+    assert_eq!(log_count(&t, other).await, 1);
+
+    // The connection the statements ran on carries no scope afterwards.
+    let mut conn = db.pool().acquire().await.unwrap();
+    let (user, scope): (String, Option<String>) =
+        sqlx::query_as("SELECT current_user::text, nullif(current_setting('gatehouse.tenant_id', true), '')")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+    assert_eq!((user.as_str(), scope), ("gatehouse_app", None));
+    let visible: i64 = sqlx::query_scalar("SELECT count(*) FROM kv_entries").fetch_one(&mut *conn).await.unwrap();
+    assert_eq!(visible, 0, "row-level security still hides every tenant's rows outside a scope");
+    drop(conn);
+    // Six compare-and-sets went through the function; closing the pool ends its backend,
+    // which reports the calls it counted.
+    db.pool().close().await;
+    let mut seen = 0;
+    for _ in 0..750 {
+        seen = sqlx::query_scalar::<_, i64>("SELECT calls FROM pg_stat_user_functions WHERE funcname = 'gatehouse_kv_cas'")
+            .fetch_optional(&mut owner)
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        if seen >= 6 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen, 6, "each compare-and-set is one call of gatehouse_kv_cas");
+}
+
 /// A real write-skew conflict: each transaction reads the key the other writes. One of them
 /// must get SQLSTATE 40001 and succeed on a retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

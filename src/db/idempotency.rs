@@ -104,6 +104,14 @@ pub fn replay(tenant: TenantId) {
     let _ = PENDING.try_with(|p| p.set(Phase::Replay(tenant)));
 }
 
+/// Whether the current request's key waits to be claimed by a transaction of `scope`'s
+/// tenant: such a mutation must run in a transaction (the claim is a statement of it), never
+/// as a lone autocommitted statement.
+pub(super) fn armed_for(scope: Scope) -> bool {
+    let Ok(pending) = PENDING.try_with(|p| p.clone()) else { return false };
+    matches!((pending.phase(), scope), (Phase::Armed(tenant), Scope::Tenant(within)) if tenant == within)
+}
+
 /// Inside a transaction about to commit: if the request's key is armed for this tenant and
 /// the transaction wrote something, inserts the key's row (or takes over an expired one).
 /// When another request holds the key, answers an error, so the transaction rolls back.

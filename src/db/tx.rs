@@ -30,7 +30,7 @@ impl Db {
         T: Send + 'a,
     {
         let operation = Operation::caller();
-        async move { self.run(scope, Isolation::Serializable, work, operation).await.map(|(value, _)| value) }
+        async move { self.run(Shape::Transaction(scope, Isolation::Serializable), work, operation).await.map(|(value, _)| value) }
     }
 
     /// [`Db::serializable`], also returning how many attempts it took.
@@ -41,7 +41,7 @@ impl Db {
         T: Send + 'a,
     {
         let operation = Operation::caller();
-        async move { self.run(scope, Isolation::Serializable, work, operation).await }
+        async move { self.run(Shape::Transaction(scope, Isolation::Serializable), work, operation).await }
     }
 
     /// The same helper at READ COMMITTED, for transactions whose only decision is one
@@ -56,11 +56,36 @@ impl Db {
         T: Send + 'a,
     {
         let operation = Operation::caller();
-        async move { self.run(scope, Isolation::ReadCommitted, work, operation).await.map(|(value, _)| value) }
+        async move { self.run(Shape::Transaction(scope, Isolation::ReadCommitted), work, operation).await.map(|(value, _)| value) }
+    }
+
+    /// A single decision written as one autocommitted statement that takes its own
+    /// transaction-local scope first (a database function such as `gatehouse_kv_cas`): one
+    /// round trip instead of three. Retried like a transaction on a conflict, a read-only node
+    /// or a connection lost before the statement was sent; a connection lost after it was sent
+    /// answers 503 `database_commit_unknown`, as a lost COMMIT does. Such a statement must
+    /// move no tenant epoch (nothing waits for replicas after it). Callers check
+    /// [`Db::one_statement_fits`] first and run their transaction form otherwise.
+    #[track_caller]
+    pub fn one_statement<'a, T, F>(&self, work: F) -> impl Future<Output = Result<T>>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        let operation = Operation::caller();
+        async move { self.run(Shape::Statement, work, operation).await.map(|(value, _)| value) }
+    }
+
+    /// Whether a decision for `scope` may run through [`Db::one_statement`]: not behind a
+    /// transaction pooler (the statement's prepare and its execution could land on different
+    /// server sessions), and not when the request's Idempotency-Key is to be claimed, which
+    /// takes a statement of the same transaction.
+    pub fn one_statement_fits(&self, scope: Scope) -> bool {
+        self.pooler == Pooler::Session && !idempotency::armed_for(scope)
     }
 
     #[tracing::instrument(skip_all, fields(attempts))]
-    async fn run<'a, T, F>(&self, scope: Scope, isolation: Isolation, mut work: F, operation: Operation) -> Result<(T, u32)>
+    async fn run<'a, T, F>(&self, shape: Shape, mut work: F, operation: Operation) -> Result<(T, u32)>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
         T: Send + 'a,
@@ -68,7 +93,7 @@ impl Db {
         let mut attempt = 1;
         let started = std::time::Instant::now();
         loop {
-            match self.attempt(scope, isolation, &mut work).await {
+            match self.attempt(shape, &mut work).await {
                 Ok(value) => {
                     tracing::Span::current().record("attempts", attempt);
                     if attempt > 1 {
@@ -118,11 +143,15 @@ impl Db {
         }
     }
 
-    async fn attempt<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T, Failed>
+    async fn attempt<'a, T, F>(&self, shape: Shape, work: &mut F) -> Result<T, Failed>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
     {
-        self.attempt_once(scope, isolation, work).await.inspect_err(|failed| {
+        let attempted = match shape {
+            Shape::Transaction(scope, isolation) => self.attempt_once(scope, isolation, work).await,
+            Shape::Statement => self.attempt_statement(work).await,
+        };
+        attempted.inspect_err(|failed| {
             let (Failed::BeforeCommit(e) | Failed::AtCommit(e)) = failed;
             self.saw(e);
         })
@@ -181,13 +210,7 @@ impl Db {
                 // so this is never retried here (the client may, with an Idempotency-Key).
                 self.saw(&e);
                 tracing::warn!(error = %e, "connection lost during COMMIT; outcome unknown");
-                return Err(Failed::AtCommit(Error::Unavailable {
-                    code: "database_commit_unknown",
-                    message: "the database connection was lost during commit: the change may or may not have been \
-                              saved; retry with the same Idempotency-Key to find out"
-                        .into(),
-                    retry_after_ms: Some(500),
-                }));
+                return Err(Failed::AtCommit(commit_unknown()));
             }
         };
         open.finish();
@@ -201,6 +224,48 @@ impl Db {
         replica::wait_for_acks(self, &moved, self.ack_wait).await.map_err(Failed::AtCommit)?;
         Ok(value)
     }
+
+    /// One autocommitted statement on a pooled connection. An error the server answered with
+    /// rolled the statement back (nothing was saved), so it may run again; a connection lost
+    /// after the statement was sent leaves the outcome unknown.
+    async fn attempt_statement<'a, T, F>(&self, work: &mut F) -> Result<T, Failed>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
+    {
+        let mut conn = self.pool.acquire().await.map_err(|e| Failed::BeforeCommit(e.into()))?;
+        match work(&mut conn, PhantomData).await {
+            Ok(value) => Ok(value),
+            Err(e) if e.is_connection_loss() && e.sqlstate().as_deref() != Some(READ_ONLY) => {
+                conn.close_on_drop();
+                self.saw(&e);
+                tracing::warn!(error = %e, "connection lost during an autocommitted statement; outcome unknown");
+                Err(Failed::AtCommit(commit_unknown()))
+            }
+            Err(e) => Err(Failed::BeforeCommit(e)),
+        }
+    }
+}
+
+/// A write reached a read-only node: refused, so nothing was saved.
+const READ_ONLY: &str = "25006";
+
+/// The answer when a commit was sent and no answer came.
+fn commit_unknown() -> Error {
+    Error::Unavailable {
+        code: "database_commit_unknown",
+        message: "the database connection was lost during commit: the change may or may not have been saved; retry \
+                  with the same Idempotency-Key to find out"
+            .into(),
+        retry_after_ms: Some(500),
+    }
+}
+
+/// What one attempt runs: a transaction this helper begins and commits, or one autocommitted
+/// statement that carries its own scope.
+#[derive(Clone, Copy)]
+enum Shape {
+    Transaction(Scope, Isolation),
+    Statement,
 }
 
 /// How a transaction attempt failed: before its COMMIT was sent (nothing was saved, so it may

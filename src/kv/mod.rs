@@ -186,33 +186,42 @@ pub async fn compare_and_set(
 ) -> Result<bool> {
     // The decision is one conditional statement, and the admin log's before/after are the
     // expected and next values, so this needs no serializable snapshot. The prune, the decision
-    // and the log row are one statement (one round trip, see `store::compare_and_set`).
-    db.single_decision(Scope::Tenant(tenant), |conn, _| {
-        Box::pin(async move {
-            let k = key.as_str();
-            let (decision, before, after) = match (expect, next) {
-                (Expect::Absent, Next::Value(v)) => (store::Decision::InsertIfAbsent { value: &v.0, ttl_ms }, None, Some(&v.0)),
-                (Expect::Value(e), Next::Value(v)) => {
-                    (store::Decision::UpdateIfEqual { expected: &e.0, next: &v.0, ttl_ms }, Some(&e.0), Some(&v.0))
-                }
-                (Expect::Value(e), Next::Delete) => (store::Decision::DeleteIfEqual { expected: &e.0 }, Some(&e.0), None),
-                // Nothing to change: the expectation is the whole answer.
-                (Expect::Absent, Next::Delete) => {
-                    store::prune(&mut *conn, tenant).await?;
-                    return Ok(store::get(&mut *conn, tenant, k).await?.is_none());
-                }
-            };
-            let logged = store::Logged {
-                id: uuid::Uuid::now_v7(),
-                audit,
-                target: format!("kv:{k}"),
-                before: before.map(|v| json!({ "value": v })),
-                after: after.map(|v| json!({ "value": v })),
-            };
-            store::compare_and_set(conn, tenant, k, decision, logged).await
-        })
-    })
-    .await
+    // and the log row are one statement; where it may, that statement also takes its own scope
+    // and commits alone (one round trip, see `Db::one_statement`), else it runs in a
+    // transaction (three: BEGIN with the scope, the statement, COMMIT).
+    let alone = db.one_statement_fits(Scope::Tenant(tenant));
+    let k = key.as_str();
+    let (decision, before, after) = match (expect, next) {
+        (Expect::Absent, Next::Value(v)) => (store::Decision::InsertIfAbsent { value: &v.0, ttl_ms }, None, Some(&v.0)),
+        (Expect::Value(e), Next::Value(v)) => {
+            (store::Decision::UpdateIfEqual { expected: &e.0, next: &v.0, ttl_ms }, Some(&e.0), Some(&v.0))
+        }
+        (Expect::Value(e), Next::Delete) => (store::Decision::DeleteIfEqual { expected: &e.0 }, Some(&e.0), None),
+        // Nothing to change: the expectation is the whole answer.
+        (Expect::Absent, Next::Delete) => {
+            return db
+                .single_decision(Scope::Tenant(tenant), |conn, _| {
+                    Box::pin(async move {
+                        store::prune(&mut *conn, tenant).await?;
+                        Ok(store::get(&mut *conn, tenant, k).await?.is_none())
+                    })
+                })
+                .await;
+        }
+    };
+    let logged = || store::Logged {
+        id: uuid::Uuid::now_v7(),
+        audit,
+        target: format!("kv:{k}"),
+        before: before.map(|v| json!({ "value": v })),
+        after: after.map(|v| json!({ "value": v })),
+    };
+    if alone {
+        db.one_statement(|conn, _| Box::pin(store::compare_and_set_alone(conn, tenant, k, decision, logged()))).await
+    } else {
+        db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::compare_and_set(conn, tenant, k, decision, logged())))
+            .await
+    }
 }
 
 async fn log(

@@ -74,6 +74,7 @@ pub struct Logged<'a> {
 }
 
 /// What a compare-and-set decides with: the conditional statement at its heart.
+#[derive(Clone, Copy)]
 pub enum Decision<'a> {
     /// Insert only when no live row holds the key (an expired one is replaced).
     InsertIfAbsent { value: &'a Value, ttl_ms: Option<i64> },
@@ -170,6 +171,41 @@ pub async fn compare_and_set(
         }
     };
     Ok(won)
+}
+
+/// The same prune, decision and log row as [`compare_and_set`], as one autocommitted statement
+/// that takes its own scope (the `gatehouse_kv_cas` function): run it only through
+/// [`crate::db::Db::one_statement`], never inside a transaction.
+pub async fn compare_and_set_alone(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    key: &str,
+    decision: Decision<'_>,
+    log: Logged<'_>,
+) -> Result<bool> {
+    let (kind, expected, next, ttl_ms) = match decision {
+        Decision::InsertIfAbsent { value, ttl_ms } => ("insert", None, Some(value), ttl_ms),
+        Decision::UpdateIfEqual { expected, next, ttl_ms } => ("update", Some(expected), Some(next), ttl_ms),
+        Decision::DeleteIfEqual { expected } => ("delete", Some(expected), None, None),
+    };
+    Ok(sqlx::query_scalar!(
+        r#"SELECT gatehouse_kv_cas($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS "won!""#,
+        tenant.0,
+        key,
+        kind,
+        expected,
+        next,
+        ttl_ms,
+        PRUNE_BATCH,
+        log.id,
+        &log.audit.actor,
+        &log.target,
+        log.before.as_ref(),
+        log.after.as_ref(),
+        log.audit.request_id.as_deref(),
+    )
+    .fetch_one(conn)
+    .await?)
 }
 
 /// Deletes the live row (only when it equals `expected`, if given); returns its value.

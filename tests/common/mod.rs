@@ -155,6 +155,17 @@ impl TestDb {
         (owner, name)
     }
 
+    /// A connection to this database as the server's administrator (a superuser on the
+    /// embedded cluster), for the settings only a superuser may change.
+    pub async fn admin_conn(&self) -> PgConnection {
+        let url = match (&self.own, server().await) {
+            (Some(own), _) => own.cluster().admin_url(&self.name).expose().to_owned(),
+            (None, Server::Embedded(c)) => c.admin_url(&self.name).expose().to_owned(),
+            (None, Server::External(url)) => with_database(url, &self.name),
+        };
+        PgConnection::connect(&url).await.expect("connect as admin")
+    }
+
     /// A connection as the schema owner (bypasses nothing: RLS is FORCEd), for test setup
     /// that the application role may not do.
     pub async fn owner_conn(&self) -> PgConnection {
