@@ -24,7 +24,7 @@ use gatehouse::{
     admin_log::Audit,
     config::Secret,
     db::{Db, embedded, migrate},
-    kv::{self, BoundedValue, Expect, Key, Next},
+    kv::{self, BoundedValue, CasForm, Expect, Key, Next},
     tenants::{self, TenantId},
 };
 use serde_json::json;
@@ -37,7 +37,7 @@ fn seconds() -> u64 {
     std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10)
 }
 
-async fn cas_run(db: &Db, tenant: TenantId, clients: usize, shared_key: bool) -> (f64, f64) {
+async fn cas_run(db: &Db, form: CasForm, tenant: TenantId, clients: usize, shared_key: bool) -> (f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let (swaps, attempts) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let run_id = uuid::Uuid::new_v4().simple().to_string();
@@ -56,7 +56,7 @@ async fn cas_run(db: &Db, tenant: TenantId, clients: usize, shared_key: bool) ->
                 let next_n = current.map_or(0, |n| n + 1);
                 let next = Next::Value(BoundedValue::parse(json!(next_n)).unwrap());
                 attempts.fetch_add(1, Ordering::Relaxed);
-                if kv::compare_and_set(&db, tenant, &audit, &key, &expect, &next, None).await.unwrap() {
+                if kv::compare_and_set_as(&db, form, tenant, &audit, &key, &expect, &next, None).await.unwrap() {
                     swaps.fetch_add(1, Ordering::Relaxed);
                     current = Some(next_n);
                 } else {
@@ -185,24 +185,27 @@ async fn main() {
         seconds()
     );
     println!(
-        "| clients | round | gatehouse CAS swaps/s | its statement from pgbench | floor: UPDATE + log row | pgbench single-row UPDATE tps | CAS / UPDATE |"
+        "| clients | round | CAS, one statement | CAS, transaction | its statement from pgbench | floor: UPDATE + log row | pgbench single-row UPDATE tps |"
     );
     println!("|---|---|---|---|---|---|---|");
+    let share = |n: f64, of: f64| format!("{n:.0} ({:.0}%)", n / of * 100.0);
     for clients in [1usize, 16] {
         for round in 1..=ROUNDS {
-            let (swaps, _) = cas_run(&db, tenant, clients, false).await;
+            let (swaps, _) = cas_run(&db, CasForm::Statement, tenant, clients, false).await;
+            let (in_tx, _) = cas_run(&db, CasForm::Transaction, tenant, clients, false).await;
             let alone = pgbench(&bin_dir, owner_url.expose(), clients, &statement);
             let least = pgbench(&bin_dir, owner_url.expose(), clients, &floor);
             let tps = pgbench(&bin_dir, owner_url.expose(), clients, &update);
             println!(
-                "| {clients} | {round} | {swaps:.0} | {alone:.0} ({:.0}%) | {least:.0} ({:.0}%) | {tps:.0} | {:.0}% |",
-                alone / tps * 100.0,
-                least / tps * 100.0,
-                swaps / tps * 100.0
+                "| {clients} | {round} | {} | {} | {} | {} | {tps:.0} |",
+                share(swaps, tps),
+                share(in_tx, tps),
+                share(alone, tps),
+                share(least, tps)
             );
         }
     }
-    let (swaps, attempts) = cas_run(&db, tenant, 16, true).await;
+    let (swaps, attempts) = cas_run(&db, CasForm::Statement, tenant, 16, true).await;
     println!("\ncontended: 16 clients on one key: {swaps:.0} swaps/s won, {attempts:.0} attempts/s");
     owner.execute("DROP TABLE bench_kv, bench_log").await.unwrap();
     owner.execute("DROP TABLE bench_counter").await.unwrap();

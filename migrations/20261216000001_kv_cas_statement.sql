@@ -8,11 +8,11 @@
 -- statement's own implicit transaction. The code calls it only as a statement of its own
 -- (never inside a transaction it began), so the scope never outlives the call.
 --
--- The statement itself is the one `kv/store.rs` ran inside a transaction: the prune (of other
--- keys' expired rows), the conditional decision, and the admin-log row inserted from the
--- decision's RETURNING, so the log row exists exactly when the decision won. At READ
--- COMMITTED (an implicit transaction's default) the decision is re-checked on the latest row
--- version under its row lock. No tenant epoch moves here, so no replica waits.
+-- Its body does what `kv/store.rs` does inside a transaction: the prune (of other keys'
+-- expired rows), the conditional decision, and the admin-log row exactly when the decision
+-- won, all in the statement's one implicit transaction. At READ COMMITTED (an implicit
+-- transaction's default) the decision is re-checked on the latest row version under its row
+-- lock. No tenant epoch moves here, so no replica waits.
 --
 -- p_kind: 'insert' (only when no live row holds the key; an expired one is replaced),
 -- 'update' (the live value equals p_expected), 'delete' (the same, then delete).
@@ -27,53 +27,32 @@ DECLARE
 BEGIN
     SET LOCAL ROLE gatehouse_app;
     PERFORM set_config('gatehouse.tenant_id', p_tenant::text, true);
+    -- The prune leaves the CAS's own key alone: the decision treats an expired row of it as
+    -- absent. A MATERIALIZED CTE runs the locking sub-select once (see `kv/store.rs`).
+    WITH doomed AS MATERIALIZED (
+             SELECT key FROM kv_entries WHERE tenant_id = p_tenant AND expires_at <= now() AND key <> p_key
+             ORDER BY expires_at LIMIT p_prune FOR UPDATE SKIP LOCKED)
+    DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = p_tenant AND k.key = doomed.key;
     IF p_kind = 'insert' THEN
-        WITH doomed AS MATERIALIZED (
-                 SELECT key FROM kv_entries WHERE tenant_id = p_tenant AND expires_at <= now() AND key <> p_key
-                 ORDER BY expires_at LIMIT p_prune FOR UPDATE SKIP LOCKED),
-             pruned AS (DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = p_tenant AND k.key = doomed.key),
-             swapped AS (
-                 INSERT INTO kv_entries (tenant_id, key, value, expires_at)
-                 VALUES (p_tenant, p_key, p_next, now() + p_ttl_ms * interval '1 millisecond')
-                 ON CONFLICT (tenant_id, key) DO UPDATE
-                     SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
-                     WHERE kv_entries.expires_at IS NOT NULL AND kv_entries.expires_at <= now()
-                 RETURNING 1),
-             logged AS (INSERT INTO admin_log (id, tenant_id, actor, action, target, before, after, request_id)
-                        SELECT p_log_id, p_tenant, p_actor, 'kv.compare_and_set', p_target, p_before, p_after, p_request_id
-                        FROM swapped)
-        SELECT EXISTS (SELECT 1 FROM swapped) INTO won;
+        INSERT INTO kv_entries (tenant_id, key, value, expires_at)
+        VALUES (p_tenant, p_key, p_next, now() + p_ttl_ms * interval '1 millisecond')
+        ON CONFLICT (tenant_id, key) DO UPDATE
+            SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
+            WHERE kv_entries.expires_at IS NOT NULL AND kv_entries.expires_at <= now();
     ELSIF p_kind = 'update' THEN
-        WITH doomed AS MATERIALIZED (
-                 SELECT key FROM kv_entries WHERE tenant_id = p_tenant AND expires_at <= now() AND key <> p_key
-                 ORDER BY expires_at LIMIT p_prune FOR UPDATE SKIP LOCKED),
-             pruned AS (DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = p_tenant AND k.key = doomed.key),
-             swapped AS (
-                 UPDATE kv_entries
-                    SET value = p_next, expires_at = now() + p_ttl_ms * interval '1 millisecond', updated_at = now()
-                  WHERE tenant_id = p_tenant AND key = p_key AND value = p_expected
-                    AND (expires_at IS NULL OR expires_at > now())
-                 RETURNING 1),
-             logged AS (INSERT INTO admin_log (id, tenant_id, actor, action, target, before, after, request_id)
-                        SELECT p_log_id, p_tenant, p_actor, 'kv.compare_and_set', p_target, p_before, p_after, p_request_id
-                        FROM swapped)
-        SELECT EXISTS (SELECT 1 FROM swapped) INTO won;
+        UPDATE kv_entries SET value = p_next, expires_at = now() + p_ttl_ms * interval '1 millisecond', updated_at = now()
+         WHERE tenant_id = p_tenant AND key = p_key AND value = p_expected AND (expires_at IS NULL OR expires_at > now());
     ELSIF p_kind = 'delete' THEN
-        WITH doomed AS MATERIALIZED (
-                 SELECT key FROM kv_entries WHERE tenant_id = p_tenant AND expires_at <= now() AND key <> p_key
-                 ORDER BY expires_at LIMIT p_prune FOR UPDATE SKIP LOCKED),
-             pruned AS (DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = p_tenant AND k.key = doomed.key),
-             swapped AS (
-                 DELETE FROM kv_entries
-                  WHERE tenant_id = p_tenant AND key = p_key AND value = p_expected
-                    AND (expires_at IS NULL OR expires_at > now())
-                 RETURNING 1),
-             logged AS (INSERT INTO admin_log (id, tenant_id, actor, action, target, before, after, request_id)
-                        SELECT p_log_id, p_tenant, p_actor, 'kv.compare_and_set', p_target, p_before, p_after, p_request_id
-                        FROM swapped)
-        SELECT EXISTS (SELECT 1 FROM swapped) INTO won;
+        DELETE FROM kv_entries
+         WHERE tenant_id = p_tenant AND key = p_key AND value = p_expected AND (expires_at IS NULL OR expires_at > now());
     ELSE
         RAISE EXCEPTION 'gatehouse_kv_cas: unknown kind %', p_kind USING ERRCODE = '22023';
+    END IF;
+    -- FOUND: the decision wrote its row (an ON CONFLICT whose WHERE refused writes none).
+    won := FOUND;
+    IF won THEN
+        INSERT INTO admin_log (id, tenant_id, actor, action, target, before, after, request_id)
+        VALUES (p_log_id, p_tenant, p_actor, 'kv.compare_and_set', p_target, p_before, p_after, p_request_id);
     END IF;
     RETURN won;
 END

@@ -16,7 +16,7 @@ use gatehouse::{
     admin_log::Audit,
     db::Scope,
     error::Error,
-    kv::{self, BoundedValue, Expect, Key, Next},
+    kv::{self, BoundedValue, CasForm, Expect, Key, Next},
     tenants::{self, TenantId},
 };
 use serde_json::{Value, json};
@@ -145,12 +145,18 @@ async fn remaining(owner: &mut sqlx::PgConnection) -> i64 {
 
 #[tokio::test]
 async fn compare_and_set_semantics() {
+    for form in [CasForm::Statement, CasForm::Transaction] {
+        semantics_through(form).await;
+    }
+}
+
+async fn semantics_through(form: CasForm) {
     let (t, tenant) = setup().await;
     let a = Audit::cli();
     let k = key("k");
     let cas = |e: Expect, n: Next| {
         let (db, a, k) = (&t.db, &a, &k);
-        async move { kv::compare_and_set(db, tenant, a, k, &e, &n, None).await.unwrap() }
+        async move { kv::compare_and_set_as(db, form, tenant, a, k, &e, &n, None).await.unwrap() }
     };
     assert!(cas(Expect::Absent, Next::Delete).await, "absent is absent");
     assert!(cas(Expect::Absent, Next::Value(val(json!({"a": 1, "b": [1, 2]})))).await);
@@ -165,33 +171,36 @@ async fn compare_and_set_semantics() {
     assert_eq!(log_count(&t, tenant).await, 3, "only the three winning swaps are logged");
 }
 
-/// 64 tasks race compare-and-set on one key, 50 times over: exactly one winner each round,
-/// and exactly one admin-log row per round.
+/// 64 tasks race compare-and-set on one key, 30 times over in each form: exactly one winner
+/// each round, and exactly one admin-log row per round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn compare_and_set_race_has_exactly_one_winner() {
     let (t, tenant) = setup().await;
     let db = Arc::new(t.db.clone());
-    for round in 0..50 {
-        let k = format!("race/{round}");
-        let mut tasks = Vec::new();
-        for task in 0..64 {
-            let (db, k) = (db.clone(), k.clone());
-            tasks.push(tokio::spawn(async move {
-                let audit = Audit { actor: format!("task:{task}"), request_id: None };
-                kv::compare_and_set(&db, tenant, &audit, &key(&k), &Expect::Absent, &Next::Value(val(json!(task))), None).await
-            }));
-        }
-        let mut winners = Vec::new();
-        for (i, task) in tasks.into_iter().enumerate() {
-            if task.await.unwrap().unwrap() {
-                winners.push(i);
+    for form in [CasForm::Statement, CasForm::Transaction] {
+        for round in 0..30 {
+            let k = format!("race/{form:?}/{round}");
+            let mut tasks = Vec::new();
+            for task in 0..64 {
+                let (db, k) = (db.clone(), k.clone());
+                tasks.push(tokio::spawn(async move {
+                    let audit = Audit { actor: format!("task:{task}"), request_id: None };
+                    let value = Next::Value(val(json!(task)));
+                    kv::compare_and_set_as(&db, form, tenant, &audit, &key(&k), &Expect::Absent, &value, None).await
+                }));
             }
+            let mut winners = Vec::new();
+            for (i, task) in tasks.into_iter().enumerate() {
+                if task.await.unwrap().unwrap() {
+                    winners.push(i);
+                }
+            }
+            assert_eq!(winners.len(), 1, "{form:?} round {round}: winners {winners:?}");
+            let stored = kv::get(&t.db, tenant, &key(&k)).await.unwrap().unwrap().value;
+            assert_eq!(stored, json!(winners[0]), "{form:?} round {round}: the stored value is the winner's");
         }
-        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
-        let stored = kv::get(&t.db, tenant, &key(&k)).await.unwrap().unwrap().value;
-        assert_eq!(stored, json!(winners[0]), "round {round}: the stored value is the winner's");
     }
-    assert_eq!(log_count(&t, tenant).await, 50);
+    assert_eq!(log_count(&t, tenant).await, 60);
 }
 
 /// Issue 20 §3: on a direct connection a compare-and-set is one autocommitted statement (the

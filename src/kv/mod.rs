@@ -184,12 +184,38 @@ pub async fn compare_and_set(
     next: &Next,
     ttl_ms: Option<i64>,
 ) -> Result<bool> {
+    compare_and_set_as(db, CasForm::Statement, tenant, audit, key, expect, next, ttl_ms).await
+}
+
+/// How a compare-and-set reaches the database. Both decide and log alike (`tests/kv.rs` runs
+/// its semantics through each); the benchmark compares them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CasForm {
+    /// One autocommitted statement that takes its own scope (one round trip), where
+    /// [`Db::one_statement_fits`]; the transaction otherwise.
+    Statement,
+    /// A transaction: BEGIN with the scope, the statement, COMMIT (three round trips).
+    Transaction,
+}
+
+/// [`compare_and_set`] in the form asked for (see [`CasForm`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn compare_and_set_as(
+    db: &Db,
+    form: CasForm,
+    tenant: TenantId,
+    audit: &Audit,
+    key: &Key,
+    expect: &Expect,
+    next: &Next,
+    ttl_ms: Option<i64>,
+) -> Result<bool> {
     // The decision is one conditional statement, and the admin log's before/after are the
     // expected and next values, so this needs no serializable snapshot. The prune, the decision
     // and the log row are one statement; where it may, that statement also takes its own scope
     // and commits alone (one round trip, see `Db::one_statement`), else it runs in a
     // transaction (three: BEGIN with the scope, the statement, COMMIT).
-    let alone = db.one_statement_fits(Scope::Tenant(tenant));
+    let alone = form == CasForm::Statement && db.one_statement_fits(Scope::Tenant(tenant));
     let k = key.as_str();
     let (decision, before, after) = match (expect, next) {
         (Expect::Absent, Next::Value(v)) => (store::Decision::InsertIfAbsent { value: &v.0, ttl_ms }, None, Some(&v.0)),
