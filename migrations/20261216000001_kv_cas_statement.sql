@@ -5,14 +5,15 @@
 -- the application role (a no-op where the session already has it; it keeps row-level security
 -- on for a session that connected as the owner, as every transaction's `SET LOCAL ROLE` does),
 -- then the tenant. Both are LOCAL, so they end with the
--- statement's own implicit transaction. The code calls it only as a statement of its own
--- (never inside a transaction it began), so the scope never outlives the call.
+-- statement's own implicit transaction. The code calls it as a statement of its own, or
+-- inside a transaction already scoped to the same tenant (behind a transaction pooler, or with
+-- an Idempotency-Key to claim), where these settings change nothing; so the scope never
+-- outlives what the caller meant.
 --
--- Its body does what `kv/store.rs` does inside a transaction: the prune (of other keys'
--- expired rows), the conditional decision, and the admin-log row exactly when the decision
--- won, all in the statement's one implicit transaction. At READ COMMITTED (an implicit
--- transaction's default) the decision is re-checked on the latest row version under its row
--- lock. No tenant epoch moves here, so no replica waits.
+-- Its body is the whole compare-and-set: the prune (of other keys' expired rows), the
+-- conditional decision, and the admin-log row exactly when the decision won, all in one
+-- transaction. At READ COMMITTED (an implicit transaction's default, and the transaction
+-- form's) the decision is re-checked on the latest row version under its row lock. No tenant epoch moves here, so no replica waits.
 --
 -- p_kind: 'insert' (only when no live row holds the key; an expired one is replaced),
 -- 'update' (the live value equals p_expected), 'delete' (the same, then delete).

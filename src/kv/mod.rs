@@ -243,7 +243,7 @@ pub async fn compare_and_set_as(
         after: after.map(|v| json!({ "value": v })),
     };
     if alone {
-        db.one_statement(|conn, _| Box::pin(store::compare_and_set_alone(conn, tenant, k, decision, logged()))).await
+        db.one_statement(|conn, _| Box::pin(store::compare_and_set(conn, tenant, k, decision, logged()))).await
     } else {
         db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::compare_and_set(conn, tenant, k, decision, logged())))
             .await

@@ -84,99 +84,11 @@ pub enum Decision<'a> {
     DeleteIfEqual { expected: &'a Value },
 }
 
-// The prune, then the decision (`swapped`, RETURNING 1 when it wins), then the admin-log row
-// for a win: one statement, so one round trip. The prune leaves the CAS's own key alone (the
-// decision itself treats an expired row of it as absent), so no row is touched twice. At READ
-// COMMITTED the decision is re-checked on the latest row version under its row lock, exactly
-// as when it was a statement of its own; the log row exists iff `swapped` returned a row.
-// Parameters: $1 tenant, $2 key, $3 prune batch, $4–$9 the log row, $10… the decision's.
-macro_rules! cas {
-    ($decision:literal, $tenant:expr, $key:expr, $log:expr, $($arg:expr),+) => {
-        sqlx::query_scalar!(
-            r#"WITH doomed AS MATERIALIZED (
-                   SELECT key FROM kv_entries WHERE tenant_id = $1 AND expires_at <= now() AND key <> $2
-                   ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED),
-               pruned AS (DELETE FROM kv_entries k USING doomed WHERE k.tenant_id = $1 AND k.key = doomed.key),
-               swapped AS ("# + $decision + r#"),
-               logged AS (INSERT INTO admin_log (id, tenant_id, actor, action, target, before, after, request_id)
-                          SELECT $4, $1, $5, 'kv.compare_and_set', $6, $7, $8, $9 FROM swapped)
-               SELECT EXISTS (SELECT 1 FROM swapped) AS "won!""#,
-            $tenant.0,
-            $key,
-            PRUNE_BATCH,
-            $log.id,
-            &$log.audit.actor,
-            &$log.target,
-            $log.before.as_ref(),
-            $log.after.as_ref(),
-            $log.audit.request_id.as_deref(),
-            $($arg),+
-        )
-    };
-}
-
-/// Prunes, decides and logs a win in one statement; true when this call won.
+/// Prunes, decides and logs a win in one statement (the `gatehouse_kv_cas` function, which
+/// takes its own scope first); true when this call won. Run it alone through
+/// [`crate::db::Db::one_statement`] (one round trip), or inside a transaction already scoped to
+/// `tenant`, where the settings it takes change nothing.
 pub async fn compare_and_set(
-    conn: &mut PgConnection,
-    tenant: TenantId,
-    key: &str,
-    decision: Decision<'_>,
-    log: Logged<'_>,
-) -> Result<bool> {
-    let won = match decision {
-        Decision::InsertIfAbsent { value, ttl_ms } => {
-            cas!(
-                "INSERT INTO kv_entries (tenant_id, key, value, expires_at)
-             VALUES ($1, $2, $10, now() + $11::bigint * interval '1 millisecond')
-             ON CONFLICT (tenant_id, key) DO UPDATE
-                 SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at, updated_at = now()
-                 WHERE kv_entries.expires_at IS NOT NULL AND kv_entries.expires_at <= now()
-             RETURNING 1",
-                tenant,
-                key,
-                log,
-                value,
-                ttl_ms
-            )
-            .fetch_one(conn)
-            .await?
-        }
-        Decision::UpdateIfEqual { expected, next, ttl_ms } => {
-            cas!(
-            "UPDATE kv_entries SET value = $11, expires_at = now() + $12::bigint * interval '1 millisecond', updated_at = now()
-             WHERE tenant_id = $1 AND key = $2 AND value = $10 AND (expires_at IS NULL OR expires_at > now())
-             RETURNING 1",
-            tenant,
-            key,
-            log,
-            expected,
-            next,
-            ttl_ms
-        )
-            .fetch_one(conn)
-            .await?
-        }
-        Decision::DeleteIfEqual { expected } => {
-            cas!(
-                "DELETE FROM kv_entries
-             WHERE tenant_id = $1 AND key = $2 AND value = $10 AND (expires_at IS NULL OR expires_at > now())
-             RETURNING 1",
-                tenant,
-                key,
-                log,
-                expected
-            )
-            .fetch_one(conn)
-            .await?
-        }
-    };
-    Ok(won)
-}
-
-/// The same prune, decision and log row as [`compare_and_set`], as one autocommitted statement
-/// that takes its own scope (the `gatehouse_kv_cas` function): run it only through
-/// [`crate::db::Db::one_statement`], never inside a transaction.
-pub async fn compare_and_set_alone(
     conn: &mut PgConnection,
     tenant: TenantId,
     key: &str,
