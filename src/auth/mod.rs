@@ -211,27 +211,26 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
     state.machines.count(false);
     // A function's result columns carry no nullability the macros can see: the aliases state
     // it (the tenant and epoch are always there; the rest depend on the credential's kind).
-    let row = state
-        .db
-        .read(|conn, _| {
-            // A read that meets a lost connection runs again, so each run has its own copy.
-            let (secret_digest, token_digest) = (secret_digest.clone(), token_digest.clone());
-            Box::pin(async move {
-                Ok(sqlx::query!(
-                    r#"SELECT tenant_id AS "tenant_id!: TenantId", tenant_slug AS "tenant_slug!", tenant_status AS "tenant_status!",
+    // Boxed: the database's answer is the rare path here, and its future is kilobytes.
+    let row = Box::pin(state.db.read(|conn, _| {
+        // A read that meets a lost connection runs again, so each run has its own copy.
+        let (secret_digest, token_digest) = (secret_digest.clone(), token_digest.clone());
+        Box::pin(async move {
+            Ok(sqlx::query!(
+                r#"SELECT tenant_id AS "tenant_id!: TenantId", tenant_slug AS "tenant_slug!", tenant_status AS "tenant_status!",
                   credential_id AS "credential_id!", token_id AS "token_id!", principal_issuer, principal_subject,
                   member_id, member_role, epoch AS "epoch!"
              FROM gatehouse_authenticate_machine_at($1, $2, $3)"#,
-                    client_id,
-                    secret_digest,
-                    token_digest,
-                )
-                .fetch_optional(conn)
-                .await?)
-            })
+                client_id,
+                secret_digest,
+                token_digest,
+            )
+            .fetch_optional(conn)
+            .await?)
         })
-        .await?
-        .ok_or(Error::Unauthorized)?;
+    }))
+    .await?
+    .ok_or(Error::Unauthorized)?;
     let machine = MachineRow {
         tenant: TenantRef { id: row.tenant_id, slug: row.tenant_slug },
         status: row.tenant_status,
@@ -316,7 +315,7 @@ impl FromRequestParts<AppState> for TenantCtx {
                 return Err(Error::NotFound { what: "tenant" });
             }
             if m.status == Status::Moved.as_str() {
-                return Err(moved(state, m.tenant.id, parts).await);
+                return Err(Box::pin(moved(state, m.tenant.id, parts)).await);
             }
             refuse_inactive(&m.status)?;
             // A token gets connector access (its person's, when it carries one) and nothing else.
@@ -341,68 +340,76 @@ impl FromRequestParts<AppState> for TenantCtx {
                 impersonation: None,
             }
         } else {
-            let raw = session_cookie(&parts.headers, state.config.cookie_secure());
-            let session = match raw {
-                Some(raw) => sessions::lookup(&state.db, raw).await?,
-                None => None,
-            };
-            // A moved tenant answers where it went even before anyone signs in (a browser
-            // follows the 308 to the new deployment's own sign-in).
-            let Some(session) = session else { return Err(moved_or(state, &slug, parts, Error::Unauthorized).await) };
-            check_browser_write(state, &parts.method, &parts.headers, &session, None)?;
-            let tenant = tenants::by_slug(&state.db, &slug).await?;
-            if tenant.status == Status::Moved {
-                return Err(moved(state, tenant.id, parts).await);
-            }
-            // A session from another tenant's own connection is a stranger here.
-            if !session.may_enter(tenant.id) {
-                return Err(Error::NotFound { what: "tenant" });
-            }
-            let principal = session.principal.clone();
-            // Only a platform admin's session may act under an impersonation grant.
-            let staff = platform_admin(state, &session);
-            let (member, permissions, impersonation) = state
-                .db
-                .serializable(Scope::Tenant(tenant.id), |conn, _| {
-                    let principal = principal.clone();
-                    let session = &session;
-                    Box::pin(async move {
-                        if let Some(member) = members::tx::by_principal(&mut *conn, tenant.id, &principal).await? {
-                            crate::sso::tx::check_session(&mut *conn, tenant.id, session).await?;
-                            let permissions = members::permissions(&mut *conn, tenant.id, member.role).await?;
-                            return Ok(Some((member, permissions, None)));
-                        }
-                        if !staff {
-                            return Ok(None);
-                        }
-                        let Some(live) = crate::impersonation::tx::live_for(&mut *conn, tenant.id, &principal).await? else {
-                            return Ok(None);
-                        };
-                        let permissions = members::permissions(&mut *conn, tenant.id, IMPERSONATION_ROLE).await?;
-                        Ok(Some((impersonated_member(&live, &principal), permissions, Some(live))))
-                    })
-                })
-                .await?
-                .ok_or(Error::NotFound { what: "tenant" })?;
-            refuse_inactive(tenant.status.as_str())?;
-            let actor = match &impersonation {
-                Some(live) => crate::impersonation::actor(&live.staff_email, live.id),
-                None => format!("member:{}", member.id),
-            };
-            TenantCtx {
-                audit: Audit { actor, request_id },
-                tenant: TenantRef { id: tenant.id, slug: tenant.slug },
-                actor: Actor::Person { member: Box::new(member), session: Box::new(session) },
-                permissions,
-                epoch: None,
-                impersonation,
-            }
+            // Boxed, as is every rare path here: a machine's request (the MCP hot path) should not
+            // carry a browser session's lookups in its future, which axum moves on every request.
+            Box::pin(person_ctx(state, parts, &slug, request_id)).await?
         };
         tracing::Span::current().record("tenant_id", tracing::field::display(ctx.tenant.id.0));
         // A mutating API call's Idempotency-Key is checked once the caller is known.
         crate::idempotency::admit(&state.db, ctx.tenant.id, &ctx.audit.actor).await?;
         Ok(ctx)
     }
+}
+
+/// A signed-in person's [`TenantCtx`] in the tenant `slug`: the session cookie, the tenant,
+/// and the member (or a platform admin's impersonation grant).
+async fn person_ctx(state: &AppState, parts: &Parts, slug: &str, request_id: Option<String>) -> Result<TenantCtx> {
+    let raw = session_cookie(&parts.headers, state.config.cookie_secure());
+    let session = match raw {
+        Some(raw) => sessions::lookup(&state.db, raw).await?,
+        None => None,
+    };
+    // A moved tenant answers where it went even before anyone signs in (a browser
+    // follows the 308 to the new deployment's own sign-in).
+    let Some(session) = session else { return Err(moved_or(state, slug, parts, Error::Unauthorized).await) };
+    check_browser_write(state, &parts.method, &parts.headers, &session, None)?;
+    let tenant = tenants::by_slug(&state.db, slug).await?;
+    if tenant.status == Status::Moved {
+        return Err(moved(state, tenant.id, parts).await);
+    }
+    // A session from another tenant's own connection is a stranger here.
+    if !session.may_enter(tenant.id) {
+        return Err(Error::NotFound { what: "tenant" });
+    }
+    let principal = session.principal.clone();
+    // Only a platform admin's session may act under an impersonation grant.
+    let staff = platform_admin(state, &session);
+    let (member, permissions, impersonation) = state
+        .db
+        .serializable(Scope::Tenant(tenant.id), |conn, _| {
+            let principal = principal.clone();
+            let session = &session;
+            Box::pin(async move {
+                if let Some(member) = members::tx::by_principal(&mut *conn, tenant.id, &principal).await? {
+                    crate::sso::tx::check_session(&mut *conn, tenant.id, session).await?;
+                    let permissions = members::permissions(&mut *conn, tenant.id, member.role).await?;
+                    return Ok(Some((member, permissions, None)));
+                }
+                if !staff {
+                    return Ok(None);
+                }
+                let Some(live) = crate::impersonation::tx::live_for(&mut *conn, tenant.id, &principal).await? else {
+                    return Ok(None);
+                };
+                let permissions = members::permissions(&mut *conn, tenant.id, IMPERSONATION_ROLE).await?;
+                Ok(Some((impersonated_member(&live, &principal), permissions, Some(live))))
+            })
+        })
+        .await?
+        .ok_or(Error::NotFound { what: "tenant" })?;
+    refuse_inactive(tenant.status.as_str())?;
+    let actor = match &impersonation {
+        Some(live) => crate::impersonation::actor(&live.staff_email, live.id),
+        None => format!("member:{}", member.id),
+    };
+    Ok(TenantCtx {
+        audit: Audit { actor, request_id },
+        tenant: TenantRef { id: tenant.id, slug: tenant.slug },
+        actor: Actor::Person { member: Box::new(member), session: Box::new(session) },
+        permissions,
+        epoch: None,
+        impersonation,
+    })
 }
 
 /// The `tenant_moved` answer for a sealed tenant (issue 26): where the request's path lives

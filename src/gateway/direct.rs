@@ -225,7 +225,8 @@ where
         return super::listen::stream(state, ctx, super::listen::Listener::Subscription { id, lists, uris });
     }
     // An agent's answer to a request the gateway relayed to it during a call.
-    if let Some(answered) = super::asks::answered(&state, &parts, &bytes).await {
+    // Boxed: rare, and kilobytes that every plain call's future would otherwise carry.
+    if let Some(answered) = Box::pin(super::asks::answered(&state, &parts, &bytes)).await {
         return answered;
     }
     RMCP.fetch_add(1, Ordering::Relaxed);

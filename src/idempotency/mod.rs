@@ -42,10 +42,17 @@ const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// stores the answer (first request), or replays the stored one (duplicates).
 pub async fn layer(State(db): State<Db>, req: Request, next: Next) -> Response {
     let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
-    let Some(raw) = req.headers().get(HEADER) else { return next.run(req).await };
-    if !mutating || !req.uri().path().starts_with("/api/v1/tenants/") {
+    if !mutating || !req.headers().contains_key(HEADER) || !req.uri().path().starts_with("/api/v1/tenants/") {
         return next.run(req).await;
     }
+    // Boxed: every request passes this layer, and only a keyed one needs the state below
+    // (kilobytes of database futures, which axum would otherwise move on every request).
+    Box::pin(keyed(db, req, next)).await
+}
+
+/// [`layer`] for a mutating tenant API request that carries an Idempotency-Key.
+async fn keyed(db: Db, req: Request, next: Next) -> Response {
+    let Some(raw) = req.headers().get(HEADER) else { return next.run(req).await };
     let key = match raw.to_str() {
         Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => k.to_owned(),
         _ => {
@@ -88,7 +95,8 @@ pub async fn layer(State(db): State<Db>, req: Request, next: Next) -> Response {
 pub async fn admit(db: &Db, tenant: TenantId, actor: &str) -> Result<()> {
     let Some(pending) = hook::unchecked() else { return Ok(()) };
     let digest = pending.bind(actor);
-    match store::find(db, tenant, &pending.key).await? {
+    // Boxed: most requests carry no key, and their futures should not carry this lookup.
+    match Box::pin(store::find(db, tenant, &pending.key)).await? {
         None => {
             hook::arm(tenant);
             Ok(())

@@ -107,7 +107,8 @@ impl Session {
             Session::Http(s) => s.call_tool(tool, args, upstream).await.map_err(SessionError::from_http),
             Session::Rmcp(s) => {
                 let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args.clone());
-                s.call_tool(params).await.map_err(SessionError::from_rmcp)
+                // Boxed: the legacy transport's call would otherwise size every HTTP call's future.
+                Box::pin(s.call_tool(params)).await.map_err(SessionError::from_rmcp)
             }
         }
     }

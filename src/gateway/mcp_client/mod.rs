@@ -213,7 +213,9 @@ impl HttpSession {
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let malformed = |e: serde_json::Error| Failure::Unavailable(cap(&format!("a malformed {what}: {e}")));
         if streamed {
-            let message = Self::from_stream(r, id, upstream, Some(self)).await?;
+            // Boxed: the stream reader's state is kilobytes, which a JSON answer (the usual
+            // case) should not carry in every call's future.
+            let message = Box::pin(Self::from_stream(r, id, upstream, Some(self))).await?;
             return Ok((serde_json::from_value(Self::result(message, id)?).map_err(malformed)?, session_id));
         }
         let body = Self::from_body(r).await?;

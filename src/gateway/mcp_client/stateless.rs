@@ -94,7 +94,7 @@ pub async fn stateless(
     let streamed =
         r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
     let message = if streamed {
-        HttpSession::from_stream(r, id, upstream, None).await?
+        Box::pin(HttpSession::from_stream(r, id, upstream, None)).await?
     } else {
         let body = HttpSession::from_body(r).await?;
         match serde_json::from_slice::<Value>(&body) {

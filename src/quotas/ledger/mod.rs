@@ -187,7 +187,7 @@ impl Budgets {
         {
             return Ok(limits);
         }
-        let limits = Arc::new(super::list(&self.db, tenant).await?);
+        let limits = Arc::new(Box::pin(super::list(&self.db, tenant)).await?);
         self.limits.put(tenant, limits.clone(), epoch);
         Ok(limits)
     }

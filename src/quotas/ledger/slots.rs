@@ -64,7 +64,7 @@ impl Budgets {
         let in_use = lock(&entry.state).in_use;
         let mut fits = false;
         for want in [(in_use * 2).clamp(in_use + 1, entry.budget.max(in_use + 1)), in_use + 1] {
-            if self.hold(entry, want).await? {
+            if Box::pin(self.hold(entry, want)).await? {
                 fits = true;
                 break;
             }

@@ -79,7 +79,7 @@ impl Budgets {
             if let Some(answer) = take_local(&mut lock(&entry.state), Instant::now()) {
                 return answer;
             }
-            self.lease(entry).await?;
+            Box::pin(self.lease(entry)).await?;
         }
         Err(Short::Exhausted(Duration::from_millis(1)))
     }
