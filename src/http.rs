@@ -46,7 +46,9 @@ pub fn router(state: AppState) -> Router {
     if dev_idp {
         app = app.merge(crate::dev_idp::http::router());
     }
-    let db = state.db.clone();
+    // Behind one `Arc`: axum clones a layer's state (and the route holding it) on every
+    // request, and a `Db` is six reference counts that every request would bump and drop.
+    let db = std::sync::Arc::new(state.db.clone());
     app.fallback(not_found)
         .with_state(state)
         // Innermost, around the handlers only: a mutating API call's Idempotency-Key (its

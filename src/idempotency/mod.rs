@@ -40,7 +40,7 @@ const MAX_ANSWER_BYTES: usize = 1 << 20;
 
 /// The middleware: reads the key and the body, runs the request with the key in scope, then
 /// stores the answer (first request), or replays the stored one (duplicates).
-pub async fn layer(State(db): State<Db>, req: Request, next: Next) -> Response {
+pub async fn layer(State(db): State<std::sync::Arc<Db>>, req: Request, next: Next) -> Response {
     let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
     if !mutating || !req.headers().contains_key(HEADER) || !req.uri().path().starts_with("/api/v1/tenants/") {
         return next.run(req).await;
@@ -51,7 +51,7 @@ pub async fn layer(State(db): State<Db>, req: Request, next: Next) -> Response {
 }
 
 /// [`layer`] for a mutating tenant API request that carries an Idempotency-Key.
-async fn keyed(db: Db, req: Request, next: Next) -> Response {
+async fn keyed(db: std::sync::Arc<Db>, req: Request, next: Next) -> Response {
     let Some(raw) = req.headers().get(HEADER) else { return next.run(req).await };
     let key = match raw.to_str() {
         Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => k.to_owned(),
