@@ -42,17 +42,10 @@ const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// stores the answer (first request), or replays the stored one (duplicates).
 pub async fn layer(State(db): State<std::sync::Arc<Db>>, req: Request, next: Next) -> Response {
     let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
-    if !mutating || !req.headers().contains_key(HEADER) || !req.uri().path().starts_with("/api/v1/tenants/") {
-        return next.run(req).await;
-    }
-    // Boxed: every request passes this layer, and only a keyed one needs the state below
-    // (kilobytes of database futures, which axum would otherwise move on every request).
-    Box::pin(keyed(db, req, next)).await
-}
-
-/// [`layer`] for a mutating tenant API request that carries an Idempotency-Key.
-async fn keyed(db: std::sync::Arc<Db>, req: Request, next: Next) -> Response {
-    let Some(raw) = req.headers().get(HEADER) else { return next.run(req).await };
+    let raw = match req.headers().get(HEADER) {
+        Some(raw) if mutating && req.uri().path().starts_with("/api/v1/tenants/") => raw,
+        _ => return next.run(req).await,
+    };
     let key = match raw.to_str() {
         Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => k.to_owned(),
         _ => {
@@ -60,6 +53,13 @@ async fn keyed(db: std::sync::Arc<Db>, req: Request, next: Next) -> Response {
                 .into_response();
         }
     };
+    // Boxed: every request passes this layer, and only a keyed one needs the state below
+    // (kilobytes of database futures, which axum would otherwise move on every request).
+    Box::pin(keyed(db, key, req, next)).await
+}
+
+/// [`layer`] for a mutating tenant API request that carries a well-formed Idempotency-Key.
+async fn keyed(db: std::sync::Arc<Db>, key: String, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     // The body limit layer above bounds this.
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else { return Error::PayloadTooLarge.into_response() };
