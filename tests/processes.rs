@@ -144,6 +144,26 @@ async fn bad_configuration_is_named_and_refused() {
     assert!(err.contains("GATEHOUSE_OIDC_ISSUER: is required when GATEHOUSE_ENV=production"), "{err}");
 }
 
+/// The binary's allocator is mimalloc with arenas that commit memory as it is used, a default
+/// compiled in from `.cargo/config.toml`, so nobody has to set `MIMALLOC_ARENA_EAGER_COMMIT`
+/// (docs/decisions.md, "The allocator"). mimalloc prints its options when asked to be verbose.
+#[tokio::test]
+async fn the_allocator_commits_its_arenas_on_demand_without_configuration() {
+    let mut cmd = gatehouse(None);
+    cmd.env("MIMALLOC_VERBOSE", "1").env_remove("MIMALLOC_ARENA_EAGER_COMMIT").arg("--version");
+    let (code, out, err) = run(cmd).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("gatehouse "), "{out}");
+    let option = |name: &str| {
+        err.lines()
+            .find_map(|l| l.split_once(&format!("option '{name}': ")).map(|(_, v)| v.trim().to_owned()))
+            .unwrap_or_else(|| panic!("mimalloc did not print its option {name}: {err}"))
+    };
+    assert_eq!(option("arena_eager_commit"), "0");
+    // Only that option moved: purging still returns freed pages to the system.
+    assert_eq!(option("purge_decommits"), "1");
+}
+
 /// The README's first command: no DATABASE_URL, a private cluster in the data dir, kept
 /// across restarts, a stale pid file recovered, the CLI attaching to the running cluster.
 #[tokio::test]
