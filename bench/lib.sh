@@ -53,3 +53,38 @@ start_gateway() {
   # Warm up the gateway's downstream session and catalog.
   wrk_result "$gw" "$headers" 1 2s call_tool "$echo_call" hello >/dev/null
 }
+
+# nginx, the cheapest L7 proxy (one worker, keep-alive upstream, no buffering), in front of
+# 127.0.0.1:UPSTREAM on 127.0.0.1:LISTEN: start_nginx UPSTREAM LISTEN sets ngx (its directory)
+# and ngx_worker (the worker's pid, for CPU per call). The caller's exit trap runs stop_nginx.
+# MCP servers may check Host (rmcp's do), so the upstream's own is sent.
+start_nginx() {
+  ngx=$(mktemp -d /tmp/gatehouse-nginx-XXXXXX)
+  cat >"$ngx/nginx.conf" <<CONF
+worker_processes 1;
+pid $ngx/nginx.pid;
+error_log $ngx/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  upstream up { server 127.0.0.1:$1; keepalive 64; }
+  server {
+    listen 127.0.0.1:$2;
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host 127.0.0.1:$1;
+      proxy_buffering off;
+    }
+  }
+}
+CONF
+  nginx -c "$ngx/nginx.conf"
+  ngx_worker=$(pgrep -P "$(cat "$ngx/nginx.pid")" | head -1)
+}
+stop_nginx() {
+  [[ -n ${ngx:-} ]] || return 0
+  nginx -c "$ngx/nginx.conf" -s stop 2>/dev/null
+  rm -rf "$ngx"
+}

@@ -11,32 +11,8 @@ cd "$(dirname "$0")/.."
 new=${1:?NEW_BIN} old=${2:?OLD_BIN} duration=${3:-5s} rounds=${4:-2}
 source bench/lib.sh
 start_fastecho 9401
-# nginx in front of fastecho; rmcp servers check Host, so the upstream's own is sent.
-ngx=$(mktemp -d /tmp/gatehouse-nginx-XXXXXX)
-cat >"$ngx/nginx.conf" <<CONF
-worker_processes 1;
-pid $ngx/nginx.pid;
-error_log $ngx/error.log;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  upstream echo { server 127.0.0.1:9401; keepalive 64; }
-  server {
-    listen 127.0.0.1:9410;
-    location / {
-      proxy_pass http://echo;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host 127.0.0.1:9401;
-      proxy_buffering off;
-    }
-  }
-}
-CONF
-nginx -c "$ngx/nginx.conf"
-trap 'kill $echo_pid 2>/dev/null; nginx -c "$ngx/nginx.conf" -s stop 2>/dev/null; rm -rf "$ngx"' EXIT
-ngx_pid=$(cat "$ngx/nginx.pid")
-ngx_worker=$(pgrep -P "$ngx_pid" | head -1)
+start_nginx 9401 9410
+trap 'kill $echo_pid 2>/dev/null; stop_nginx' EXIT
 # p50 from wrk's latency distribution (the driver prints it before WRK_RESULT).
 measure() { # measure LABEL URL HEADERS C TOOL ARGS [PID]
   local out p50 n t0 t1 cpu=""
