@@ -144,9 +144,11 @@ async fn bad_configuration_is_named_and_refused() {
     assert!(err.contains("GATEHOUSE_OIDC_ISSUER: is required when GATEHOUSE_ENV=production"), "{err}");
 }
 
-/// The binary's allocator is mimalloc with arenas that commit memory as it is used, a default
-/// compiled in from `.cargo/config.toml`, so nobody has to set `MIMALLOC_ARENA_EAGER_COMMIT`
-/// (docs/decisions.md, "The allocator"). mimalloc prints its options when asked to be verbose.
+/// Built with `--features mimalloc` (not the default), the binary's allocator is mimalloc with
+/// arenas that commit memory as it is used, a default compiled in from `.cargo/config.toml`, so
+/// nobody has to set `MIMALLOC_ARENA_EAGER_COMMIT` (docs/decisions.md, "The allocator").
+/// mimalloc prints its options when asked to be verbose.
+#[cfg(feature = "mimalloc")]
 #[tokio::test]
 async fn the_allocator_commits_its_arenas_on_demand_without_configuration() {
     let mut cmd = gatehouse(None);
