@@ -27,7 +27,7 @@ r=$(wrk_result "$gw" "$headers" 2 "$duration" call_tool "$echo_call" hello)
 callgrind_control -i off "$pid" >/dev/null
 callgrind_control -d "$pid" >/dev/null
 sleep 1
-n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$r")
+n=$(requests_in "$r")
 file=$(ls -t "$out"* | head -1)
 total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
 echo "calls=$n instructions=$total per_call=$((total / n))"

@@ -12,7 +12,7 @@ for c in 8 32; do
   f0=$(ticks "$echo_pid")
   out=$({ /usr/bin/time -f "WRKCPU %U %S" bash "$shared/perf/wrk_mcp.sh" http://127.0.0.1:9411/mcp '{}' "$c" "$duration" echo '{"message":"hello"}' hello | grep WRK_RESULT; } 2>&1)
   f1=$(ticks "$echo_pid")
-  n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$out" | head -1)
+  n=$(requests_in "$out")
   w=$(awk '/WRKCPU/ {print $2 + $3}' <<<"$out")
   echo "c=$c $(grep WRK_RESULT <<<"$out") fastecho_cpu_ms_per_call=$(ms_per_call $((f1 - f0)) "$n") wrk_cpu_ms_per_call=$(awk -v w="$w" -v n="$n" 'BEGIN {printf "%.3f", w * 1000 / n}')"
 done

@@ -39,7 +39,7 @@ through() {
   t0=$(ticks "$1")
   line=$(wrk_result "$3" "$4" "$5" "$duration" "$6" "$7" hello)
   t1=$(ticks "$1")
-  n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")
+  n=$(requests_in "$line")
   echo "$line $2=$(ms_per_call $((t1 - t0)) "$n")"
 }
 for round in $(seq "$rounds"); do

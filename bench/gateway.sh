@@ -28,7 +28,7 @@ for c in 1 8 32; do
   line="gateway c=$c $(wrk_result "$gw" "$headers" "$c" "$duration" call_tool "$echo_call" hello)"
   g1=$(ticks "$pid"); p1=$(pg_ticks); e1=$(epoch_reads)
   echo "  epoch reads (requests statements) before: $e0 after: $e1"
-  n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")
+  n=$(requests_in "$line")
   echo "$line gateway_cpu_ms_per_call=$(ms_per_call $((g1 - g0)) "$n") postgres_cpu_ms_per_call=$(ms_per_call $((p1 - p0)) "$n")"
   kill $sampler 2>/dev/null || true
   p=$(sort -n "$dir/rss.$c" | tail -1)

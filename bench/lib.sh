@@ -13,6 +13,8 @@ echo_call='{"address":"fastecho.echo","args":{"message":"hello"}}'
 
 # The shared wrk driver's WRK_RESULT line: wrk_result URL HEADERS_JSON C DURATION TOOL ARGS EXPECT.
 wrk_result() { bash "$shared/perf/wrk_mcp.sh" "$@" | grep WRK_RESULT; }
+# The number of requests in a WRK_RESULT line (the first one, if several): requests_in TEXT.
+requests_in() { sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$1" | head -1; }
 # CPU ticks (utime + stime) of process PID so far.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # Milliseconds of CPU per call: ms_per_call TICKS CALLS.

@@ -23,7 +23,7 @@ for round in $(seq "$rounds"); do
       g0=$(ticks "$pid")
       line=$(wrk_result "$gw" "$headers" "$c" "$duration" call_tool "$echo_call" hello)
       g1=$(ticks "$pid")
-      n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$line")
+      n=$(requests_in "$line")
       echo "round $round quota=$mode c=$c $line gateway_cpu_ms_per_call=$(ms_per_call $((g1 - g0)) "$n")"
     done
     if [[ $mode == on ]]; then

@@ -15,5 +15,5 @@ idle=$(rss)
 t0=$(ticks "$pid")
 r=$(wrk_result "$gw" "$headers" 32 "$duration" call_tool "$echo_call" hello)
 t1=$(ticks "$pid")
-n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$r")
+n=$(requests_in "$r")
 echo "$label idle=${idle}MiB after_load=$(rss)MiB $(grep -o 'rps=[0-9.]*' <<<"$r") cpu_ms_per_call=$(ms_per_call $((t1 - t0)) "$n")"

@@ -20,7 +20,7 @@ measure() { # measure LABEL URL HEADERS C TOOL ARGS [PID]
   out=$(bash "$shared/perf/wrk_mcp.sh" "$2" "$3" "$4" "$duration" "$5" "$6" hello)
   if [[ -n ${7:-} ]]; then
     t1=$(ticks "$7")
-    n=$(sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$(grep WRK_RESULT <<<"$out")")
+    n=$(requests_in "$(grep WRK_RESULT <<<"$out")")
     cpu=" proxy_cpu_ms_per_call=$(ms_per_call $((t1 - t0)) "$n")"
   fi
   p50=$(awk '$1 == "50%" {print $2}' <<<"$out")

@@ -247,7 +247,8 @@ async fn bound(state: &AppState, ctx: &TenantCtx, slug: String) -> crate::error:
     Box::pin(read_bound(state, key)).await
 }
 
-/// [`bound`] on a miss: the workspace's bound configuration from the database, cached.
+/// [`bound`] on a miss (and a peer's target on one, `peer::target_bound`): the workspace's
+/// bound configuration from the database, cached.
 async fn read_bound(state: &AppState, key: (crate::ids::TenantId, String)) -> crate::error::Result<Arc<Bound>> {
     let bound = Arc::new(workspaces::bound(&state.db, key.0, &key.1).await?);
     surface::configured(state, key.0, &bound);

@@ -45,14 +45,10 @@ async fn target_bound(state: &AppState, ctx: &GatewayCtx, slug: &str) -> Result<
         return Ok(bound);
     }
     state.bound.count(false);
-    let bound = crate::workspaces::bound(&state.db, ctx.tenant.id, slug).await.map_err(|e| {
+    Box::pin(super::read_bound(state, key)).await.map_err(|e| {
         tracing::warn!(error = %e, "could not read a peer's configuration");
         Failure::Unavailable("the peer workspace's configuration could not be read".into())
-    })?;
-    let bound = Arc::new(bound);
-    super::surface::configured(state, ctx.tenant.id, &bound);
-    state.bound.put(key, bound.clone(), bound.epoch);
-    Ok(bound)
+    })
 }
 
 /// Where the peer connector leads: this replica's answer while the epoch validated for this
