@@ -4,8 +4,9 @@
 
 use std::process::ExitCode;
 
-/// With `--features mimalloc`, mimalloc instead of glibc's malloc: less CPU per `call_tool`,
-/// but large buffers stay resident longer (docs/decisions.md, "The allocator").
+/// mimalloc instead of glibc's malloc (feature "mimalloc", on by default): less CPU per
+/// `call_tool`; its compile-time defaults are in .cargo/config.toml (docs/decisions.md, "The
+/// allocator").
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
