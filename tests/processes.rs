@@ -146,8 +146,8 @@ async fn bad_configuration_is_named_and_refused() {
 
 /// The binary's allocator (feature "mimalloc", on by default) is mimalloc with the defaults
 /// compiled in from `.cargo/config.toml`, so nobody has to set a `MIMALLOC_` variable
-/// (docs/decisions.md, "The allocator"): segments come from the system and go back to it, not
-/// to an arena that keeps them resident; what an arena still serves is committed as used.
+/// (docs/decisions.md, "The allocator"): what is larger than 4 MiB comes from the system and
+/// goes back to it, not to an arena that keeps it resident; arenas commit memory as it is used.
 /// mimalloc prints its options when asked to be verbose.
 #[cfg(feature = "mimalloc")]
 #[tokio::test]
@@ -155,7 +155,7 @@ async fn the_allocator_returns_memory_without_configuration() {
     let mut cmd = gatehouse(None);
     cmd.env("MIMALLOC_VERBOSE", "1")
         .env_remove("MIMALLOC_ARENA_EAGER_COMMIT")
-        .env_remove("MIMALLOC_DISALLOW_ARENA_ALLOC")
+        .env_remove("MIMALLOC_ARENA_MAX_OBJECT_SIZE")
         .arg("--version");
     let (code, out, err) = run(cmd).await;
     assert_eq!(code, 0, "{err}");
@@ -165,7 +165,7 @@ async fn the_allocator_returns_memory_without_configuration() {
             .find_map(|l| l.split_once(&format!("option '{name}': ")).map(|(_, v)| v.trim().to_owned()))
             .unwrap_or_else(|| panic!("mimalloc did not print its option {name}: {err}"))
     };
-    assert_eq!(option("disallow_arena_alloc"), "1");
+    assert_eq!(option("arena_max_object_size"), "4096 KiB");
     assert_eq!(option("arena_eager_commit"), "0");
     // Only those options moved: purging still returns freed pages to the system.
     assert_eq!(option("purge_decommits"), "1");
