@@ -241,6 +241,14 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
         entries.insert(key, Entry { value, epoch, at: Instant::now() });
     }
 
+    /// The value if present, younger than [`MAX_AGE`] and labelled with `epoch` (the epoch read
+    /// for this request; `None`, unknown, never matches), counted as a hit; else a miss.
+    pub fn current(&self, key: &K, epoch: Option<i64>) -> Option<V> {
+        let found = self.get(key).filter(|(_, label)| Some(*label) == epoch).map(|(value, _)| value);
+        self.count(found.is_some());
+        found
+    }
+
     /// Counts a request answered from the cache (`hit`) or derived again.
     pub fn count(&self, hit: bool) {
         if hit { &self.hits } else { &self.misses }.fetch_add(1, Ordering::Relaxed);
@@ -275,5 +283,16 @@ mod tests {
             full.put(i, i, 0);
         }
         assert_eq!(full.entries.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_value_is_current_only_under_its_own_label_and_every_lookup_is_counted() {
+        let cache = Cache::default();
+        cache.put("a", 1, 7);
+        assert_eq!(cache.current(&"a", Some(7)), Some(1));
+        assert_eq!(cache.current(&"a", Some(8)), None, "another epoch");
+        assert_eq!(cache.current(&"a", None), None, "an unknown epoch");
+        assert_eq!(cache.current(&"b", Some(7)), None, "absent");
+        assert_eq!((cache.hits.load(Ordering::Relaxed), cache.misses.load(Ordering::Relaxed)), (1, 3));
     }
 }

@@ -123,14 +123,9 @@ pub async fn resolve(state: &AppState, at: &Caller<'_>, id: &str, connector: &Co
     };
     let slot = Slot { tenant: at.tenant, workspace: at.workspace, connector: id, owner };
     let key: SlotKey = (at.tenant, at.workspace, id.to_owned(), owner);
-    let cached = state.credentials.get(&key).filter(|(_, label)| Some(*label) == at.epoch);
-    let row = match cached {
-        Some((row, _)) => {
-            state.credentials.count(true);
-            row
-        }
+    let row = match state.credentials.current(&key, at.epoch) {
+        Some(row) => row,
         None => {
-            state.credentials.count(false);
             let (row, epoch) = Box::pin(slots::load(&state.db, slot)).await.map_err(|e| {
                 tracing::warn!(error = %e, "could not read a credential slot");
                 Problem {

@@ -235,13 +235,9 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
 #[tracing::instrument(name = "gateway::bound", skip_all, fields(tenant = %ctx.tenant.id, workspace = %slug))]
 async fn bound(state: &AppState, ctx: &TenantCtx, slug: String) -> crate::error::Result<Arc<Bound>> {
     let key = (ctx.tenant.id, slug);
-    if let (Some(epoch), Some((bound, label))) = (ctx.epoch, state.bound.get(&key))
-        && epoch == label
-    {
-        state.bound.count(true);
+    if let Some(bound) = state.bound.current(&key, ctx.epoch) {
         return Ok(bound);
     }
-    state.bound.count(false);
     // Boxed, so the database read's future (5 KB) is allocated and moved only on a miss: inline,
     // every call moved it into a box of its own (callgrind: a fifth of the memcpy per call).
     Box::pin(read_bound(state, key)).await

@@ -38,13 +38,9 @@ fn refuse(code: &'static str, message: String) -> Failure {
 /// request) still labels it, else read again. Peer bindings and workspace changes bump it.
 async fn target_bound(state: &AppState, ctx: &GatewayCtx, slug: &str) -> Result<Arc<Bound>, Failure> {
     let key = (ctx.tenant.id, slug.to_owned());
-    if let Some((bound, label)) = state.bound.get(&key)
-        && label == ctx.bound.epoch
-    {
-        state.bound.count(true);
+    if let Some(bound) = state.bound.current(&key, Some(ctx.bound.epoch)) {
         return Ok(bound);
     }
-    state.bound.count(false);
     Box::pin(super::read_bound(state, key)).await.map_err(|e| {
         tracing::warn!(error = %e, "could not read a peer's configuration");
         Failure::Unavailable("the peer workspace's configuration could not be read".into())
@@ -55,13 +51,9 @@ async fn target_bound(state: &AppState, ctx: &GatewayCtx, slug: &str) -> Result<
 /// request still labels it, else resolved again (one transaction).
 async fn resolution(state: &AppState, ctx: &GatewayCtx, id: &str, blueprint: &str) -> Result<Arc<Resolution>, Failure> {
     let key = (ctx.tenant.id, ctx.bound.workspace.id.0, id.to_owned(), blueprint.to_owned());
-    if let Some((resolution, label)) = state.peers.get(&key)
-        && label == ctx.bound.epoch
-    {
-        state.peers.count(true);
+    if let Some(resolution) = state.peers.current(&key, Some(ctx.bound.epoch)) {
         return Ok(resolution);
     }
-    state.peers.count(false);
     let (resolution, epoch) = peers::resolve_labelled(&state.db, ctx.tenant.id, key.1, id, blueprint).await.map_err(|e| {
         tracing::warn!(error = %e, "could not resolve a peer connector");
         Failure::Unavailable("the peer connector could not be resolved".into())

@@ -48,11 +48,11 @@ async fn load(
     fresh: bool,
 ) -> Result<Arc<Option<store::Grant>>, Problem> {
     let key: SlotKey = (at.tenant, at.workspace, id.to_owned(), owner);
-    if !fresh && let Some((row, _)) = state.oauth.grants.get(&key).filter(|(_, label)| Some(*label) == at.epoch) {
-        state.oauth.grants.count(true);
+    if fresh {
+        state.oauth.grants.count(false);
+    } else if let Some(row) = state.oauth.grants.current(&key, at.epoch) {
         return Ok(row);
     }
-    state.oauth.grants.count(false);
     let (tenant, workspace) = (at.tenant, at.workspace);
     let (row, epoch) = state
         .db
