@@ -10,10 +10,11 @@ label=${2:?LABEL} duration=${3:-6s}
 source bench/lib.sh
 GATEHOUSE_BIN=${1:?BIN} start_gateway 18501 9501
 sleep 2
-rss() { awk '/VmRSS/ {print int($2/1024)}' "/proc/$pid/status"; }
-idle=$(rss)
+rss() { awk -v f="${1:-VmRSS}" '$1 == f":" {print int($2/1024)}' "/proc/$pid/status"; }
+# Idle RSS split: anonymous memory (the heap) and file pages (the binary's code, mapped).
+idle=$(rss) idle_anon=$(rss RssAnon) idle_file=$(rss RssFile)
 t0=$(ticks "$pid")
 r=$(wrk_result "$gw" "$headers" 32 "$duration" call_tool "$echo_call" hello)
 t1=$(ticks "$pid")
 n=$(requests_in "$r")
-echo "$label idle=${idle}MiB after_load=$(rss)MiB $(grep -o 'rps=[0-9.]*' <<<"$r") cpu_ms_per_call=$(ms_per_call $((t1 - t0)) "$n")"
+echo "$label idle=${idle}MiB (anon ${idle_anon}, file ${idle_file}) after_load=$(rss)MiB $(grep -o 'rps=[0-9.]*' <<<"$r") cpu_ms_per_call=$(ms_per_call $((t1 - t0)) "$n")"
