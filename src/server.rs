@@ -97,7 +97,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listen = listener.local_addr()?;
     let (rp, dev_idp) = sign_in(&config)?;
     let downstreams = Arc::new(crate::gateway::downstream::Downstreams::new(
-        crate::oidc::http_client_for_streams()?,
+        crate::gateway::outbound::Outbound::new()?,
         config.tenant_concurrency,
         config.sessions,
     ));

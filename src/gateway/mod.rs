@@ -14,6 +14,7 @@ pub mod jsonrpc;
 pub mod listen;
 pub mod log_levels;
 pub mod mcp_client;
+pub mod outbound;
 pub mod param_headers;
 pub mod peer;
 pub mod pins;

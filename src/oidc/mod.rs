@@ -294,17 +294,6 @@ async fn send(
     Ok(out)
 }
 
-/// The outbound client for downstream MCP servers: the same reqwest, but without a whole-
-/// request timeout (that would cut long streamed answers; each call has its own deadline).
-pub fn http_client_for_streams() -> Result<reqwest::Client> {
-    crate::install_crypto();
-    Ok(reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(5))
-        .build()
-        .map_err(anyhow::Error::from)?)
-}
-
 /// The one outbound HTTP client: rustls, no redirects followed, bounded time.
 pub fn http_client() -> Result<reqwest::Client> {
     crate::install_crypto();

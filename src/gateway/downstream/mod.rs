@@ -105,7 +105,7 @@ pub fn config_key(key: &str) -> &str {
 
 #[derive(Default)]
 pub struct Downstreams {
-    http: Option<reqwest::Client>,
+    http: Option<crate::gateway::outbound::Outbound>,
     /// Downstream calls one tenant may have in flight on this replica, so one tenant's slow
     /// downstream cannot take every connection and task from the others.
     per_tenant: usize,
@@ -134,7 +134,7 @@ impl std::fmt::Debug for Downstreams {
 }
 
 impl Downstreams {
-    pub fn new(http: reqwest::Client, per_tenant: usize, sessions: crate::config::SessionsConfig) -> Self {
+    pub fn new(http: crate::gateway::outbound::Outbound, per_tenant: usize, sessions: crate::config::SessionsConfig) -> Self {
         Downstreams { http: Some(http), per_tenant, pools: pool::Pools::new(sessions), ..Default::default() }
     }
 
@@ -337,7 +337,7 @@ impl Downstreams {
         let deadline = Duration::from_millis(connector.timeout_ms());
         if let Connector::HttpApi(api) = connector {
             let http = self.http.as_ref().ok_or_else(|| Failure::Unavailable("no HTTP client".into()))?;
-            let called = Box::pin(super::http_api_connector::call(http, api, tool, args, credential));
+            let called = Box::pin(super::http_api_connector::call(http.general(), api, tool, args, credential));
             return match tokio::time::timeout(deadline, called).await {
                 Ok(result) => result,
                 Err(_) => Err(Failure::Timeout(deadline.as_millis() as u64)),

@@ -75,7 +75,7 @@ impl Drop for Live {
 
 /// Opens and checks the sessions of one (connector configuration, credential).
 pub(super) struct Manager {
-    http: Option<reqwest::Client>,
+    http: Option<crate::gateway::outbound::Outbound>,
     connector: Connector,
     credential: Option<Credential>,
     trust: Duration,
@@ -190,7 +190,7 @@ impl Pools {
     /// future would otherwise carry and copy.
     pub async fn lease(
         &self,
-        http: Option<&reqwest::Client>,
+        http: Option<&crate::gateway::outbound::Outbound>,
         key: &str,
         connector: &Connector,
         credential: Option<&Credential>,
@@ -208,7 +208,7 @@ impl Pools {
     fn live_or_pool(
         &self,
         name: &str,
-        http: Option<&reqwest::Client>,
+        http: Option<&crate::gateway::outbound::Outbound>,
         connector: &Connector,
         credential: Option<&Credential>,
         own: bool,
@@ -256,7 +256,7 @@ impl Pools {
         &self,
         entries: &mut HashMap<String, Entry>,
         name: String,
-        http: Option<&reqwest::Client>,
+        http: Option<&crate::gateway::outbound::Outbound>,
         connector: &Connector,
         credential: Option<&Credential>,
     ) -> Result<Pool, Failure> {

@@ -152,7 +152,7 @@ impl Session {
 /// Opens a session with the connector's server under its deadline: the handshake over
 /// streamable HTTP, or the legacy SSE transport's.
 pub(super) async fn connect(
-    http: reqwest::Client,
+    http: crate::gateway::outbound::Outbound,
     connector: &Connector,
     credential: Option<&Credential>,
 ) -> Result<Session, Failure> {
@@ -174,7 +174,7 @@ pub(super) async fn connect(
                 ClientConfig::new(ClientCapabilities::default(), Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
                     .with_protocol_version(ProtocolVersion::V_2025_11_25);
             let handshake = async {
-                let sse = SseClientTransport::connect(http, url, custom).await.map_err(|e| e.to_string())?;
+                let sse = SseClientTransport::connect(http.general().clone(), url, custom).await.map_err(|e| e.to_string())?;
                 info.serve(sse).await.map_err(|e| e.to_string())
             };
             let running = match tokio::time::timeout(deadline, handshake).await {

@@ -245,7 +245,7 @@ impl Downstreams {
 /// What the listening task holds.
 struct Listening {
     downstreams: Weak<Downstreams>,
-    http: reqwest::Client,
+    http: crate::gateway::outbound::Outbound,
     tenant: uuid::Uuid,
     key: String,
     connector: Connector,
@@ -357,7 +357,7 @@ impl Listening {
     /// was opened with.
     async fn hear(
         &self,
-        mut stream: reqwest::Response,
+        mut stream: crate::gateway::outbound::Response,
         mut session: Option<(&mcp_client::HttpSession, BTreeSet<String>)>,
         version: u64,
     ) -> Result<Ended, Failure> {
@@ -370,7 +370,7 @@ impl Listening {
         }
         loop {
             let chunk = tokio::select! {
-                chunk = stream.chunk() => chunk.map_err(|e| Failure::Unavailable(e.without_url().to_string()))?,
+                chunk = stream.chunk() => chunk.map_err(|e| Failure::Unavailable(e.to_string()))?,
                 changed = wanted.changed() => {
                     if changed.is_err() || wanted.borrow_and_update().0 == version {
                         continue;

@@ -1,5 +1,5 @@
 //! A lean MCP client over streamable HTTP, for the gateway's hot path: one POST per request
-//! on the shared reqwest client, the answer read straight from the response (JSON, or an event
+//! on the shared downstream client ([`super::outbound`]), the answer read straight from the response (JSON, or an event
 //! stream up to the response with the request's id), no worker task or channel in between.
 //! It speaks what a gateway needs from a downstream: `initialize`, `tools/list`, `tools/call`,
 //! and the other requests a native pool relays as they are. A call's progress token goes down
@@ -14,7 +14,7 @@ use std::sync::{
     atomic::{AtomicU64, Ordering},
 };
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
@@ -24,7 +24,12 @@ mod stateless;
 
 pub use stateless::{listen, stateless};
 
-use super::{downstream::Failure, sse::EventParser, upstream::Upstream};
+use super::{
+    downstream::Failure,
+    outbound::{self, Outbound, Response, Target},
+    sse::EventParser,
+    upstream::Upstream,
+};
 use crate::oauth::dpop::Binding;
 
 /// The revision this client asks for; a server may answer an older one, which is then used.
@@ -50,8 +55,8 @@ const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-versi
 /// An initialized session with one downstream server.
 #[derive(Debug)]
 pub struct HttpSession {
-    http: reqwest::Client,
-    url: reqwest::Url,
+    http: Outbound,
+    target: Target,
     /// The connector's static headers, the session id and the negotiated revision.
     headers: HeaderMap,
     next_id: AtomicU64,
@@ -67,27 +72,19 @@ pub struct HttpSession {
 /// One request to a downstream, with a fresh DPoP proof where the credential is bound, and
 /// once more with the server's nonce when it answers `use_dpop_nonce` (RFC 9449 §9).
 pub(crate) async fn send(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: &reqwest::Url,
+    http: &Outbound,
+    method: Method,
+    target: &Target,
     mut headers: HeaderMap,
     body: Option<bytes::Bytes>,
     dpop: Option<&Binding>,
-) -> Result<reqwest::Response, reqwest::Error> {
+) -> Result<Response, outbound::Error> {
+    let Some(dpop) = dpop else { return http.send(method, target, headers, body).await };
     let mut asked_again = false;
     loop {
-        if let Some(dpop) = dpop {
-            dpop.stamp(&mut headers, method.as_str(), url);
-        }
-        let mut request = http.request(method.clone(), url.clone()).headers(headers.clone());
-        if let Some(body) = &body {
-            request = request.body(body.clone());
-        }
-        let r = request.send().await?;
-        if let Some(dpop) = dpop
-            && !asked_again
-            && dpop.learn(r.status().as_u16(), r.headers())
-        {
+        dpop.stamp(&mut headers, method.as_str(), &target.url);
+        let r = http.send(method.clone(), target, headers.clone(), body.clone()).await?;
+        if !asked_again && dpop.learn(r.status().as_u16(), r.headers()) {
             asked_again = true;
             continue;
         }
@@ -109,28 +106,39 @@ impl From<Failure> for Trouble {
     }
 }
 
+fn not_a_url() -> Failure {
+    Failure::Unavailable("the connector's URL is not a URL".into())
+}
+
 fn cap(text: &str) -> String {
     text.chars().take(512).collect()
 }
 
-fn unavailable(e: reqwest::Error) -> Failure {
-    Failure::Unavailable(cap(&e.without_url().to_string()))
+fn unavailable(e: outbound::Error) -> Failure {
+    Failure::Unavailable(cap(&e.to_string()))
 }
 
 impl HttpSession {
     /// Runs the handshake: `initialize`, then `notifications/initialized`.
     pub async fn connect(
-        http: reqwest::Client,
+        http: Outbound,
         url: &str,
         custom: HeaderMap,
         dpop: Option<Arc<Binding>>,
     ) -> Result<HttpSession, Failure> {
-        let url = reqwest::Url::parse(url).map_err(|_| Failure::Unavailable("the connector's URL is not a URL".into()))?;
+        let target = http.target(url).ok_or_else(not_a_url)?;
         let mut headers = custom;
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let mut session =
-            HttpSession { http, url, headers, next_id: AtomicU64::new(1), server: Value::Null, asked: Default::default(), dpop };
+        let mut session = HttpSession {
+            http,
+            target,
+            headers,
+            next_id: AtomicU64::new(1),
+            server: Value::Null,
+            asked: Default::default(),
+            dpop,
+        };
         // Declared for every agent: whether this one can answer is judged per request, and a
         // request it cannot answer is refused to the server as the agent would refuse it.
         let params = json!({
@@ -165,15 +173,13 @@ impl HttpSession {
     /// One POST of the session; `method`: the request's or notification's, sent as the
     /// `Mcp-Method` header too (SEP-2243 asks it of every POST; servers of earlier revisions
     /// ignore it), none for a response.
-    async fn post(&self, body: &impl Serialize, method: Option<&str>) -> Result<reqwest::Response, Failure> {
+    async fn post(&self, body: &impl Serialize, method: Option<&str>) -> Result<Response, Failure> {
         let body = serde_json::to_vec(body).map_err(|e| Failure::Unavailable(e.to_string()))?;
         let mut headers = self.headers.clone();
         if let Some(method) = method.and_then(|m| HeaderValue::from_str(m).ok()) {
-            headers.insert(reqwest::header::HeaderName::from_static("mcp-method"), method);
+            headers.insert(HeaderName::from_static("mcp-method"), method);
         }
-        send(&self.http, reqwest::Method::POST, &self.url, headers, Some(body.into()), self.dpop.as_deref())
-            .await
-            .map_err(unavailable)
+        send(&self.http, Method::POST, &self.target, headers, Some(body.into()), self.dpop.as_deref()).await.map_err(unavailable)
     }
 
     /// One request and its response's `result` (as `R`; `what` names it in the error when it
@@ -231,7 +237,7 @@ impl HttpSession {
         Ok((serde_json::from_value(Self::result(message, id)?).map_err(malformed)?, session_id))
     }
 
-    async fn from_body(mut r: reqwest::Response) -> Result<Vec<u8>, Failure> {
+    async fn from_body(mut r: Response) -> Result<Vec<u8>, Failure> {
         let mut body = Vec::new();
         while let Some(chunk) = r.chunk().await.map_err(unavailable)? {
             if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
@@ -249,7 +255,7 @@ impl HttpSession {
     /// resumed: after the server's `retry` time, a GET with `Last-Event-ID`, at most
     /// [`MAX_RESUMES`] times (SEP-1699).
     async fn from_stream(
-        mut r: reqwest::Response,
+        mut r: Response,
         id: u64,
         upstream: Option<&Upstream>,
         session: Option<&HttpSession>,
@@ -376,12 +382,14 @@ impl HttpSession {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let mut headers = self.headers.clone();
         if let Some(dpop) = &self.dpop {
-            dpop.stamp(&mut headers, "DELETE", &self.url);
+            dpop.stamp(&mut headers, "DELETE", &self.target.url);
         }
-        let delete = self.http.delete(self.url.clone()).headers(headers).timeout(CLOSE_TIMEOUT);
+        let (http, target) = (self.http.clone(), self.target.clone());
         runtime.spawn(async move {
-            if let Err(e) = delete.send().await {
-                tracing::debug!(error = %e.without_url(), "could not delete a downstream session");
+            match tokio::time::timeout(CLOSE_TIMEOUT, http.send(Method::DELETE, &target, headers, None)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "could not delete a downstream session"),
+                Err(_) => tracing::debug!("the downstream did not answer the session's DELETE in time"),
             }
         });
     }
@@ -389,21 +397,20 @@ impl HttpSession {
     /// Opens the session's GET stream, where the server says what belongs to no request
     /// (list changes, resource updates). `Ok(None)`: the server offers no such stream (it
     /// answered 405, as the specification lets it).
-    pub async fn open_stream(&self) -> Result<Option<reqwest::Response>, Failure> {
+    pub async fn open_stream(&self) -> Result<Option<Response>, Failure> {
         self.open_stream_after(None).await
     }
 
     /// [`HttpSession::open_stream`], resuming after the event `last` (`Last-Event-ID`): the
     /// server replays what followed it, on this stream.
-    async fn open_stream_after(&self, last: Option<&str>) -> Result<Option<reqwest::Response>, Failure> {
+    async fn open_stream_after(&self, last: Option<&str>) -> Result<Option<Response>, Failure> {
         let mut headers = self.headers.clone();
         if let Some(last) = last.and_then(|l| HeaderValue::from_str(l).ok()) {
             headers.insert(HeaderName::from_static("last-event-id"), last);
         }
         headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
         headers.remove(header::CONTENT_TYPE);
-        let r =
-            send(&self.http, reqwest::Method::GET, &self.url, headers, None, self.dpop.as_deref()).await.map_err(unavailable)?;
+        let r = send(&self.http, Method::GET, &self.target, headers, None, self.dpop.as_deref()).await.map_err(unavailable)?;
         opened(r)
     }
 
@@ -533,8 +540,8 @@ struct Incoming<R> {
 }
 
 /// A stream's opening answer: the stream, none (405), or why not.
-fn opened(r: reqwest::Response) -> Result<Option<reqwest::Response>, Failure> {
-    if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED {
+fn opened(r: Response) -> Result<Option<Response>, Failure> {
+    if r.status() == StatusCode::METHOD_NOT_ALLOWED {
         return Ok(None);
     }
     if let Some(refused) = Failure::refused(r.status().as_u16(), r.headers()) {

@@ -1,12 +1,16 @@
 //! Requests on a revision without a handshake (2026-07-28): each on a POST of its own, with
 //! the revision and routing headers, no session.
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use serde_json::Value;
 
-use super::{HttpSession, Outgoing, PROTOCOL_VERSION, unavailable};
+use super::{HttpSession, Outgoing, PROTOCOL_VERSION, not_a_url, unavailable};
 use crate::{
-    gateway::{downstream::Failure, upstream::Upstream},
+    gateway::{
+        downstream::Failure,
+        outbound::{Outbound, Response},
+        upstream::Upstream,
+    },
     oauth::dpop::Binding,
 };
 
@@ -19,15 +23,15 @@ static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 
 /// One stateless POST; answers the response and the request's id.
 async fn stateless_post(
-    http: reqwest::Client,
+    http: Outbound,
     url: &str,
     headers: &mut HeaderMap,
     request: (&str, &str, Option<&str>),
     params: &Value,
     dpop: Option<&Binding>,
-) -> Result<(reqwest::Response, u64), Failure> {
+) -> Result<(Response, u64), Failure> {
     let (revision, method, name) = request;
-    let url = reqwest::Url::parse(url).map_err(|_| Failure::Unavailable("the connector's URL is not a URL".into()))?;
+    let target = http.target(url).ok_or_else(not_a_url)?;
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let bad = || Failure::Rejected("a method, name or revision that cannot be a header".into());
@@ -41,8 +45,7 @@ async fn stateless_post(
     let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let body =
         serde_json::to_vec(&Outgoing { jsonrpc: "2.0", id, method, params }).map_err(|e| Failure::Unavailable(e.to_string()))?;
-    let r =
-        super::send(&http, reqwest::Method::POST, &url, headers.clone(), Some(body.into()), dpop).await.map_err(unavailable)?;
+    let r = super::send(&http, Method::POST, &target, headers.clone(), Some(body.into()), dpop).await.map_err(unavailable)?;
     Ok((r, id))
 }
 
@@ -51,15 +54,15 @@ async fn stateless_post(
 /// `Ok(None)`: the server answered with a single message instead (an error such as -32601:
 /// it has nothing to listen to).
 pub async fn listen(
-    http: reqwest::Client,
+    http: Outbound,
     url: &str,
     mut headers: HeaderMap,
     revision: &str,
     params: &Value,
     dpop: Option<&Binding>,
-) -> Result<Option<reqwest::Response>, Failure> {
+) -> Result<Option<Response>, Failure> {
     let (r, _) = stateless_post(http, url, &mut headers, (revision, "subscriptions/listen", None), params, dpop).await?;
-    if r.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED || r.status() == reqwest::StatusCode::NOT_FOUND {
+    if r.status() == StatusCode::METHOD_NOT_ALLOWED || r.status() == StatusCode::NOT_FOUND {
         return Ok(None);
     }
     let streamed =
@@ -78,7 +81,7 @@ pub async fn listen(
 /// The response message, with its `result` or the server's JSON-RPC `error` (passed on as it is); the
 /// progress and log notifications before it go to `upstream`.
 pub async fn stateless(
-    http: reqwest::Client,
+    http: Outbound,
     url: &str,
     mut headers: HeaderMap,
     request: (&str, &str, Option<&str>),

@@ -1,0 +1,209 @@
+//! The gateway's HTTP client for downstream MCP servers.
+//!
+//! A plain-HTTP downstream that no proxy intercepts is spoken to through hyper's pooled
+//! client directly. A TLS downstream, or one a proxy from the environment intercepts, goes
+//! through reqwest, with its TLS roots and its proxy support. Both pools have the same connect
+//! timeout, `TCP_NODELAY` and idle timeout, and neither follows redirects or bounds a whole
+//! request: a streamed answer may be long, and each call has its own deadline.
+//!
+//! Why two: on the hot path reqwest parses the downstream's URL twice per request (its
+//! redirect policy and its response each keep a `Url`) and runs its layers around hyper's
+//! client. That was a tenth of the gateway's instructions per `tools/call` (docs/benchmarks.md,
+//! "reqwest off the hot path").
+
+use std::{sync::Arc, time::Duration};
+
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::{
+    client::{
+        legacy::{Client, connect::HttpConnector},
+        proxy::matcher::Matcher,
+    },
+    rt::{TokioExecutor, TokioTimer},
+};
+
+/// How long opening a connection to a downstream may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an idle pooled connection is kept (reqwest's default, for both pools).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The downstream client: cheap to clone (both pools are shared).
+#[derive(Clone, Debug)]
+pub struct Outbound {
+    general: reqwest::Client,
+    direct: Client<HttpConnector, Full<Bytes>>,
+    proxies: Arc<Matcher>,
+}
+
+/// Where requests to one downstream go: its URL (which a DPoP proof names), and its URI
+/// when they go through the direct pool.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub url: reqwest::Url,
+    direct: Option<Uri>,
+}
+
+/// A downstream's response, from either pool.
+#[derive(Debug)]
+pub enum Response {
+    Direct(axum::http::Response<hyper::body::Incoming>),
+    General(reqwest::Response),
+}
+
+/// Why a request got no response, or its body broke off: the error and its causes, without
+/// the URL (which may carry a credential in its query).
+#[derive(Debug)]
+pub struct Error(String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<reqwest::Error> for Error {
+    fn from(e: reqwest::Error) -> Self {
+        Error(e.without_url().to_string())
+    }
+}
+
+/// `e` and its sources, joined by ": " (hyper's own text names only the outermost, such as
+/// "client error (Connect)").
+fn described(e: &(dyn std::error::Error + 'static)) -> Error {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    Error(text)
+}
+
+impl Outbound {
+    /// Both pools, and the proxies the environment names (`HTTP_PROXY`, `NO_PROXY`, …), read
+    /// once, as reqwest reads them.
+    pub fn new() -> anyhow::Result<Outbound> {
+        crate::install_crypto();
+        let general = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .tcp_nodelay(true)
+            .build()?;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        connector.set_nodelay(true);
+        let direct =
+            Client::builder(TokioExecutor::new()).pool_timer(TokioTimer::new()).pool_idle_timeout(IDLE_TIMEOUT).build(connector);
+        Ok(Outbound { general, direct, proxies: Arc::new(Matcher::from_system()) })
+    }
+
+    /// The reqwest client, for what is not a downstream MCP request (HTTP API connectors, the
+    /// legacy SSE transport).
+    pub fn general(&self) -> &reqwest::Client {
+        &self.general
+    }
+
+    /// The target `url` names; `None` when it is no URL.
+    pub fn target(&self, url: &str) -> Option<Target> {
+        let url = reqwest::Url::parse(url).ok()?;
+        let direct = match url.scheme() {
+            "http" => url.as_str().parse::<Uri>().ok().filter(|uri| self.proxies.intercept(uri).is_none()),
+            _ => None,
+        };
+        Some(Target { url, direct })
+    }
+
+    /// One request; its response once the head has arrived.
+    pub async fn send(
+        &self,
+        method: Method,
+        target: &Target,
+        headers: HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<Response, Error> {
+        let Some(uri) = &target.direct else {
+            let mut request = self.general.request(method, target.url.clone()).headers(headers);
+            if let Some(body) = body {
+                request = request.body(body);
+            }
+            return Ok(Response::General(request.send().await?));
+        };
+        let mut request = axum::http::Request::new(Full::new(body.unwrap_or_default()));
+        *request.method_mut() = method;
+        *request.uri_mut() = uri.clone();
+        *request.headers_mut() = headers;
+        self.direct.request(request).await.map(Response::Direct).map_err(|e| described(&e))
+    }
+}
+
+impl Response {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Response::Direct(r) => r.status(),
+            Response::General(r) => r.status(),
+        }
+    }
+
+    pub fn headers(&self) -> &HeaderMap {
+        match self {
+            Response::Direct(r) => r.headers(),
+            Response::General(r) => r.headers(),
+        }
+    }
+
+    /// The body's next piece; `None` at its end (trailers are skipped).
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        match self {
+            Response::General(r) => Ok(r.chunk().await?),
+            Response::Direct(r) => loop {
+                match r.body_mut().frame().await {
+                    None => return Ok(None),
+                    Some(Err(e)) => return Err(described(&e)),
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Ok(Some(data));
+                        }
+                    }
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn plain_http_goes_direct_and_tls_through_reqwest() {
+        let outbound = Outbound::new().unwrap();
+        let plain = outbound.target("http://127.0.0.1:9/mcp?x=1").unwrap();
+        assert_eq!(plain.direct.as_ref().map(Uri::to_string).as_deref(), Some("http://127.0.0.1:9/mcp?x=1"));
+        assert!(outbound.target("https://127.0.0.1:9/mcp").unwrap().direct.is_none());
+        assert!(outbound.target("not a url").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_proxied_downstream_goes_through_reqwest() {
+        let mut outbound = Outbound::new().unwrap();
+        outbound.proxies = Arc::new(Matcher::builder().http("http://127.0.0.1:3128").no("localhost").build());
+        assert!(outbound.target("http://downstream.example/mcp").unwrap().direct.is_none());
+        assert!(outbound.target("http://localhost:9/mcp").unwrap().direct.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_says_why() {
+        let outbound = Outbound::new().unwrap();
+        // Bound, then dropped: nothing listens on the port.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let target = outbound.target(&format!("http://127.0.0.1:{port}/mcp?secret=s3cret")).unwrap();
+        let e = outbound.send(Method::POST, &target, HeaderMap::new(), Some(Bytes::from_static(b"{}"))).await.unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("refused"), "{text}");
+        assert!(!text.contains("s3cret"), "{text}");
+    }
+}
