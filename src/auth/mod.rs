@@ -188,14 +188,15 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
     if !well_formed {
         return Err(Error::Unauthorized);
     }
-    let (secret_digest, token_digest) = (secrets::digest(client_secret), secrets::digest(bearer));
+    // The cache's key: one hash over the three values (well formed, so none holds the NUL
+    // that separates them); the stored digests are computed only when the database is asked.
     let key: [u8; 32] = {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
-        h.update(client_id.as_bytes());
-        h.update([0]);
-        h.update(&secret_digest);
-        h.update(&token_digest);
+        for part in [client_id, client_secret, bearer] {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
         h.finalize().into()
     };
     if let Some((machine, label)) = state.machines.get(&key) {
@@ -209,6 +210,7 @@ async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(
         }
     }
     state.machines.count(false);
+    let (secret_digest, token_digest) = (secrets::digest(client_secret), secrets::digest(bearer));
     // A function's result columns carry no nullability the macros can see: the aliases state
     // it (the tenant and epoch are always there; the rest depend on the credential's kind).
     // Boxed: the database's answer is the rare path here, and its future is kilobytes.
