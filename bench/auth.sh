@@ -8,22 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-10s}
-bin=target/release/gatehouse
-[[ -x $bin ]] || cargo build --release --locked --bin gatehouse
 port=18392
-dir=$(mktemp -d /tmp/gatehouse-authbench-XXXXXX)
-chmod 755 "$dir" # the embedded cluster runs as an unprivileged user when we are root
-export GATEHOUSE_DATA_DIR=$dir GATEHOUSE_LISTEN=127.0.0.1:$port RUST_LOG=warn
-"$bin" serve 2>/dev/null &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
-until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz"; do
-  kill -0 "$pid" 2>/dev/null || { echo "gatehouse serve exited" >&2; exit 1; }
-  sleep 0.05
-done
-"$bin" tenant create bench --name Bench >/dev/null
-mapfile -t sc < <("$bin" service-credential create --tenant bench --name bench)
-mapfile -t tok < <("$bin" token create --tenant bench --name bench)
+source bench/lib.sh
+GATEHOUSE_BIN=target/release/gatehouse start_serve "$port"
+provision_machine
 auth=(-H "Gatehouse-Client-Id: ${sc[1]}" -H "Gatehouse-Client-Secret: ${sc[2]}" -H "Authorization: Bearer ${tok[1]}")
 curl -sf "${auth[@]}" "http://127.0.0.1:$port/api/v1/tenants/bench" >/dev/null
 

@@ -11,20 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:?BIN}") duration=${2:-10s} out=${3:-/tmp/gatehouse-auth.callgrind}
 port=18492
-dir=$(mktemp -d /tmp/gatehouse-cgauth-XXXXXX)
-chmod 755 "$dir" # the embedded cluster runs as an unprivileged user when we are root
-export GATEHOUSE_DATA_DIR=$dir GATEHOUSE_LISTEN=127.0.0.1:$port RUST_LOG=warn
+source bench/lib.sh
 rm -f "$out".*
-valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out.%p" "$bin" serve 2>/dev/null &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
-until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz"; do
-  kill -0 "$pid" 2>/dev/null || { echo "gatehouse serve exited" >&2; exit 1; }
-  sleep 0.2
-done
-"$bin" tenant create bench --name Bench >/dev/null
-mapfile -t sc < <("$bin" service-credential create --tenant bench --name bench)
-mapfile -t tok < <("$bin" token create --tenant bench --name bench)
+GATEHOUSE_BIN=$bin start_serve "$port" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out.%p"
+provision_machine
 auth=(-H "Gatehouse-Client-Id: ${sc[1]}" -H "Gatehouse-Client-Secret: ${sc[2]}" -H "Authorization: Bearer ${tok[1]}")
 noop="http://127.0.0.1:$port/api/v1/tenants/bench" healthz="http://127.0.0.1:$port/healthz"
 for _ in 1 2 3; do curl -sf "${auth[@]}" "$noop" >/dev/null; curl -sf "$healthz" >/dev/null; done

@@ -7,7 +7,11 @@
 #   start_gateway PORT ECHO_PORT      # also sets dir, pid, headers, gw; extra environment for
 #                                     # serve: export it before. GATEHOUSE_BIN picks the binary
 #                                     # (default target/release/gatehouse, built when missing).
-shared=$(cd ../shared && pwd)
+#   start_serve PORT [PREFIX...]      # serve alone, run under PREFIX (valgrind, say) if given;
+#                                     # sets bin, dir, pid
+#   provision_machine                 # tenant bench and a machine pair: sets sc, tok
+# The fastecho and wrk driver live in ../shared (only the gateway benchmarks need them).
+shared=$(cd ../shared 2>/dev/null && pwd || true)
 # The call the gateway benchmarks make: fastecho's echo, through call_tool.
 echo_call='{"address":"fastecho.echo","args":{"message":"hello"}}'
 
@@ -29,27 +33,36 @@ start_fastecho() {
   until curl -s -o /dev/null "http://127.0.0.1:$1/mcp"; do sleep 0.05; done
 }
 
-start_gateway() {
-  local port=$1 echo_port=$2
+start_serve() {
+  local port=$1
+  shift
   bin=${GATEHOUSE_BIN:-${CARGO_TARGET_DIR:-target}/release/gatehouse}
   [[ -x $bin ]] || cargo build --release --locked --bin gatehouse
-  start_fastecho "$echo_port"
   dir=$(mktemp -d /tmp/gatehouse-bench-XXXXXX)
   chmod 755 "$dir" # the embedded cluster runs as an unprivileged user when we are root
   export GATEHOUSE_DATA_DIR=$dir GATEHOUSE_LISTEN=127.0.0.1:$port RUST_LOG=warn
-  "$bin" serve 2>/dev/null &
+  "$@" "$bin" serve 2>/dev/null &
   pid=$!
-  trap 'kill $echo_pid 2>/dev/null; kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+  trap 'kill ${echo_pid:-} 2>/dev/null || true; kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
   until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz"; do
     kill -0 "$pid" 2>/dev/null || { echo "gatehouse serve exited" >&2; exit 1; }
     sleep 0.05
   done
+}
+
+provision_machine() {
   "$bin" tenant create bench --name Bench >/dev/null
-  "$bin" workspace create --tenant bench main >/dev/null
-  "$bin" connector add --tenant bench --workspace main --id fastecho --kind remote_mcp --url "http://127.0.0.1:$echo_port/mcp" >/dev/null
-  local sc tok
   mapfile -t sc < <("$bin" service-credential create --tenant bench --name bench)
   mapfile -t tok < <("$bin" token create --tenant bench --name bench)
+}
+
+start_gateway() {
+  local port=$1 echo_port=$2
+  start_fastecho "$echo_port"
+  start_serve "$port"
+  provision_machine
+  "$bin" workspace create --tenant bench main >/dev/null
+  "$bin" connector add --tenant bench --workspace main --id fastecho --kind remote_mcp --url "http://127.0.0.1:$echo_port/mcp" >/dev/null
   headers=$(printf '{"Gatehouse-Client-Id":"%s","Gatehouse-Client-Secret":"%s","Authorization":"Bearer %s"}' "${sc[1]}" "${sc[2]}" "${tok[1]}")
   gw="http://127.0.0.1:$port/t/bench/w/main/mcp"
   # Warm up the gateway's downstream session and catalog.
