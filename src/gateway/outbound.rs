@@ -107,11 +107,14 @@ impl Outbound {
         &self.general
     }
 
-    /// The target `url` names; `None` when it is no URL.
+    /// The target `url` names; `None` when it is no URL. A URL with a user or password goes
+    /// through reqwest, which sends them as Basic authorization.
     pub fn target(&self, url: &str) -> Option<Target> {
         let url = reqwest::Url::parse(url).ok()?;
         let direct = match url.scheme() {
-            "http" => url.as_str().parse::<Uri>().ok().filter(|uri| self.proxies.intercept(uri).is_none()),
+            "http" if url.username().is_empty() && url.password().is_none() => {
+                url.as_str().parse::<Uri>().ok().filter(|uri| self.proxies.intercept(uri).is_none())
+            }
             _ => None,
         };
         Some(Target { url, direct })
@@ -179,11 +182,12 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn plain_http_goes_direct_and_tls_through_reqwest() {
+    async fn plain_http_goes_direct_and_tls_or_userinfo_through_reqwest() {
         let outbound = Outbound::new().unwrap();
         let plain = outbound.target("http://127.0.0.1:9/mcp?x=1").unwrap();
         assert_eq!(plain.direct.as_ref().map(Uri::to_string).as_deref(), Some("http://127.0.0.1:9/mcp?x=1"));
         assert!(outbound.target("https://127.0.0.1:9/mcp").unwrap().direct.is_none());
+        assert!(outbound.target("http://user:pass@127.0.0.1:9/mcp").unwrap().direct.is_none());
         assert!(outbound.target("not a url").is_none());
     }
 
