@@ -3,8 +3,8 @@
 //! A plain-HTTP downstream that no proxy intercepts is spoken to through hyper's pooled
 //! client directly. A TLS downstream, or one a proxy from the environment intercepts, goes
 //! through reqwest, with its TLS roots and its proxy support. Both pools have the same connect
-//! timeout, `TCP_NODELAY` and idle timeout, and neither follows redirects or bounds a whole
-//! request: a streamed answer may be long, and each call has its own deadline.
+//! timeout, `TCP_NODELAY`, TCP keepalive and idle timeout, and neither follows redirects or
+//! bounds a whole request: a streamed answer may be long, and each call has its own deadline.
 //!
 //! Why two: on the hot path reqwest parses the downstream's URL twice per request (its
 //! redirect policy and its response each keep a `Url`) and runs its layers around hyper's
@@ -28,6 +28,8 @@ use hyper_util::{
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an idle pooled connection is kept (reqwest's default, for both pools).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// TCP keepalive: idle time before the first probe and between probes (reqwest's default).
+const KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// The downstream client: cheap to clone (both pools are shared).
 #[derive(Clone, Debug)]
@@ -96,6 +98,10 @@ impl Outbound {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         connector.set_nodelay(true);
+        // reqwest's defaults: a dead peer under a long GET stream is found within a minute or so.
+        connector.set_keepalive(Some(KEEPALIVE));
+        connector.set_keepalive_interval(Some(KEEPALIVE));
+        connector.set_keepalive_retries(Some(3));
         let direct =
             Client::builder(TokioExecutor::new()).pool_timer(TokioTimer::new()).pool_idle_timeout(IDLE_TIMEOUT).build(connector);
         Ok(Outbound { general, direct, proxies: Arc::new(Matcher::from_system()) })
