@@ -9,19 +9,11 @@
 # Prints the instructions per call and callgrind_annotate's inclusive top entries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-real_bin=$(realpath "${1:?BIN}") duration=${2:-20s} out=${3:-/tmp/gatehouse.callgrind}
+bin_path=$(realpath "${1:?BIN}") duration=${2:-20s} out=${3:-/tmp/gatehouse.callgrind}
 source bench/lib.sh
-wrap=$(mktemp -d /tmp/gatehouse-cg-XXXXXX)
-cat >"$wrap/gatehouse" <<WRAP
-#!/usr/bin/env bash
-if [[ \$1 == serve ]]; then
-  exec valgrind --tool=callgrind --instr-atstart=no ${VALGRIND_ARGS:-} --callgrind-out-file="$out" "$real_bin" "\$@"
-fi
-exec "$real_bin" "\$@"
-WRAP
-chmod 755 "$wrap/gatehouse"
 rm -f "$out"
-GATEHOUSE_BIN=$wrap/gatehouse start_gateway 18601 9601
+# shellcheck disable=SC2086 # VALGRIND_ARGS is a list of options
+GATEHOUSE_BIN=$bin_path start_gateway 18601 9601 valgrind --tool=callgrind --instr-atstart=no ${VALGRIND_ARGS:-} --callgrind-out-file="$out"
 callgrind_control -i on "$pid" >/dev/null
 r=$(wrk_result "$gw" "$headers" 2 "$duration" call_tool "$echo_call" hello)
 callgrind_control -i off "$pid" >/dev/null
@@ -32,4 +24,3 @@ file=$(ls -t "$out"* | head -1)
 total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
 echo "calls=$n instructions=$total per_call=$((total / n))"
 callgrind_annotate --inclusive=yes "$file" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 1,60p
-rm -rf "$wrap"

@@ -4,9 +4,11 @@
 # credentials, and cleans everything up on exit.
 #
 #   start_fastecho ECHO_PORT          # sets echo_pid
-#   start_gateway PORT ECHO_PORT      # also sets dir, pid, headers, gw; extra environment for
+#   start_gateway PORT ECHO_PORT [PREFIX...]
+#                                     # also sets dir, pid, headers, gw; extra environment for
 #                                     # serve: export it before. GATEHOUSE_BIN picks the binary
-#                                     # (default target/release/gatehouse, built when missing).
+#                                     # (default target/release/gatehouse, built when missing);
+#                                     # serve runs under PREFIX (valgrind, say) if given.
 #   start_serve PORT [PREFIX...]      # serve alone, run under PREFIX (valgrind, say) if given;
 #                                     # sets bin, dir, pid
 #   provision_machine                 # tenant bench and a machine pair: sets sc, tok
@@ -58,8 +60,9 @@ provision_machine() {
 
 start_gateway() {
   local port=$1 echo_port=$2
+  shift 2
   start_fastecho "$echo_port"
-  start_serve "$port"
+  start_serve "$port" "$@"
   provision_machine
   "$bin" workspace create --tenant bench main >/dev/null
   "$bin" connector add --tenant bench --workspace main --id fastecho --kind remote_mcp --url "http://127.0.0.1:$echo_port/mcp" >/dev/null
