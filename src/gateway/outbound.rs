@@ -205,6 +205,44 @@ mod tests {
         assert!(outbound.target("http://localhost:9/mcp").unwrap().direct.is_some());
     }
 
+    /// Accepts one connection on `listener`, answers 200 to its request and returns the
+    /// request's head (request line and headers), lower-cased.
+    async fn one_request(listener: tokio::net::TcpListener) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            socket.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.unwrap();
+        String::from_utf8(head).unwrap().to_lowercase()
+    }
+
+    /// What reaches the server: the direct pool sends the origin-form request line and `Host`
+    /// as reqwest does; a URL's user and password become Basic authorization (through reqwest).
+    #[tokio::test]
+    async fn the_server_gets_the_path_host_and_userinfo_as_authorization() {
+        let outbound = Outbound::new().unwrap();
+        for (url, line, authorization) in [
+            ("http://127.0.0.1:{port}/mcp?x=1", "post /mcp?x=1 http/1.1", None),
+            ("http://user:pass@127.0.0.1:{port}/mcp", "post /mcp http/1.1", Some("authorization: basic dxnlcjpwyxnz")),
+        ] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let heard = tokio::spawn(one_request(listener));
+            let target = outbound.target(&url.replace("{port}", &port.to_string())).unwrap();
+            let r = outbound.send(Method::POST, &target, HeaderMap::new(), Some(Bytes::from_static(b"{}"))).await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            let head = heard.await.unwrap();
+            assert!(head.starts_with(line), "{head}");
+            assert!(head.contains(&format!("host: 127.0.0.1:{port}\r\n")), "{head}");
+            assert!(head.contains("content-length: 2\r\n"), "{head}");
+            assert_eq!(head.lines().find(|l| l.starts_with("authorization:")), authorization, "{head}");
+        }
+    }
+
     #[tokio::test]
     async fn a_refused_connection_says_why() {
         let outbound = Outbound::new().unwrap();
