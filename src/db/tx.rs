@@ -4,7 +4,12 @@
 //! Each entry point is `#[track_caller]`: a database error the transaction ends with is logged
 //! once, naming the caller's `file:line` (see [`super::report`]).
 
-use std::{future::Future, marker::PhantomData, time::Duration};
+use std::{
+    future::Future,
+    marker::PhantomData,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use futures::future::BoxFuture;
 use rand::Rng;
@@ -84,22 +89,44 @@ impl Db {
         self.pooler == Pooler::Session && !idempotency::armed_for(scope)
     }
 
-    #[tracing::instrument(skip_all, fields(attempts))]
+    /// Runs `work` through [`Db::run_erased`], which sees it with its answer's type erased: the
+    /// answer waits in a slot until the transaction has committed. The retry, commit and
+    /// acknowledgement code is then compiled once, not once for each of the hundreds of
+    /// callers (5.5 MB of the release binary's code before; see docs/benchmarks.md).
     async fn run<'a, T, F>(&self, shape: Shape, mut work: F, operation: Operation) -> Result<(T, u32)>
     where
         F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
         T: Send + 'a,
     {
+        let slot: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
+        let answer = slot.clone();
+        let erased: &mut ErasedWork<'_, 'a> = &mut move |conn, borrow| {
+            let value = work(conn, borrow);
+            let slot = slot.clone();
+            Box::pin(async move {
+                let value = value.await?;
+                *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(value);
+                Ok(())
+            })
+        };
+        let attempts = self.run_erased(shape, erased, operation).await?;
+        let value = answer.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let value = value.ok_or_else(|| Error::Internal(anyhow::anyhow!("a committed transaction left no answer")))?;
+        Ok((value, attempts))
+    }
+
+    #[tracing::instrument(name = "run", skip_all, fields(attempts))]
+    async fn run_erased<'a>(&self, shape: Shape, work: &mut ErasedWork<'_, 'a>, operation: Operation) -> Result<u32> {
         let mut attempt = 1;
         let started = std::time::Instant::now();
         loop {
-            match self.attempt(shape, &mut work).await {
-                Ok(value) => {
+            match self.attempt(shape, &mut *work).await {
+                Ok(()) => {
                     tracing::Span::current().record("attempts", attempt);
                     if attempt > 1 {
                         tracing::debug!(retries = attempt - 1, "serializable transaction retried");
                     }
-                    return Ok((value, attempt));
+                    return Ok(attempt);
                 }
                 Err(Failed::BeforeCommit(e)) if e.is_retryable_conflict() && attempt < MAX_ATTEMPTS => {
                     let cap_ms = (2u64 << attempt.min(7)).min(250);
@@ -143,10 +170,7 @@ impl Db {
         }
     }
 
-    async fn attempt<'a, T, F>(&self, shape: Shape, work: &mut F) -> Result<T, Failed>
-    where
-        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
-    {
+    async fn attempt<'a>(&self, shape: Shape, work: &mut ErasedWork<'_, 'a>) -> Result<(), Failed> {
         let attempted = match shape {
             Shape::Transaction(scope, isolation) => self.attempt_once(scope, isolation, work).await,
             Shape::Statement => self.attempt_statement(work).await,
@@ -157,10 +181,7 @@ impl Db {
         })
     }
 
-    async fn attempt_once<'a, T, F>(&self, scope: Scope, isolation: Isolation, work: &mut F) -> Result<T, Failed>
-    where
-        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
-    {
+    async fn attempt_once<'a>(&self, scope: Scope, isolation: Isolation, work: &mut ErasedWork<'_, 'a>) -> Result<(), Failed> {
         let before = Failed::BeforeCommit;
         // The role is set for the transaction too (a no-op where the session already has
         // it), so no transaction depends on session state.
@@ -177,15 +198,12 @@ impl Db {
         let conn = open.conn().map_err(before)?;
         // The scope rides in the BEGIN's round trip (one simple-protocol message).
         conn.execute(sqlx::AssertSqlSafe(begin_scoped(begin, scope))).await.map_err(|e| before(e.into()))?;
-        let value = match work(conn, PhantomData).await {
-            Ok(value) => value,
-            Err(e) => {
-                if conn.execute("ROLLBACK").await.is_ok() {
-                    open.finish();
-                }
-                return Err(before(e));
+        if let Err(e) = work(conn, PhantomData).await {
+            if conn.execute("ROLLBACK").await.is_ok() {
+                open.finish();
             }
-        };
+            return Err(before(e));
+        }
         // A mutating API call's Idempotency-Key is recorded by the transaction that wrote.
         if let Err(e) = idempotency::claim(conn, scope).await {
             if conn.execute("ROLLBACK").await.is_ok() {
@@ -222,19 +240,16 @@ impl Db {
         let moved = replica::parse_notes(noted.as_deref().unwrap_or(""));
         // Committed: whatever moved an epoch returns only once every live replica applied it.
         replica::wait_for_acks(self, &moved, self.ack_wait).await.map_err(Failed::AtCommit)?;
-        Ok(value)
+        Ok(())
     }
 
     /// One autocommitted statement on a pooled connection. An error the server answered with
     /// rolled the statement back (nothing was saved), so it may run again; a connection lost
     /// after the statement was sent leaves the outcome unknown.
-    async fn attempt_statement<'a, T, F>(&self, work: &mut F) -> Result<T, Failed>
-    where
-        F: for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<T>> + Send + 'a,
-    {
+    async fn attempt_statement<'a>(&self, work: &mut ErasedWork<'_, 'a>) -> Result<(), Failed> {
         let mut conn = self.pool.acquire().await.map_err(|e| Failed::BeforeCommit(e.into()))?;
         match work(&mut conn, PhantomData).await {
-            Ok(value) => Ok(value),
+            Ok(()) => Ok(()),
             Err(e) if e.is_connection_loss() && e.sqlstate().as_deref() != Some(READ_ONLY) => {
                 conn.close_on_drop();
                 self.saw(&e);
@@ -245,6 +260,10 @@ impl Db {
         }
     }
 }
+
+/// A transaction's work as [`Db::run_erased`] sees it: what it answers is left in a slot of
+/// [`Db::run`]'s, so one compiled copy of the helper serves every caller.
+type ErasedWork<'w, 'a> = dyn for<'c> FnMut(&'c mut PgConnection, Borrow<'c, 'a>) -> BoxFuture<'c, Result<()>> + Send + 'w;
 
 /// A write reached a read-only node: refused, so nothing was saved.
 const READ_ONLY: &str = "25006";
