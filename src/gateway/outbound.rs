@@ -11,7 +11,11 @@
 //! client. That was a tenth of the gateway's instructions per `tools/call` (docs/benchmarks.md,
 //! "reqwest off the hot path").
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use bytes::Bytes;
@@ -30,6 +34,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// TCP keepalive: idle time before the first probe and between probes (reqwest's default).
 const KEEPALIVE: Duration = Duration::from_secs(15);
+/// How many downstream URLs' targets are kept parsed; past that the memo starts afresh.
+const TARGETS_KEPT: usize = 1024;
 
 /// The downstream client: cheap to clone (both pools are shared).
 #[derive(Clone, Debug)]
@@ -37,6 +43,10 @@ pub struct Outbound {
     general: reqwest::Client,
     direct: Client<HttpConnector, Full<Bytes>>,
     proxies: Arc<Matcher>,
+    /// Each URL's target as parsed the first time: a 2026-07-28 downstream has no session to
+    /// keep it in, and would otherwise be parsed twice and matched against the proxies on
+    /// every request.
+    targets: Arc<Mutex<HashMap<Box<str>, Arc<Target>>>>,
 }
 
 /// Where requests to one downstream go: its URL (which a DPoP proof names), and its URI
@@ -104,7 +114,7 @@ impl Outbound {
         connector.set_keepalive_retries(Some(3));
         let direct =
             Client::builder(TokioExecutor::new()).pool_timer(TokioTimer::new()).pool_idle_timeout(IDLE_TIMEOUT).build(connector);
-        Ok(Outbound { general, direct, proxies: Arc::new(Matcher::from_system()) })
+        Ok(Outbound { general, direct, proxies: Arc::new(Matcher::from_system()), targets: Default::default() })
     }
 
     /// The reqwest client, for what is not a downstream MCP request (HTTP API connectors, the
@@ -114,8 +124,22 @@ impl Outbound {
     }
 
     /// The target `url` names; `None` when it is no URL. A URL with a user or password goes
-    /// through reqwest, which sends them as Basic authorization.
-    pub fn target(&self, url: &str) -> Option<Target> {
+    /// through reqwest, which sends them as Basic authorization. Remembered: the same URL's
+    /// next request reuses what was parsed (up to [`TARGETS_KEPT`] URLs).
+    pub fn target(&self, url: &str) -> Option<Arc<Target>> {
+        if let Some(known) = self.targets.lock().unwrap_or_else(PoisonError::into_inner).get(url) {
+            return Some(known.clone());
+        }
+        let target = Arc::new(self.parse(url)?);
+        let mut targets = self.targets.lock().unwrap_or_else(PoisonError::into_inner);
+        if targets.len() >= TARGETS_KEPT {
+            targets.clear();
+        }
+        targets.insert(url.into(), target.clone());
+        Some(target)
+    }
+
+    fn parse(&self, url: &str) -> Option<Target> {
         let url = reqwest::Url::parse(url).ok()?;
         let direct = match url.scheme() {
             "http" if url.username().is_empty() && url.password().is_none() => {
@@ -195,6 +219,19 @@ mod tests {
         assert!(outbound.target("https://127.0.0.1:9/mcp").unwrap().direct.is_none());
         assert!(outbound.target("http://user:pass@127.0.0.1:9/mcp").unwrap().direct.is_none());
         assert!(outbound.target("not a url").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_url_is_parsed_once_and_the_memo_is_bounded() {
+        let outbound = Outbound::new().unwrap();
+        let first = outbound.target("http://127.0.0.1:9/mcp").unwrap();
+        assert!(Arc::ptr_eq(&first, &outbound.target("http://127.0.0.1:9/mcp").unwrap()));
+        assert!(!Arc::ptr_eq(&first, &outbound.target("http://127.0.0.1:9/mcp?other").unwrap()));
+        for port in 0..TARGETS_KEPT {
+            outbound.target(&format!("http://192.0.2.1:{port}/mcp")).unwrap();
+        }
+        assert!(outbound.targets.lock().unwrap().len() <= TARGETS_KEPT);
+        assert!(!Arc::ptr_eq(&first, &outbound.target("http://127.0.0.1:9/mcp").unwrap()));
     }
 
     #[tokio::test]

@@ -56,7 +56,7 @@ const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-versi
 #[derive(Debug)]
 pub struct HttpSession {
     http: Outbound,
-    target: Target,
+    target: Arc<Target>,
     /// The connector's static headers, the session id and the negotiated revision.
     headers: HeaderMap,
     next_id: AtomicU64,
