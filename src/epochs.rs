@@ -206,7 +206,7 @@ struct Entry<V> {
 
 /// Values labelled with the epoch they were derived under.
 pub struct Cache<K, V> {
-    entries: Mutex<HashMap<K, Entry<V>>>,
+    entries: Mutex<crate::maps::FastMap<K, Entry<V>>>,
     /// Requests answered from the cache, and requests that had to derive again (for `/metrics`).
     pub hits: AtomicU64,
     pub misses: AtomicU64,
@@ -214,7 +214,7 @@ pub struct Cache<K, V> {
 
 impl<K, V> Default for Cache<K, V> {
     fn default() -> Self {
-        Cache { entries: Mutex::new(HashMap::new()), hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
+        Cache { entries: Mutex::new(Default::default()), hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
     }
 }
 

@@ -27,6 +27,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod impersonation;
 pub mod kv;
+pub mod maps;
 pub mod mcp_auth;
 pub mod members;
 pub mod metrics;

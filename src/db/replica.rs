@@ -43,7 +43,7 @@ pub struct Replica {
     base: Instant,
     /// Nanoseconds after `base` until which this replica trusts what it applied (0: not).
     trusted_until_ns: AtomicU64,
-    applied: RwLock<HashMap<TenantId, i64>>,
+    applied: RwLock<crate::maps::FastMap<TenantId, i64>>,
     /// How far the database clock is ahead of this process's wall clock, in microseconds, as
     /// the last renewal measured it (`i64::MIN`: not measured yet). Measured against the wall
     /// clock *before* the renewal was sent, so the estimate of the database's clock it gives

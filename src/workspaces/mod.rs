@@ -60,7 +60,7 @@ pub struct Bound {
     /// The connectors' session and catalog keys, computed on first use (each hashes its
     /// connector's configuration, which this bound copy never changes).
     #[serde(skip)]
-    pub keys: std::sync::OnceLock<std::collections::HashMap<String, String>>,
+    pub keys: std::sync::OnceLock<crate::maps::FastMap<String, String>>,
     /// The document's redaction detectors, compiled on first use (`None`: none configured).
     #[serde(skip)]
     pub redactor: std::sync::OnceLock<Option<std::sync::Arc<config::redaction::Redactor>>>,

@@ -15,7 +15,9 @@ pub use failure::{ERROR_DATA_CAP, Failure};
 pub use modern::request_meta;
 pub use watch::{Heard, Wanting, Watch};
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
+
+use crate::maps::FastMap;
 
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use sha2::{Digest, Sha256};
@@ -109,18 +111,18 @@ pub struct Downstreams {
     /// Downstream calls one tenant may have in flight on this replica, so one tenant's slow
     /// downstream cannot take every connection and task from the others.
     per_tenant: usize,
-    limits: std::sync::Mutex<HashMap<uuid::Uuid, Arc<tokio::sync::Semaphore>>>,
+    limits: std::sync::Mutex<FastMap<uuid::Uuid, Arc<tokio::sync::Semaphore>>>,
     /// Downstream sessions, pooled per connector configuration and credential.
     pools: pool::Pools,
-    catalogs: Mutex<HashMap<String, Arc<Catalog>>>,
+    catalogs: Mutex<FastMap<String, Arc<Catalog>>>,
     /// Compiled input schemas, per catalog key and then tool; dropped with their catalog.
-    validators: std::sync::Mutex<HashMap<String, HashMap<String, CompiledSchema>>>,
+    validators: std::sync::Mutex<FastMap<String, FastMap<String, CompiledSchema>>>,
     /// Per catalog key, whether the server speaks 2026-07-28, and then its `server/discover`
     /// result (see [`modern`]).
-    revisions: std::sync::Mutex<HashMap<String, Option<Arc<serde_json::Value>>>>,
+    revisions: std::sync::Mutex<FastMap<String, Option<Arc<serde_json::Value>>>>,
     /// Per catalog key of a 2026-07-28 server, whether it refused the handshake (then it is
     /// spoken to only in its own revision; see [`Downstreams::stateless_only`]).
-    handshake_refused: std::sync::Mutex<HashMap<String, bool>>,
+    handshake_refused: std::sync::Mutex<FastMap<String, bool>>,
     /// Downstreams listened to for what they say outside any request ([`watch`]).
     watches: watch::Watches,
     /// Downstreams' requests to agents, waiting for their answers (handshake era).

@@ -17,7 +17,6 @@
 //! closed because its configuration or credential was replaced.
 
 use std::{
-    collections::HashMap,
     sync::{
         Arc, Weak,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -28,7 +27,7 @@ use std::{
 use deadpool::managed::{self, Metrics, Object, PoolError, RecycleError, RecycleResult};
 
 use super::{Failure, session::Session};
-use crate::{config::SessionsConfig, gateway::credentials::Credential, workspaces::Connector};
+use crate::{config::SessionsConfig, gateway::credentials::Credential, maps::FastMap, workspaces::Connector};
 
 /// A pooled session and what its liveness check needs.
 pub(super) struct Live {
@@ -165,7 +164,7 @@ impl Entry {
 /// Every pool of this replica, by [`pool_key`].
 pub(super) struct Pools {
     config: SessionsConfig,
-    entries: std::sync::Mutex<HashMap<String, Entry>>,
+    entries: std::sync::Mutex<FastMap<String, Entry>>,
 }
 
 impl Default for Pools {
@@ -179,7 +178,7 @@ impl Pools {
         Pools { config, entries: Default::default() }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FastMap<String, Entry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -254,7 +253,7 @@ impl Pools {
     /// pools of the owner's older credential versions are closed too (never used again).
     fn open(
         &self,
-        entries: &mut HashMap<String, Entry>,
+        entries: &mut FastMap<String, Entry>,
         name: String,
         http: Option<&crate::gateway::outbound::Outbound>,
         connector: &Connector,

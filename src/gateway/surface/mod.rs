@@ -254,7 +254,7 @@ pub(crate) fn key(ctx: &GatewayCtx, id: &str, c: &Connector) -> String {
 }
 
 /// The keys of the bound document's own connectors, by connector id (computed once per copy).
-pub(crate) fn keys(tenant: crate::ids::TenantId, bound: &crate::workspaces::Bound) -> &std::collections::HashMap<String, String> {
+pub(crate) fn keys(tenant: crate::ids::TenantId, bound: &crate::workspaces::Bound) -> &crate::maps::FastMap<String, String> {
     bound.keys.get_or_init(|| {
         bound
             .document

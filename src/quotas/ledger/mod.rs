@@ -18,7 +18,6 @@
 //! `fail_open` decides: refuse (`quota_unavailable`, the default) or admit uncounted.
 
 use std::{
-    collections::HashMap,
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
@@ -36,6 +35,7 @@ use crate::{
     db::{Db, Scope},
     epochs,
     ids::TenantId,
+    maps::FastMap,
 };
 
 mod slots;
@@ -130,8 +130,8 @@ pub struct Budgets {
     db: Db,
     replica: Uuid,
     limits: epochs::Cache<TenantId, Arc<Vec<Limit>>>,
-    windows: Mutex<HashMap<Key, Arc<WindowEntry>>>,
-    slots: Mutex<HashMap<Key, Arc<SlotEntry>>>,
+    windows: Mutex<FastMap<Key, Arc<WindowEntry>>>,
+    slots: Mutex<FastMap<Key, Arc<SlotEntry>>>,
     pub counts: Counts,
 }
 
