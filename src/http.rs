@@ -49,18 +49,27 @@ pub fn router(state: AppState) -> Router {
     // Behind one `Arc`: axum clones a layer's state (and the route holding it) on every
     // request, and a `Db` is six reference counts that every request would bump and drop.
     let db = std::sync::Arc::new(state.db.clone());
+    // Two `layer` calls, not one for each layer: axum boxes a route's service once per call,
+    // and clones and boxes it again for every request. The stack is split where the request
+    // body changes type (the body limit wraps it), as a route takes any body and these
+    // middleware functions only axum's own.
     app.fallback(not_found)
         .with_state(state)
-        // Innermost, around the handlers only: a mutating API call's Idempotency-Key (its
-        // answer stored, or a stored one replayed). Below the body limit and the deadline, so
-        // the body it reads is bounded and a replay waits no longer than any request.
-        .layer(middleware::from_fn_with_state(db, crate::idempotency::layer))
-        // Before any handler or the idempotency store reads the URI: an encoded NUL is refused
-        // (400), since no path segment or query value may hold one.
-        .layer(middleware::from_fn(crate::extract::refuse_nul))
+        .layer(
+            ServiceBuilder::new()
+                // Before any handler or the idempotency store reads the URI: an encoded NUL is
+                // refused (400), since no path segment or query value may hold one.
+                .layer(middleware::from_fn(crate::extract::refuse_nul))
+                // Innermost, around the handlers only: a mutating API call's Idempotency-Key
+                // (its answer stored, or a stored one replayed). Below the body limit and the
+                // deadline, so the body it reads is bounded and a replay waits no longer than
+                // any request.
+                .layer(middleware::from_fn_with_state(db, crate::idempotency::layer)),
+        )
         // Outermost first:
         .layer(
             ServiceBuilder::new()
+                .layer(axum::extract::DefaultBodyLimit::disable())
                 // 1. A request id before anything else, so every log line and response has it.
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
                 // 2. The request span: matched route template, request id; tenant id filled later.
@@ -84,7 +93,6 @@ pub fn router(state: AppState) -> Router {
                 // 8. Compressed responses for clients that ask.
                 .layer(CompressionLayer::new()),
         )
-        .layer(axum::extract::DefaultBodyLimit::disable())
 }
 
 fn request_span(req: &Request) -> tracing::Span {
