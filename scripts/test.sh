@@ -32,6 +32,8 @@ if (($# == 0)); then
   need /usr/bin/patroni patroni
   need /usr/bin/etcd etcd-server
   need /usr/sbin/haproxy haproxy
+  # tests/gateway.rs reaches a downstream through Squid as the environment's egress proxy.
+  need /usr/sbin/squid squid
 fi
 if ((${#missing[@]})); then
   echo "scripts/test.sh: missing system packages; install them first:" >&2

@@ -1182,3 +1182,96 @@ async fn a_handshake_era_server_is_asked_server_discover_once_not_per_call() {
     assert_eq!(discovers.load(Ordering::SeqCst), 1, "asked once, then remembered");
     assert_eq!(served.terminate().await, 0);
 }
+
+/// Squid (Debian's), an HTTP forward proxy on loopback, logging each request it relays.
+struct Squid {
+    _child: tokio::process::Child,
+    url: String,
+    log: std::path::PathBuf,
+}
+
+impl Squid {
+    async fn start() -> Squid {
+        use std::os::unix::fs::PermissionsExt;
+        let port = common::free_port();
+        let dir = std::env::temp_dir().join(format!("gatehouse-squid-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Started as root, Squid works as its own user, which must write its logs here.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let (conf, log) = (dir.join("squid.conf"), dir.join("access.log"));
+        let text = format!(
+            "http_port 127.0.0.1:{port}\nacl local src 127.0.0.1/32\nhttp_access allow local\nhttp_access deny all\n\
+             cache deny all\nbuffered_logs off\naccess_log stdio:{}\ncache_log {}\npid_filename {}\ncoredump_dir {}\n\
+             shutdown_lifetime 0 seconds\n",
+            log.display(),
+            dir.join("cache.log").display(),
+            dir.join("squid.pid").display(),
+            dir.display()
+        );
+        std::fs::write(&conf, text).unwrap();
+        let child = tokio::process::Command::new("/usr/sbin/squid")
+            .arg("-N")
+            .arg("-f")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("squid (apt-get install squid)");
+        let listening =
+            eventually(
+                Duration::from_secs(30),
+                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
+            )
+            .await;
+        assert!(listening, "squid did not listen: {}", std::fs::read_to_string(dir.join("cache.log")).unwrap_or_default());
+        Squid { _child: child, url: format!("http://127.0.0.1:{port}"), log }
+    }
+
+    /// How many requests for `url` the proxy has relayed (its access log's lines).
+    fn relayed(&self, url: &str) -> usize {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.lines().filter(|l| l.contains(&format!(" {url} "))).count()
+    }
+}
+
+/// A replica behind an egress proxy (`HTTP_PROXY`) reaches a plain-HTTP downstream through
+/// it, the proxy relaying the MCP requests; with the downstream's host in `NO_PROXY`, the same
+/// call goes direct and the proxy sees nothing.
+#[tokio::test]
+async fn a_downstream_is_reached_through_the_environment_proxy_unless_no_proxy_names_it() {
+    let s = setup().await;
+    let proxy = Squid::start().await;
+    let downstream = s._everything.url.clone();
+    for (no_proxy, through_the_proxy) in [(None, true), (Some("127.0.0.1"), false)] {
+        let mut cmd = gatehouse(Some(&s.t.url));
+        for name in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"] {
+            cmd.env_remove(name);
+        }
+        cmd.env("HTTP_PROXY", &proxy.url);
+        if let Some(hosts) = no_proxy {
+            cmd.env("NO_PROXY", hosts);
+        }
+        let served = Served::start(cmd).await;
+        let url = format!("{}/t/acme/w/main/mcp", served.base);
+        let before = proxy.relayed(&downstream);
+        let (err, body) =
+            tool(&url, &s.machine, "call_tool", json!({ "address": "everything.echo", "args": { "message": "via the proxy?" } }))
+                .await;
+        assert!(
+            !err,
+            "NO_PROXY={no_proxy:?}: {body}\nthe proxy's log:\n{}\nthe replica's log:\n{}",
+            std::fs::read_to_string(&proxy.log).unwrap_or_default(),
+            served.logs()
+        );
+        assert!(body.to_string().contains("via the proxy?"), "{body}");
+        let relayed = proxy.relayed(&downstream) - before;
+        if through_the_proxy {
+            // At least the session's initialize, and the call itself.
+            assert!(relayed >= 2, "the proxy relayed {relayed} requests for {downstream}");
+        } else {
+            assert_eq!(relayed, 0, "NO_PROXY names the downstream's host, yet the proxy relayed requests");
+        }
+        served.terminate().await;
+    }
+}
