@@ -16,7 +16,7 @@ type ActivityRow = (String, String, Option<String>, Option<String>, Option<Strin
 struct Setup {
     t: TestDb,
     machine: Machine,
-    _everything: Everything,
+    everything: Everything,
 }
 
 async fn setup() -> Setup {
@@ -36,7 +36,7 @@ async fn setup_owned_by(owner: Option<&str>) -> Setup {
     cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
     add_connector(&t, "everything", &everything.url, json!({})).await;
     let machine = provision(&t.url, "acme").await;
-    Setup { t, machine, _everything: everything }
+    Setup { t, machine, everything }
 }
 
 /// Writes `value` to a fresh JSON file (the CLI reads configuration from files).
@@ -535,7 +535,7 @@ async fn a_tenant_cannot_take_every_downstream_slot() {
 
 #[tokio::test]
 async fn activity_is_keyset_paged_and_filtered() {
-    let Setup { t, machine: m, _everything } = setup_owned_by(Some("alice@example.test")).await;
+    let Setup { t, machine: m, everything: _everything } = setup_owned_by(Some("alice@example.test")).await;
     let served = Served::start(gatehouse(Some(&t.url))).await;
     let url = format!("{}/t/acme/w/main/mcp", served.base);
     for i in 0..5 {
@@ -708,10 +708,7 @@ async fn a_python_sdk_downstream_works_through_the_gateway() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    assert!(
-        eventually(Duration::from_secs(30), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
-            .await
-    );
+    assert!(common::listening(port, Duration::from_secs(30)).await);
     let url = format!("http://127.0.0.1:{port}/mcp");
     add_connector(&s.t, "inventory", &url, json!({})).await;
     let served = Served::start(gatehouse(Some(&s.t.url))).await;
@@ -922,7 +919,7 @@ async fn stored(db: &mut sqlx::PgConnection) -> Option<(i32, chrono::DateTime<ch
 /// request; a failed refresh writes nothing.
 #[tokio::test]
 async fn catalogs_are_shared_through_postgres_and_refreshed_on_demand() {
-    let Setup { t, machine: m, _everything: everything } = setup().await;
+    let Setup { t, machine: m, everything } = setup().await;
     let a = Served::start(gatehouse(Some(&t.url))).await;
     let b = Served::start(gatehouse(Some(&t.url))).await;
     let on = |s: &Served| format!("{}/t/acme/w/main/mcp", s.base);
@@ -1069,7 +1066,7 @@ async fn sigterm_lets_an_in_flight_call_finish() {
 /// downstream that is down answers `unavailable`, and the next call after it returns works.
 #[tokio::test]
 async fn a_restarted_downstream_gets_a_new_session_transparently() {
-    let Setup { t, machine: m, _everything: first } = setup().await;
+    let Setup { t, machine: m, everything: first } = setup().await;
     let port: u16 = url::Url::parse(&first.url).unwrap().port().unwrap();
     let served = Served::start(gatehouse(Some(&t.url))).await;
     let url = format!("{}/t/acme/w/main/mcp", served.base);
@@ -1161,7 +1158,7 @@ async fn a_body_that_is_not_json_rpc_answers_400_with_a_json_rpc_error() {
 #[tokio::test]
 async fn a_handshake_era_server_is_asked_server_discover_once_not_per_call() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let Setup { t, machine: m, _everything: everything } = setup().await;
+    let Setup { t, machine: m, everything } = setup().await;
     let discovers = std::sync::Arc::new(AtomicUsize::new(0));
     let counted = discovers.clone();
     let proxied = common::forwarding_proxy(&everything.url, move |_, headers| {
@@ -1218,12 +1215,7 @@ impl Squid {
             .kill_on_drop(true)
             .spawn()
             .expect("squid (apt-get install squid)");
-        let listening =
-            eventually(
-                Duration::from_secs(30),
-                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
-            )
-            .await;
+        let listening = common::listening(port, Duration::from_secs(30)).await;
         assert!(listening, "squid did not listen: {}", std::fs::read_to_string(dir.join("cache.log")).unwrap_or_default());
         Squid { _child: child, url: format!("http://127.0.0.1:{port}"), log }
     }
@@ -1242,7 +1234,7 @@ impl Squid {
 async fn a_downstream_is_reached_through_the_environment_proxy_unless_no_proxy_names_it() {
     let s = setup().await;
     let proxy = Squid::start().await;
-    let downstream = s._everything.url.clone();
+    let downstream = s.everything.url.clone();
     for (no_proxy, through_the_proxy) in [(None, true), (Some("127.0.0.1"), false)] {
         let mut cmd = gatehouse(Some(&s.t.url));
         for name in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"] {

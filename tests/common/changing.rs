@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 
 use serde_json::Value;
 
-use super::eventually;
+use super::listening;
 
 pub struct Downstream {
     _child: tokio::process::Child,
@@ -27,13 +27,7 @@ impl Downstream {
             .kill_on_drop(true)
             .spawn()
             .expect("run python3 (the changing downstream; scripts/test.sh installs its SDK)");
-        let up =
-            eventually(
-                Duration::from_secs(30),
-                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
-            )
-            .await;
-        assert!(up, "the changing downstream did not start");
+        assert!(listening(port, Duration::from_secs(30)).await, "the changing downstream did not start");
         Downstream { _child: child, url: format!("http://127.0.0.1:{port}/mcp"), state }
     }
 

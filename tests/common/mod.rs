@@ -378,6 +378,12 @@ where
     false
 }
 
+/// Whether something accepts connections on 127.0.0.1:`port` within `within` (a peer just
+/// spawned, before it is used).
+pub async fn listening(port: u16, within: Duration) -> bool {
+    eventually(within, || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() }).await
+}
+
 /// Machine credentials provisioned through the CLI.
 #[derive(Clone, Debug)]
 pub struct Machine {
@@ -506,13 +512,7 @@ impl Everything {
             .kill_on_drop(true)
             .spawn()
             .expect("start node (server-everything)");
-        let up =
-            eventually(
-                Duration::from_secs(30),
-                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
-            )
-            .await;
-        assert!(up, "server-everything did not start");
+        assert!(listening(port, Duration::from_secs(30)).await, "server-everything did not start");
         Everything { child, url: format!("http://127.0.0.1:{port}{path}") }
     }
 }
@@ -572,10 +572,7 @@ pub async fn python_downstream_env(
         .kill_on_drop(true)
         .spawn()
         .expect("run python3 (a Python SDK downstream; scripts/test.sh installs its SDK)");
-    let up =
-        eventually(Duration::from_secs(30), || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() })
-            .await;
-    assert!(up, "{script} did not start on {port}");
+    assert!(listening(port, Duration::from_secs(30)).await, "{script} did not start on {port}");
     (child, format!("http://127.0.0.1:{port}/mcp"))
 }
 

@@ -7,7 +7,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use tokio::process::{Child, Command};
 
-use crate::common::{eventually, free_port};
+use crate::common::{free_port, listening};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -42,13 +42,7 @@ impl Chrome {
             .kill_on_drop(true)
             .spawn()
             .expect("start chromedriver");
-        let up =
-            eventually(
-                Duration::from_secs(30),
-                || async move { tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() },
-            )
-            .await;
-        assert!(up, "chromedriver did not start");
+        assert!(listening(port, Duration::from_secs(30)).await, "chromedriver did not start");
         let profile = std::env::temp_dir().join(format!("gatehouse-chromium-{}", uuid::Uuid::new_v4().simple()));
         let mut caps = serde_json::Map::new();
         let mut args: Vec<String> = [
