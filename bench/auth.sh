@@ -12,7 +12,6 @@ port=18392
 source bench/lib.sh
 GATEHOUSE_BIN=target/release/gatehouse start_serve "$port"
 provision_machine
-auth=(-H "Gatehouse-Client-Id: ${sc[1]}" -H "Gatehouse-Client-Secret: ${sc[2]}" -H "Authorization: Bearer ${tok[1]}")
 curl -sf "${auth[@]}" "http://127.0.0.1:$port/api/v1/tenants/bench" >/dev/null
 
 row() { # row LABEL CONNECTIONS wrk-args…

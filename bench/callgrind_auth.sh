@@ -15,7 +15,6 @@ source bench/lib.sh
 rm -f "$out".*
 GATEHOUSE_BIN=$bin start_serve "$port" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out.%p"
 provision_machine
-auth=(-H "Gatehouse-Client-Id: ${sc[1]}" -H "Gatehouse-Client-Secret: ${sc[2]}" -H "Authorization: Bearer ${tok[1]}")
 noop="http://127.0.0.1:$port/api/v1/tenants/bench" healthz="http://127.0.0.1:$port/healthz"
 for _ in 1 2 3; do curl -sf "${auth[@]}" "$noop" >/dev/null; curl -sf "$healthz" >/dev/null; done
 part=0

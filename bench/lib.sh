@@ -11,7 +11,8 @@
 #                                     # serve runs under PREFIX (valgrind, say) if given.
 #   start_serve PORT [PREFIX...]      # serve alone, run under PREFIX (valgrind, say) if given;
 #                                     # sets bin, dir, pid
-#   provision_machine                 # tenant bench and a machine pair: sets sc, tok
+#   provision_machine                 # tenant bench and a machine pair: sets sc, tok, and auth
+#                                     # (the pair as curl's and wrk's -H arguments)
 # The fastecho and wrk driver live in ../shared (only the gateway benchmarks need them).
 shared=$(cd ../shared 2>/dev/null && pwd || true)
 # The call the gateway benchmarks make: fastecho's echo, through call_tool.
@@ -56,6 +57,8 @@ provision_machine() {
   "$bin" tenant create bench --name Bench >/dev/null
   mapfile -t sc < <("$bin" service-credential create --tenant bench --name bench)
   mapfile -t tok < <("$bin" token create --tenant bench --name bench)
+  # The pair as curl's and wrk's header arguments.
+  auth=(-H "Gatehouse-Client-Id: ${sc[1]}" -H "Gatehouse-Client-Secret: ${sc[2]}" -H "Authorization: Bearer ${tok[1]}")
 }
 
 start_gateway() {

@@ -16,7 +16,6 @@ profile=$(mktemp /tmp/gatehouse-order-XXXXXX)
 source bench/lib.sh
 GATEHOUSE_BIN=$bin_path start_gateway 18701 9701 valgrind --tool=callgrind --demangle=no --callgrind-out-file="$profile"
 wrk_result "$gw" "$headers" 2 "$duration" call_tool "$echo_call" hello >/dev/null
-auth=(-H "Gatehouse-Client-Id: ${sc[1]}" -H "Gatehouse-Client-Secret: ${sc[2]}" -H "Authorization: Bearer ${tok[1]}")
 wrk -t1 -c2 -d"$duration" "${auth[@]}" "http://127.0.0.1:18701/api/v1/tenants/bench" >/dev/null
 wrk -t1 -c2 -d"$duration" "http://127.0.0.1:18701/healthz" >/dev/null
 for _ in 1 2 3; do curl -sf -o /dev/null http://127.0.0.1:18701/readyz; curl -sf -o /dev/null http://127.0.0.1:18701/metrics; done

@@ -698,18 +698,7 @@ async fn conformance_server_scenarios_pass_on_a_native_pool() {
 #[tokio::test]
 async fn a_python_sdk_downstream_works_through_the_gateway() {
     let s = setup().await;
-    let port = common::free_port();
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/inventory_server.py");
-    let _inventory = common::python3()
-        .arg(script)
-        .arg(port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    assert!(common::listening(port, Duration::from_secs(30)).await);
-    let url = format!("http://127.0.0.1:{port}/mcp");
+    let (_inventory, url) = common::python_downstream("inventory_server.py", common::free_port(), None).await;
     add_connector(&s.t, "inventory", &url, json!({})).await;
     let served = Served::start(gatehouse(Some(&s.t.url))).await;
     let gw = format!("{}/t/acme/w/main/mcp", served.base);

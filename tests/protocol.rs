@@ -576,25 +576,11 @@ async fn a_native_pools_tools_list_is_in_one_order_across_replicas_and_restarts(
 /// a JSON-RPC error with 200. The six-tool surface still answers a `downstream_error` result.
 #[tokio::test]
 async fn a_downstreams_json_rpc_error_stays_that_error_through_a_native_pool() {
-    let port = common::free_port();
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/refusing_server.py");
-    let _refusing = common::python3()
-        .arg(script)
-        .arg(port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let up = common::eventually(std::time::Duration::from_secs(30), || async move {
-        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-    })
-    .await;
-    assert!(up, "the refusing downstream did not start");
+    let (_refusing, refusing_url) = common::python_downstream("refusing_server.py", common::free_port(), None).await;
     let t = TestDb::new().await;
     cli(&t.url, &["tenant", "create", "acme", "--name", "Acme"]).await;
     cli(&t.url, &["workspace", "create", "--tenant", "acme", "main"]).await;
-    common::add_remote_mcp(&t.url, "acme", "main", "refusing", &format!("http://127.0.0.1:{port}/mcp")).await;
+    common::add_remote_mcp(&t.url, "acme", "main", "refusing", &refusing_url).await;
     let pools = json!({ "pools": { "native": { "tools": ["refusing"], "native": true } } });
     let file = std::env::temp_dir().join(format!("gatehouse-test-{}.json", uuid::Uuid::new_v4().simple()));
     std::fs::write(&file, pools.to_string()).unwrap();

@@ -277,11 +277,7 @@ impl TlsProxy {
             .kill_on_drop(true)
             .spawn()
             .expect("start node (the TLS proxy)");
-        let up = super::eventually(std::time::Duration::from_secs(20), || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-        })
-        .await;
-        assert!(up, "the TLS proxy did not start");
+        assert!(super::listening(port, std::time::Duration::from_secs(20)).await, "the TLS proxy did not start");
         TlsProxy { child, base: format!("https://127.0.0.1:{port}"), cert }
     }
 }

@@ -77,10 +77,7 @@ pub async fn bouncer(direct: &Secret, pool_size: u32) -> Bouncer {
         .kill_on_drop(true)
         .spawn()
         .expect("run pgbouncer");
-    let up = super::eventually(Duration::from_secs(20), || async move {
-        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-    })
-    .await;
+    let up = super::listening(port, Duration::from_secs(20)).await;
     assert!(up, "pgbouncer did not listen on {port}: {}", log(&dir));
     let url = Secret::new(format!("postgres://{user}:{password}@127.0.0.1:{port}/{database}"));
     Bouncer { child, url, dir }
