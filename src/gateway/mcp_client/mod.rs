@@ -74,7 +74,7 @@ pub struct HttpSession {
 pub(crate) async fn send(
     http: &Outbound,
     method: Method,
-    target: &Target,
+    target: &Arc<Target>,
     mut headers: HeaderMap,
     body: Option<bytes::Bytes>,
     dpop: Option<&Binding>,
