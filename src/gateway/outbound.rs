@@ -125,11 +125,17 @@ impl Conn {
         .await
     }
 
-    /// Whether an idle connection can take a request now: polled once, it has neither ended
-    /// (the downstream closed it) nor outlived [`IDLE_TIMEOUT`].
-    fn usable(&mut self, cx: &mut Context<'_>) -> bool {
+    /// Whether the connection can take a request now: polled once, it has not ended (the
+    /// downstream closed it) and has no answer left to read.
+    fn open(&mut self, cx: &mut Context<'_>) -> bool {
         self.poll_conn(cx);
-        !self.ended && self.idle_since.elapsed() < IDLE_TIMEOUT && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
+        !self.ended && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(())))
+    }
+
+    /// Whether an idle connection can take a request now: it is [open](Self::open) and has
+    /// not outlived [`IDLE_TIMEOUT`].
+    fn usable(&mut self, cx: &mut Context<'_>) -> bool {
+        self.idle_since.elapsed() < IDLE_TIMEOUT && self.open(cx)
     }
 }
 
@@ -165,20 +171,26 @@ pub enum Response {
 }
 
 /// A response on a direct connection, which reading the body drives. The connection goes
-/// back to its target once the body has ended; a response dropped before that closes it.
+/// back to its target once the body has ended. A response dropped before that (a client that
+/// has the message it waited for on an event stream stops reading) keeps its connection only
+/// if the rest of the body has already arrived, as hyper's pooled client would.
 #[derive(Debug)]
 pub struct DirectResponse {
-    response: axum::http::Response<Incoming>,
+    head: axum::http::response::Parts,
+    /// Taken when the response is dropped, so the connection can drain the rest.
+    body: Option<Incoming>,
     conn: Option<Conn>,
     target: Arc<Target>,
 }
 
 impl Drop for DirectResponse {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take()
-            && self.response.body().is_end_stream()
-            && let Some(direct) = &self.target.direct
-        {
+        let (Some(mut conn), Some(direct)) = (self.conn.take(), &self.target.direct) else { return };
+        drop(self.body.take());
+        // Polled without waiting: the connection reads what has already arrived of the
+        // dropped body and discards it, or closes if more is due (hyper's own rule).
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if conn.open(&mut cx) {
             direct.check_in(conn);
         }
     }
@@ -309,8 +321,9 @@ impl Outbound {
             let sent = conn.sender.try_send_request(request);
             match conn.drive(sent).await {
                 Ok(response) => {
-                    let conn = Some(conn);
-                    return Ok(Response::Direct(Box::new(DirectResponse { response, conn, target: target.clone() })));
+                    let (head, body) = response.into_parts();
+                    let (body, conn, target) = (Some(body), Some(conn), target.clone());
+                    return Ok(Response::Direct(Box::new(DirectResponse { head, body, conn, target })));
                 }
                 Err(mut e) => match e.take_message() {
                     // A kept connection closed before the request went out on it: the request
@@ -353,14 +366,14 @@ async fn sweep(targets: Weak<Targets>) {
 impl Response {
     pub fn status(&self) -> StatusCode {
         match self {
-            Response::Direct(r) => r.response.status(),
+            Response::Direct(r) => r.head.status,
             Response::General(r) => r.status(),
         }
     }
 
     pub fn headers(&self) -> &HeaderMap {
         match self {
-            Response::Direct(r) => r.response.headers(),
+            Response::Direct(r) => &r.head.headers,
             Response::General(r) => r.headers(),
         }
     }
@@ -376,10 +389,12 @@ impl Response {
 
 impl DirectResponse {
     async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        let Some(body) = &mut self.body else { return Ok(None) };
         loop {
+            let next = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx));
             let frame = match &mut self.conn {
-                Some(conn) => conn.drive(std::future::poll_fn(|cx| Pin::new(self.response.body_mut()).poll_frame(cx))).await,
-                None => std::future::poll_fn(|cx| Pin::new(self.response.body_mut()).poll_frame(cx)).await,
+                Some(conn) => conn.drive(next).await,
+                None => next.await,
             };
             match frame {
                 None => {
@@ -597,5 +612,22 @@ mod tests {
         drop(first);
         assert_eq!(whole(&outbound, &target).await.len(), long.len());
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// A response dropped once its body has arrived, before its end was read (a client that
+    /// stops at the message it waited for), leaves its connection for the next request.
+    #[tokio::test]
+    async fn a_response_dropped_after_its_body_arrived_keeps_its_connection() {
+        let outbound = Outbound::new().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = keep_alive_server(listener, usize::MAX, "pong");
+        let target = outbound.target(&format!("http://127.0.0.1:{port}/mcp")).unwrap();
+        for _ in 0..3 {
+            let mut r = outbound.send(Method::POST, &target, HeaderMap::new(), Some(Bytes::from_static(b"{}"))).await.unwrap();
+            assert_eq!(r.chunk().await.unwrap().as_deref(), Some(&b"pong"[..]));
+        }
+        assert_eq!(whole(&outbound, &target).await, "pong");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }
