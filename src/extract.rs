@@ -12,7 +12,7 @@ use axum::{
 use crate::error::Error;
 
 /// The header that carries a request's id (set by the root router's middleware).
-pub const REQUEST_ID: &str = "x-request-id";
+pub const REQUEST_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("x-request-id");
 
 /// The request id of a request, for admin-log rows.
 pub fn request_id(headers: &axum::http::HeaderMap) -> Option<String> {

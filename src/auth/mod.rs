@@ -11,7 +11,7 @@
 
 use axum::{
     extract::{FromRequestParts, RawPathParams},
-    http::{HeaderMap, Method, header, request::Parts},
+    http::{HeaderMap, HeaderName, Method, header, request::Parts},
 };
 use serde::Serialize;
 use subtle::ConstantTimeEq;
@@ -30,8 +30,9 @@ use crate::{
     tokens,
 };
 
-pub const CLIENT_ID_HEADER: &str = "gatehouse-client-id";
-pub const CLIENT_SECRET_HEADER: &str = "gatehouse-client-secret";
+// Parsed names: a lookup by text parses the name first, on every request.
+pub const CLIENT_ID_HEADER: HeaderName = HeaderName::from_static("gatehouse-client-id");
+pub const CLIENT_SECRET_HEADER: HeaderName = HeaderName::from_static("gatehouse-client-secret");
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
 /// The tenant a request acts in.
@@ -159,14 +160,14 @@ pub struct MachineRow {
     role: Option<Role>,
 }
 
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn header<'a>(headers: &'a HeaderMap, name: impl header::AsHeaderName) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 fn has_machine_credentials(headers: &HeaderMap) -> bool {
     headers.contains_key(CLIENT_ID_HEADER)
         || headers.contains_key(CLIENT_SECRET_HEADER)
-        || header(headers, header::AUTHORIZATION.as_str()).is_some_and(|v| v.len() >= 6 && v[..6].eq_ignore_ascii_case("bearer"))
+        || header(headers, header::AUTHORIZATION).is_some_and(|v| v.len() >= 6 && v[..6].eq_ignore_ascii_case("bearer"))
 }
 
 /// Checks both machine credentials in one round trip. Every failure is the same 401. A
@@ -176,7 +177,7 @@ fn has_machine_credentials(headers: &HeaderMap) -> bool {
 async fn authenticate_machine(state: &AppState, headers: &HeaderMap) -> Result<(MachineRow, i64)> {
     let client_id = header(headers, CLIENT_ID_HEADER).ok_or(Error::Unauthorized)?;
     let client_secret = header(headers, CLIENT_SECRET_HEADER).ok_or(Error::Unauthorized)?;
-    let bearer = header(headers, header::AUTHORIZATION.as_str())
+    let bearer = header(headers, header::AUTHORIZATION)
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim())
@@ -277,7 +278,7 @@ pub fn check_browser_write(
     if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return Ok(());
     }
-    if header(headers, header::ORIGIN.as_str()) != Some(state.config.public_origin()) {
+    if header(headers, header::ORIGIN) != Some(state.config.public_origin()) {
         return Err(Error::Forbidden { code: "origin_mismatch", message: "cross-origin request refused".into() });
     }
     let presented = header(headers, CSRF_HEADER).or(form_token).unwrap_or("");
@@ -426,8 +427,8 @@ pub async fn moved(state: &AppState, tenant: TenantId, parts: &Parts) -> Error {
     };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let browser = !has_machine_credentials(&parts.headers)
-        && header(&parts.headers, header::AUTHORIZATION.as_str()).is_none()
-        && header(&parts.headers, header::ACCEPT.as_str()).is_some_and(|a| a.contains("text/html"));
+        && header(&parts.headers, header::AUTHORIZATION).is_none()
+        && header(&parts.headers, header::ACCEPT).is_some_and(|a| a.contains("text/html"));
     tenants::moved_error(&base, path, browser)
 }
 

@@ -197,8 +197,9 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
             // Activity is telemetry: a crash may lose the last moment of it, like a full
             // queue would, so its commits need not wait for the WAL flush.
             sqlx::query!("SET LOCAL synchronous_commit = off").execute(&mut *conn).await?;
-            let col = |f: &dyn Fn(&Row) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
-            let text = |f: &dyn Fn(&Row) -> String| rows.iter().map(f).collect::<Vec<_>>();
+            // Borrowed columns: the rows' strings are encoded from where they are.
+            let text = |f: fn(&Row) -> &str| rows.iter().map(f).collect::<Vec<_>>();
+            let optional = |f: fn(&Row) -> Option<&str>| rows.iter().map(f).collect::<Vec<_>>();
             sqlx::query!(
                 "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, request_id, actor_kind, actor_id, connector, tool,
                      source, outcome, duration_ms, error_code, classification, result_bytes, client_name, client_version, pool,
@@ -210,22 +211,22 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
                 &rows.iter().map(|r| r.occurred_at).collect::<Vec<_>>(),
                 &rows.iter().map(|r| r.id).collect::<Vec<_>>(),
                 &rows.iter().map(|r| r.workspace_id).collect::<Vec<_>>(),
-                &col(&|r| r.request_id.clone()) as &[Option<String>],
-                &text(&|r| r.actor_kind.to_owned()),
-                &text(&|r| r.actor_id.clone()),
-                &col(&|r| r.connector.clone()) as &[Option<String>],
-                &text(&|r| r.tool.clone()),
-                &text(&|r| r.source.to_owned()),
-                &text(&|r| r.outcome.to_owned()),
+                &optional(|r| r.request_id.as_deref()) as &[Option<&str>],
+                &text(|r| r.actor_kind) as &[&str],
+                &text(|r| &r.actor_id) as &[&str],
+                &optional(|r| r.connector.as_deref()) as &[Option<&str>],
+                &text(|r| &r.tool) as &[&str],
+                &text(|r| r.source) as &[&str],
+                &text(|r| r.outcome) as &[&str],
                 &rows.iter().map(|r| r.duration_ms).collect::<Vec<_>>(),
-                &col(&|r| r.error_code.clone()) as &[Option<String>],
-                &col(&|r| r.classification.map(str::to_owned)) as &[Option<String>],
+                &optional(|r| r.error_code.as_deref()) as &[Option<&str>],
+                &optional(|r| r.classification) as &[Option<&str>],
                 &rows.iter().map(|r| r.result_bytes).collect::<Vec<_>>(),
-                &col(&|r| r.client_name.clone()) as &[Option<String>],
-                &col(&|r| r.client_version.clone()) as &[Option<String>],
-                &col(&|r| r.pool.clone()) as &[Option<String>],
+                &optional(|r| r.client_name.as_deref()) as &[Option<&str>],
+                &optional(|r| r.client_version.as_deref()) as &[Option<&str>],
+                &optional(|r| r.pool.as_deref()) as &[Option<&str>],
                 &rows.iter().map(|r| r.redactions).collect::<Vec<_>>(),
-                &col(&|r| r.quota.clone()) as &[Option<String>],
+                &optional(|r| r.quota.as_deref()) as &[Option<&str>],
                 &rows.iter().map(|r| r.approval_id).collect::<Vec<_>>() as &[Option<Uuid>],
             )
             .execute(&mut *conn)

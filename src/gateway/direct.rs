@@ -43,6 +43,10 @@ use crate::{
     error::{Error, problem},
 };
 
+/// The request header that names the agent's protocol revision, parsed once (a lookup by text
+/// parses the name on every request).
+const PROTOCOL_VERSION: axum::http::HeaderName = axum::http::HeaderName::from_static("mcp-protocol-version");
+
 /// POSTs answered by this path, and by rmcp (for `/metrics`).
 pub static DIRECT: AtomicU64 = AtomicU64::new(0);
 pub static RMCP: AtomicU64 = AtomicU64::new(0);
@@ -146,7 +150,7 @@ fn plain(headers: &HeaderMap) -> bool {
             }
         }
     }
-    let handshake_era = match headers.get("mcp-protocol-version") {
+    let handshake_era = match headers.get(PROTOCOL_VERSION) {
         None => true,
         Some(v) => v.to_str().is_ok_and(|v| {
             v < ProtocolVersion::V_2026_07_28.as_str() && ProtocolVersion::KNOWN_VERSIONS.iter().any(|k| k.as_str() == v)
@@ -272,7 +276,7 @@ fn event_stream_wanted(headers: &HeaderMap) -> bool {
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.split(',').any(|e| e.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/event-stream")));
     let handshake_era =
-        headers.get("mcp-protocol-version").is_none_or(|v| v.to_str().is_ok_and(|v| v < ProtocolVersion::V_2026_07_28.as_str()));
+        headers.get(PROTOCOL_VERSION).is_none_or(|v| v.to_str().is_ok_and(|v| v < ProtocolVersion::V_2026_07_28.as_str()));
     sse && handshake_era
 }
 

@@ -39,7 +39,9 @@ pub const SESSION_ID: &str = "mcp-session-id";
 
 /// The session id a handshake-era request presents, if any.
 pub fn session_id(headers: &axum::http::HeaderMap) -> Option<&str> {
-    headers.get(SESSION_ID).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
+    // By its parsed name: a lookup by text parses the name first, on every request.
+    const NAME: axum::http::HeaderName = axum::http::HeaderName::from_static(SESSION_ID);
+    headers.get(NAME).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
 }
 /// How often an open stream asks for its tenant's epoch.
 const POLL: Duration = Duration::from_secs(2);
