@@ -41,16 +41,13 @@ where
     }
 }
 
-/// Refuses a request whose path or query holds an encoded NUL (`%00`) with 400 `bad_request`:
+/// The refusal of a request whose path or query holds an encoded NUL (`%00`), 400 `bad_request`:
 /// no identifier, slug or filter may hold one, and PostgreSQL refuses NUL in text, so letting
 /// it through would turn a client's mistake into a 500 deep in a query.
-pub async fn refuse_nul(req: Request, next: axum::middleware::Next) -> Response {
-    let uri = req.uri();
+pub fn nul_refusal(uri: &axum::http::Uri) -> Option<Response> {
     let has_nul = |s: &str| s.as_bytes().windows(3).any(|w| w[0] == b'%' && w[1] == b'0' && w[2] == b'0');
-    if has_nul(uri.path()) || uri.query().is_some_and(has_nul) {
-        return crate::error::problem(StatusCode::BAD_REQUEST, "bad_request", "a path or query may not contain NUL (%00)", None);
-    }
-    next.run(req).await
+    (has_nul(uri.path()) || uri.query().is_some_and(has_nul))
+        .then(|| crate::error::problem(StatusCode::BAD_REQUEST, "bad_request", "a path or query may not contain NUL (%00)", None))
 }
 
 /// Parses an id from a path; anything malformed is simply not found.

@@ -57,14 +57,14 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
         .layer(
             ServiceBuilder::new()
-                // Before any handler or the idempotency store reads the URI: an encoded NUL is
-                // refused (400), since no path segment or query value may hold one.
-                .layer(middleware::from_fn(crate::extract::refuse_nul))
-                // Innermost, around the handlers only: a mutating API call's Idempotency-Key
-                // (its answer stored, or a stored one replayed). Below the body limit and the
-                // deadline, so the body it reads is bounded and a replay waits no longer than
-                // any request.
-                .layer(middleware::from_fn_with_state(db, crate::idempotency::layer)),
+                // Innermost, around the handlers only, in one middleware function (each costs
+                // every request a clone of the routes below it and a boxed future):
+                // 1. before any handler or the idempotency store reads the URI, an encoded NUL
+                //    is refused (400), since no path segment or query value may hold one;
+                // 2. a mutating API call's Idempotency-Key (its answer stored, or a stored one
+                //    replayed). Below the body limit and the deadline, so the body it reads is
+                //    bounded and a replay waits no longer than any request.
+                .layer(middleware::from_fn_with_state(db, innermost)),
         )
         // Outermost first:
         .layer(
@@ -93,6 +93,14 @@ pub fn router(state: AppState) -> Router {
                 // 8. Compressed responses for clients that ask.
                 .layer(CompressionLayer::new()),
         )
+}
+
+/// The innermost middleware: [`crate::extract::nul_refusal`], then [`crate::idempotency::layer`].
+async fn innermost(db: State<std::sync::Arc<crate::db::Db>>, req: Request, next: middleware::Next) -> Response {
+    match crate::extract::nul_refusal(req.uri()) {
+        Some(refusal) => refusal,
+        None => crate::idempotency::layer(db, req, next).await,
+    }
 }
 
 fn request_span(req: &Request) -> tracing::Span {

@@ -31,7 +31,6 @@ use axum::{
     Router,
     extract::{FromRequestParts, RawPathParams, Request, State},
     http::{StatusCode, header},
-    middleware::{self, Next},
     response::{IntoResponse, Response},
 };
 use rmcp::transport::{
@@ -116,29 +115,34 @@ pub fn router(state: &AppState) -> Router<AppState> {
     );
     // Cloned only for a request that goes to rmcp: its clone copies the configuration.
     let service = Arc::new(service);
+    // Authenticated in the handler rather than by a route layer: a layer would cost every
+    // request a clone of the route and a boxed future.
     let endpoint = axum::routing::any(move |State(state): State<AppState>, request: Request| {
         let service = service.clone();
-        async move { direct::endpoint(state, move || (*service).clone(), request.map(axum::body::Body::new)).await }
+        async move {
+            match authenticate(&state, request).await {
+                Ok(request) => direct::endpoint(state, move || (*service).clone(), request).await,
+                Err(refusal) => refusal,
+            }
+        }
     });
-    Router::new()
-        .route("/t/{tenant}/w/{workspace}/mcp", endpoint.clone())
-        .route("/t/{tenant}/w/{workspace}/mcp/{pool}", endpoint)
-        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+    Router::new().route("/t/{tenant}/w/{workspace}/mcp", endpoint.clone()).route("/t/{tenant}/w/{workspace}/mcp/{pool}", endpoint)
 }
 
 /// Origin check (DNS-rebinding protection), machine authentication, the caller's
-/// `connector_access`, and the workspace's bound configuration, in that order.
-async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// `connector_access`, and the workspace's bound configuration, in that order: the request
+/// with its [`GatewayCtx`], or the refusal to answer.
+async fn authenticate(state: &AppState, request: Request) -> Result<Request, Response> {
     let (parts, body) = request.into_parts();
-    match Box::pin(admit(&state, parts)).await {
-        Ok(parts) => next.run(Request::from_parts(parts, body)).await,
+    match Box::pin(admit(state, parts)).await {
+        Ok(parts) => Ok(Request::from_parts(parts, body)),
         Err(mut refusal) => {
             // The refusal is sent with the request's body unread, so hyper closes the
             // connection after it. Saying so lets a client that keeps connections alive (the
             // Python SDK's httpx does) open a new one instead of sending its next request
             // (its OAuth discovery, say) on a connection being closed: "server disconnected".
             refusal.headers_mut().insert(header::CONNECTION, axum::http::HeaderValue::from_static("close"));
-            refusal
+            Err(refusal)
         }
     }
 }
