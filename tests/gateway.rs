@@ -225,6 +225,8 @@ async fn refusals_are_typed_and_nothing_hangs() {
     let r = http().post(&url).header("accept", "application/json, text/event-stream").json(&json!({})).send().await.unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.headers().contains_key("www-authenticate"));
+    // Refused with its body unread: the connection is closed after it, and says so.
+    assert_eq!(r.headers().get("connection").map(|v| v.as_bytes()), Some(&b"close"[..]));
     let (status, _) = rpc(&url, &globex, "tools/list", json!({})).await;
     assert_eq!(status, 404, "globex's credentials on acme's workspace");
     let (status, _) = rpc(&format!("{}/t/acme/w/nope/mcp", served.base), m, "tools/list", json!({})).await;
