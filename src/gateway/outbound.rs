@@ -549,6 +549,17 @@ mod tests {
         accepted
     }
 
+    /// A client, and the target of a [`keep_alive_server`] of its own, with its count of
+    /// accepted connections.
+    async fn serving(per_connection: usize, body: &'static str) -> (Outbound, Arc<Target>, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = keep_alive_server(listener, per_connection, body);
+        let outbound = Outbound::new().unwrap();
+        let target = outbound.target(&format!("http://127.0.0.1:{port}/mcp")).unwrap();
+        (outbound, target, accepted)
+    }
+
     async fn whole(outbound: &Outbound, target: &Arc<Target>) -> String {
         let mut r = outbound.send(Method::POST, target, HeaderMap::new(), Some(Bytes::from_static(b"{}"))).await.unwrap();
         assert_eq!(r.status(), StatusCode::OK);
@@ -564,12 +575,8 @@ mod tests {
     /// connection without an error.
     #[tokio::test]
     async fn connections_are_kept_and_a_closed_one_is_replaced() {
-        let outbound = Outbound::new().unwrap();
         for (per_connection, connections) in [(usize::MAX, 1), (1, 5)] {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let accepted = keep_alive_server(listener, per_connection, "pong");
-            let target = outbound.target(&format!("http://127.0.0.1:{port}/mcp")).unwrap();
+            let (outbound, target, accepted) = serving(per_connection, "pong").await;
             for _ in 0..5 {
                 assert_eq!(whole(&outbound, &target).await, "pong");
                 // The server's close reaches this side before the next request is sent.
@@ -583,11 +590,7 @@ mod tests {
     /// Concurrent requests each take a connection of their own, and all of them are kept.
     #[tokio::test]
     async fn concurrent_requests_use_connections_of_their_own() {
-        let outbound = Outbound::new().unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let accepted = keep_alive_server(listener, usize::MAX, "pong");
-        let target = outbound.target(&format!("http://127.0.0.1:{port}/mcp")).unwrap();
+        let (outbound, target, accepted) = serving(usize::MAX, "pong").await;
         for _ in 0..3 {
             let answers = futures::future::join_all((0..8).map(|_| whole(&outbound, &target))).await;
             assert!(answers.iter().all(|a| a == "pong"));
@@ -601,12 +604,8 @@ mod tests {
     /// opens another, and reads its own answer, not the rest of the first.
     #[tokio::test]
     async fn a_response_dropped_early_closes_its_connection() {
-        let outbound = Outbound::new().unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
         let long: &'static str = "x".repeat(1 << 20).leak();
-        let accepted = keep_alive_server(listener, usize::MAX, long);
-        let target = outbound.target(&format!("http://127.0.0.1:{port}/mcp")).unwrap();
+        let (outbound, target, accepted) = serving(usize::MAX, long).await;
         let mut first = outbound.send(Method::POST, &target, HeaderMap::new(), Some(Bytes::from_static(b"{}"))).await.unwrap();
         assert!(first.chunk().await.unwrap().is_some());
         drop(first);
@@ -618,11 +617,7 @@ mod tests {
     /// stops at the message it waited for), leaves its connection for the next request.
     #[tokio::test]
     async fn a_response_dropped_after_its_body_arrived_keeps_its_connection() {
-        let outbound = Outbound::new().unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let accepted = keep_alive_server(listener, usize::MAX, "pong");
-        let target = outbound.target(&format!("http://127.0.0.1:{port}/mcp")).unwrap();
+        let (outbound, target, accepted) = serving(usize::MAX, "pong").await;
         for _ in 0..3 {
             let mut r = outbound.send(Method::POST, &target, HeaderMap::new(), Some(Bytes::from_static(b"{}"))).await.unwrap();
             assert_eq!(r.chunk().await.unwrap().as_deref(), Some(&b"pong"[..]));
