@@ -138,18 +138,25 @@ impl Chrome {
 
     /// Waits (up to 30 s) until the element at `css` shows text containing `part`; its text.
     pub async fn shows(&self, css: &str, part: &str) -> String {
+        // The text that showed it, kept: finding the element again could meet a page that a
+        // form submission is replacing (a stale element).
+        let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let found = crate::common::eventually(std::time::Duration::from_secs(30), || {
-            let client = self.client.clone();
+            let (client, shown) = (self.client.clone(), shown.clone());
             async move {
-                match client.find(Locator::Css(css)).await {
-                    Ok(e) => e.text().await.is_ok_and(|s| s.contains(part)),
-                    Err(_) => false,
+                let Ok(e) = client.find(Locator::Css(css)).await else { return false };
+                match e.text().await {
+                    Ok(text) if text.contains(part) => {
+                        *shown.lock().unwrap() = text;
+                        true
+                    }
+                    _ => false,
                 }
             }
         })
         .await;
         assert!(found, "{css} never showed {part:?} (at {})", self.url().await);
-        self.text(css).await
+        shown.lock().unwrap().clone()
     }
 
     /// Chooses `value` in the `<select>` at `css`.
