@@ -1,9 +1,10 @@
 //! The root router: merges the nouns' routers and orders the middleware.
 
-use std::time::Duration;
+use std::{convert::Infallible, time::Duration};
 
 use axum::{
     Json, Router,
+    body::Body,
     extract::{MatchedPath, Request, State},
     http::{StatusCode, header},
     middleware,
@@ -28,7 +29,41 @@ use crate::{
     extract::REQUEST_ID,
 };
 
-pub fn router(state: AppState) -> Router {
+/// The whole HTTP service: the routes, and around them the middleware every request passes.
+///
+/// The layers that need no route run around the router as one plain service, built once: per
+/// request it is cloned by value, not boxed. A layer applied with `Router::layer` instead
+/// wraps every route in a boxed service that each request clones and boxes again (axum's
+/// `Route`), so only the layers that belong after routing are applied that way.
+pub fn service(
+    state: AppState,
+) -> impl tower::Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + 'static {
+    let config = state.config.clone();
+    let routes = router(state);
+    // Outermost first:
+    ServiceBuilder::new()
+        .map_response(|r: axum::http::Response<_>| r.map(Body::new))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        // 1. A request id before anything else, so every log line and response has it.
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        // 2. The request span: request id; the matched route template once routed
+        //    ([`record_route`]), the tenant id later still.
+        .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(LogResponse))
+        // 3. Echo the id on every response, errors included.
+        .layer(PropagateRequestIdLayer::x_request_id())
+        // 4. Errors produced by the layers below (413, 408, 405 …) become problem+json,
+        //    or SCIM errors under /scim/ (a directory reads only those).
+        .layer(middleware::from_fn(bare_errors))
+        // 5. A panic answers a bare 500 instead of dropping the connection.
+        .layer(CatchPanicLayer::custom(|_| problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error", None)))
+        // 6. Whole-request deadline.
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_millis(config.request_timeout_ms)))
+        .service(routes)
+}
+
+/// The routes, each wrapped in the middleware that runs after routing ([`service`] holds the
+/// rest).
+fn router(state: AppState) -> Router {
     let config = state.config.clone();
     let dev_idp = state.dev_idp.is_some();
     let gateway = crate::gateway::router(&state);
@@ -49,50 +84,37 @@ pub fn router(state: AppState) -> Router {
     // Behind one `Arc`: axum clones a layer's state (and the route holding it) on every
     // request, and a `Db` is six reference counts that every request would bump and drop.
     let db = std::sync::Arc::new(state.db.clone());
-    // Two `layer` calls, not one for each layer: axum boxes a route's service once per call,
-    // and clones and boxes it again for every request. The stack is split where the request
-    // body changes type (the body limit wraps it), as a route takes any body and these
-    // middleware functions only axum's own.
-    app.fallback(not_found)
-        .with_state(state)
-        .layer(
-            ServiceBuilder::new()
-                // Innermost, around the handlers only, in one middleware function (each costs
-                // every request a clone of the routes below it and a boxed future):
-                // 1. before any handler or the idempotency store reads the URI, an encoded NUL
-                //    is refused (400), since no path segment or query value may hold one;
-                // 2. a mutating API call's Idempotency-Key (its answer stored, or a stored one
-                //    replayed). Below the body limit and the deadline, so the body it reads is
-                //    bounded and a replay waits no longer than any request.
-                .layer(middleware::from_fn_with_state(db, innermost)),
-        )
-        // Outermost first:
-        .layer(
-            ServiceBuilder::new()
-                .layer(axum::extract::DefaultBodyLimit::disable())
-                // 1. A request id before anything else, so every log line and response has it.
-                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-                // 2. The request span: matched route template, request id; tenant id filled later.
-                .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(LogResponse))
-                // 3. Echo the id on every response, errors included.
-                .layer(PropagateRequestIdLayer::x_request_id())
-                // 4. Errors produced by the layers below (413, 408, 405 …) become problem+json,
-                //    or SCIM errors under /scim/ (a directory reads only those).
-                .layer(middleware::from_fn(bare_errors))
-                // 5. A panic answers a bare 500 instead of dropping the connection.
-                .layer(CatchPanicLayer::custom(|_| {
-                    problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error", None)
-                }))
-                // 6. Whole-request deadline.
-                .layer(TimeoutLayer::with_status_code(
-                    StatusCode::REQUEST_TIMEOUT,
-                    Duration::from_millis(config.request_timeout_ms),
-                ))
-                // 7. Bounded request bodies (checked against Content-Length and while streaming).
-                .layer(RequestBodyLimitLayer::new(config.body_limit_bytes))
-                // 8. Compressed responses for clients that ask.
-                .layer(CompressionLayer::new()),
-        )
+    // One `layer` call: axum boxes a route's service once per call, and clones and boxes it
+    // again for every request.
+    app.fallback(not_found).with_state(state).layer(
+        ServiceBuilder::new()
+            // 1. The route's template into the request span, first, so that every answer
+            //    below (a 413 too) is logged with it.
+            .map_request(record_route)
+            // 2. Bounded request bodies (checked against Content-Length and while streaming).
+            .layer(RequestBodyLimitLayer::new(config.body_limit_bytes))
+            // 3. Compressed responses for clients that ask.
+            .layer(CompressionLayer::new())
+            // The middleware function below takes axum's own body; the limit wraps it.
+            .map_request(|r: Request<_>| r.map(Body::new))
+            // 4. Around the handlers only, in one middleware function (each costs every
+            //    request a clone of the routes below it and a boxed future):
+            //    a. before any handler or the idempotency store reads the URI, an encoded NUL
+            //       is refused (400), since no path segment or query value may hold one;
+            //    b. a mutating API call's Idempotency-Key (its answer stored, or a stored one
+            //       replayed). Below the body limit and the deadline, so the body it reads is
+            //       bounded and a replay waits no longer than any request.
+            .layer(middleware::from_fn_with_state(db, innermost)),
+    )
+}
+
+/// Records the matched route's template in the request span (made before routing, so
+/// without it).
+fn record_route<B>(req: Request<B>) -> Request<B> {
+    if let Some(route) = req.extensions().get::<MatchedPath>() {
+        tracing::Span::current().record("http.route", route.as_str());
+    }
+    req
 }
 
 /// The innermost middleware: [`crate::extract::nul_refusal`], then [`crate::idempotency::layer`].
@@ -103,12 +125,11 @@ async fn innermost(db: State<std::sync::Arc<crate::db::Db>>, req: Request, next:
     }
 }
 
-fn request_span(req: &Request) -> tracing::Span {
-    let route = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or("");
+fn request_span<B>(req: &Request<B>) -> tracing::Span {
     let request_id = req.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
     tracing::info_span!(
         "request",
-        http.route = route,
+        http.route = "",
         http.method = %req.method(),
         request_id = request_id,
         tenant_id = tracing::field::Empty,

@@ -142,7 +142,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let (quota_stop, quota_stopped) = watch::channel(false);
     let quota_tender = tokio::spawn(state.quotas.clone().run(quota_stopped));
     let quotas = state.quotas.clone();
-    let app = crate::http::router(state);
+    let app = crate::http::service(state);
 
     // Signal handlers go in before we announce readiness, so an early SIGTERM is not lost.
     use tokio::signal::unix::{SignalKind, signal};
@@ -150,7 +150,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let server = tokio::spawn(async move {
-        axum::serve(listener, app)
+        axum::serve(listener, axum::ServiceExt::into_make_service(app))
             .with_graceful_shutdown(async move {
                 let _ = stop_rx.wait_for(|stop| *stop).await;
             })
