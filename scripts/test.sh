@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh clone: installs the test peers it needs from the npm and
 # PyPI registries (into ignored folders, under a lock, only when their lock files changed),
-# then runs `cargo test --locked` with any arguments given (e.g. `--test gateway`).
+# then runs `cargo test --locked --no-fail-fast` with any arguments given (e.g. `--test
+# gateway`): every test binary runs even after one fails, so a run reports all its failures.
 #
 # System packages are not installed here (that needs root and apt): a missing one stops the
 # run at once with the package to install. `.ci/run` installs them, then runs this script.
@@ -72,4 +73,4 @@ install_peers
 flock -u 9
 
 export PATH="$peers/venv/bin:$PATH"
-exec cargo test --locked "$@"
+exec cargo test --locked --no-fail-fast "$@"
