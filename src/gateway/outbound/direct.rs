@@ -155,9 +155,14 @@ impl Direct {
         }
     }
 
-    /// Closes the idle connections that have ended or outlived [`IDLE_TIMEOUT`] ([`sweep`]).
-    fn close_unusable(&self, cx: &mut Context<'_>) {
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner).retain_mut(|conn| conn.usable(cx));
+    /// Closes the idle connections that have ended or outlived [`IDLE_TIMEOUT`] ([`sweep`]):
+    /// each is polled once, without waiting.
+    async fn close_unusable(&self) {
+        std::future::poll_fn(|cx| {
+            self.idle.lock().unwrap_or_else(PoisonError::into_inner).retain_mut(|conn| conn.usable(cx));
+            Poll::Ready(())
+        })
+        .await
     }
 
     /// Keeps `conn` for the next request, if it is still open and there is room.
@@ -242,11 +247,9 @@ pub(super) async fn sweep(targets: Weak<Targets>) {
         let directs: Vec<Arc<Direct>> =
             targets.lock().unwrap_or_else(PoisonError::into_inner).values().filter_map(|t| t.direct.clone()).collect();
         drop(targets);
-        std::future::poll_fn(|cx| {
-            directs.iter().for_each(|direct| direct.close_unusable(cx));
-            Poll::Ready(())
-        })
-        .await;
+        for direct in directs {
+            direct.close_unusable().await;
+        }
     }
 }
 
@@ -401,18 +404,12 @@ mod tests {
         let target = outbound.target(&format!("http://127.0.0.1:{port}/mcp")).unwrap();
         assert_eq!(whole(&outbound, &target).await, "pong");
         let direct = target.direct.as_ref().unwrap();
-        let sweep = || {
-            std::future::poll_fn(|cx| {
-                direct.close_unusable(cx);
-                Poll::Ready(())
-            })
-        };
-        sweep().await;
+        direct.close_unusable().await;
         assert_eq!(direct.idle.lock().unwrap().len(), 1, "an open connection is kept");
         drop(close);
         // The server's close reaches this side before the sweep looks again.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        sweep().await;
+        direct.close_unusable().await;
         assert_eq!(direct.idle.lock().unwrap().len(), 0, "a closed connection is closed here too");
     }
 }
