@@ -38,7 +38,7 @@ use crate::{
 pub fn service(
     state: AppState,
 ) -> impl tower::Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + 'static {
-    let config = state.config.clone();
+    let deadline = Duration::from_millis(state.config.request_timeout_ms);
     let routes = router(state);
     // Outermost first:
     ServiceBuilder::new()
@@ -57,14 +57,14 @@ pub fn service(
         // 5. A panic answers a bare 500 instead of dropping the connection.
         .layer(CatchPanicLayer::custom(|_| problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error", None)))
         // 6. Whole-request deadline.
-        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_millis(config.request_timeout_ms)))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, deadline))
         .service(routes)
 }
 
 /// The routes, each wrapped in the middleware that runs after routing ([`service`] holds the
 /// rest).
 fn router(state: AppState) -> Router {
-    let config = state.config.clone();
+    let body_limit = state.config.body_limit_bytes;
     let dev_idp = state.dev_idp.is_some();
     let gateway = crate::gateway::router(&state);
     // The JSON API (and the pages that live beside it): one registry with its document.
@@ -92,7 +92,7 @@ fn router(state: AppState) -> Router {
             //    below (a 413 too) is logged with it.
             .map_request(record_route)
             // 2. Bounded request bodies (checked against Content-Length and while streaming).
-            .layer(RequestBodyLimitLayer::new(config.body_limit_bytes))
+            .layer(RequestBodyLimitLayer::new(body_limit))
             // 3. Compressed responses for clients that ask.
             .layer(CompressionLayer::new())
             // The middleware function below takes axum's own body; the limit wraps it.
