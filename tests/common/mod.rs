@@ -368,14 +368,28 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    eventually_some(within, || {
+        let checked = check();
+        async move { checked.await.then_some(()) }
+    })
+    .await
+    .is_some()
+}
+
+/// Polls `look` until it finds something (which it answers) or `within` passes (`None`).
+pub async fn eventually_some<T, F, Fut>(within: Duration, mut look: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
-        if check().await {
-            return true;
+        if let Some(found) = look().await {
+            return Some(found);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    false
+    None
 }
 
 /// Whether something accepts connections on 127.0.0.1:`port` within `within` (a peer just

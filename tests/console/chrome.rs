@@ -138,25 +138,20 @@ impl Chrome {
 
     /// Waits (up to 30 s) until the element at `css` shows text containing `part`; its text.
     pub async fn shows(&self, css: &str, part: &str) -> String {
-        // The text that showed it, kept: finding the element again could meet a page that a
-        // form submission is replacing (a stale element).
-        let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let found = crate::common::eventually(std::time::Duration::from_secs(30), || {
-            let (client, shown) = (self.client.clone(), shown.clone());
+        // The text that showed it is answered as it was read: finding the element again could
+        // meet a page that a form submission is replacing (a stale element).
+        let shown = crate::common::eventually_some(std::time::Duration::from_secs(30), || {
+            let client = self.client.clone();
             async move {
-                let Ok(e) = client.find(Locator::Css(css)).await else { return false };
-                match e.text().await {
-                    Ok(text) if text.contains(part) => {
-                        *shown.lock().unwrap() = text;
-                        true
-                    }
-                    _ => false,
-                }
+                let text = client.find(Locator::Css(css)).await.ok()?.text().await.ok()?;
+                text.contains(part).then_some(text)
             }
         })
         .await;
-        assert!(found, "{css} never showed {part:?} (at {})", self.url().await);
-        shown.lock().unwrap().clone()
+        match shown {
+            Some(text) => text,
+            None => panic!("{css} never showed {part:?} (at {})", self.url().await),
+        }
     }
 
     /// Chooses `value` in the `<select>` at `css`.
