@@ -448,7 +448,7 @@ async fn a_lost_activity_batch_becomes_an_ops_failure() {
     let t = TestDb::new().await;
     let (ops, _writer) = Recorder::start(t.db.clone());
     let (activity, _aw) = gatehouse::gateway::activity::Recorder::start(t.db.clone(), ops.clone());
-    // A tenant that does not exist: the insert violates the foreign key on every attempt.
+    // A tenant that does not exist: the insert fails the tenant check on every attempt.
     let ghost = Uuid::now_v7();
     activity.record(gatehouse::gateway::activity::Row {
         tenant_id: ghost,
@@ -496,7 +496,52 @@ async fn a_lost_activity_batch_becomes_an_ops_failure() {
             .unwrap();
     assert_eq!(tenant, None, "a platform row");
     assert!(message.starts_with("1 activity rows lost after 3 attempts"), "{message}");
+    assert!(message.contains("violates the tenant check"), "refused by the tenant check: {message}");
     assert_eq!(issue(&t, &fp).await.seen, 1);
+}
+
+/// The SQLSTATE of a statement that must fail by activity's tenant check.
+async fn refused(conn: &mut PgConnection, sql: &str, tenant: Uuid) -> String {
+    let e = sqlx::query(AssertSqlSafe(sql.to_owned())).bind(tenant).execute(conn).await.expect_err(sql);
+    let e = e.as_database_error().expect("a database error");
+    assert!(e.message().contains("the tenant check"), "{sql}: refused by the tenant check, not {e}");
+    e.code().expect("a SQLSTATE").into_owned()
+}
+
+/// Activity's tenant check (once per statement, not per row) keeps the foreign key's rule: a
+/// statement with one row of a tenant that does not exist writes none of its rows, a row cannot
+/// move to such a tenant, and a tenant that rows name can be neither deleted nor re-keyed, even
+/// by a superuser.
+#[tokio::test]
+async fn an_activity_row_names_a_tenant_that_exists() {
+    let t = TestDb::new().await;
+    let tenant = tenants::create(&t.db, &Audit::cli(), "tenant-a", "A").await.unwrap().id.0;
+    let mut conn = platform_conn(&t).await;
+    let insert = |rows: &str| {
+        format!(
+            "INSERT INTO activity (tenant_id, occurred_at, id, workspace_id, actor_kind, actor_id, tool, source, outcome, duration_ms)
+             SELECT t, now(), gen_random_uuid(), $1, 'token', 'a', 't', 'mcp', 'ok', 1 FROM unnest({rows}) t"
+        )
+    };
+    let foreign_key_violation = "23503";
+    let mixed = insert("ARRAY[$1, gen_random_uuid()]");
+    assert_eq!(refused(&mut conn, &mixed, tenant).await, foreign_key_violation);
+    assert_eq!(count(&mut conn, "SELECT count(*) FROM activity").await, 0, "a refused statement writes none of its rows");
+    sqlx::query(AssertSqlSafe(insert("ARRAY[$1, $1]"))).bind(tenant).execute(&mut conn).await.unwrap();
+    assert_eq!(count(&mut conn, "SELECT count(*) FROM activity").await, 2);
+
+    let moved = "UPDATE activity SET tenant_id = gen_random_uuid() WHERE tenant_id = $1";
+    assert_eq!(refused(&mut conn, moved, tenant).await, foreign_key_violation);
+    sqlx::query("UPDATE activity SET actor_id = 'redacted' WHERE tenant_id = $1").bind(tenant).execute(&mut conn).await.unwrap();
+
+    let mut admin = t.admin_conn().await;
+    let delete = "DELETE FROM tenants WHERE id = $1";
+    assert_eq!(refused(&mut admin, delete, tenant).await, foreign_key_violation);
+    let rekey = "UPDATE tenants SET id = gen_random_uuid() WHERE id = $1";
+    assert_eq!(refused(&mut admin, rekey, tenant).await, foreign_key_violation);
+    sqlx::query("UPDATE tenants SET id = id WHERE id = $1").bind(tenant).execute(&mut admin).await.unwrap();
+    let kept = "SELECT count(*) FROM activity WHERE actor_id = 'redacted'";
+    assert_eq!(count(&mut conn, kept).await, 2, "every refusal left the rows as they were");
 }
 
 /// Keyset pages of platform issues (most recently seen first, ties by fingerprint) visit every
