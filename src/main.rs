@@ -179,7 +179,7 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<Outcome
         }
         let db = database.connect(&config, 2).await?;
         let outcome = dispatch(&db, &config, command).await;
-        db.pool().close().await;
+        db.close().await;
         outcome
     }
     .await;

@@ -193,7 +193,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), activity_writer).await;
     // The activity writer held the last other handle to the ops queue (for its lost batches).
     let _ = tokio::time::timeout(Duration::from_secs(5), ops_writer).await;
-    db.pool().close().await;
+    db.close().await;
     database.close().await?;
     tracing::info!("stopped");
     Ok(())

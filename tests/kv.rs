@@ -232,20 +232,40 @@ async fn compare_and_set_is_one_statement_that_takes_and_drops_its_own_scope() {
     assert_eq!(log_count(&t, tenant).await, 3, "the three wins, each logged once");
     assert_eq!(log_count(&t, other).await, 1);
 
-    // The connection the statements ran on carries no scope afterwards.
-    let mut conn = db.pool().acquire().await.unwrap();
-    let (user, scope): (String, Option<String>) =
-        sqlx::query_as("SELECT current_user::text, nullif(current_setting('gatehouse.tenant_id', true), '')")
-            .fetch_one(&mut *conn)
-            .await
-            .unwrap();
+    // The connection the statements ran on (a pool of one connection has one statement
+    // connection) carries no scope afterwards.
+    let (user, scope, visible, backend): (String, Option<String>, i64, i32) = db
+        .one_statement(|conn, _| {
+            Box::pin(async move {
+                Ok(sqlx::query_as(
+                    "SELECT current_user::text, nullif(current_setting('gatehouse.tenant_id', true), ''),
+                            (SELECT count(*) FROM kv_entries), pg_backend_pid()",
+                )
+                .fetch_one(conn)
+                .await?)
+            })
+        })
+        .await
+        .unwrap();
     assert_eq!((user.as_str(), scope), ("gatehouse_app", None));
-    let visible: i64 = sqlx::query_scalar("SELECT count(*) FROM kv_entries").fetch_one(&mut *conn).await.unwrap();
     assert_eq!(visible, 0, "row-level security still hides every tenant's rows outside a scope");
-    drop(conn);
-    // Six compare-and-sets went through the function; closing the pool ends its backend,
-    // which reports the calls it counted.
-    db.pool().close().await;
+    // Six compare-and-sets went through the function; closing the Db ends that backend, which
+    // reports the calls it counted.
+    db.close().await;
+    let mut gone = false;
+    for _ in 0..750 {
+        gone = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
+            .bind(backend)
+            .fetch_one(&mut owner)
+            .await
+            .unwrap()
+            == 0;
+        if gone {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "closing the Db closed the statement connection");
     let mut seen = 0;
     for _ in 0..750 {
         seen = sqlx::query_scalar::<_, i64>("SELECT calls FROM pg_stat_user_functions WHERE funcname = 'gatehouse_kv_cas'")

@@ -83,6 +83,7 @@ pub struct Db {
     /// When this replica last saw a connection die (see [`Losses`]).
     losses: std::sync::Arc<Losses>,
     lanes: std::sync::Arc<Lanes>,
+    statements: std::sync::Arc<Statements>,
     /// Requests waiting for a shared read of their tenant's epoch (see [`crate::epochs`]).
     epoch_batch: std::sync::Arc<batch::Batch>,
     /// This process's place in the replica registry and the epochs it applied.
@@ -107,6 +108,20 @@ struct Lanes {
 
 /// Hot-path lanes per replica.
 const LANES: usize = 4;
+
+/// Connections for autocommitted one-statement decisions ([`Db::one_statement`]), kept
+/// outside sqlx's pool: the pool pings every connection that comes back to it, which is a
+/// second round trip for a decision that is one statement. A connection goes back to `idle`
+/// only after its statement was answered, so one whose statement was cancelled halfway (its
+/// future dropped) is closed, never reused; one opened before the latest loss is closed when
+/// it is next taken.
+#[derive(Debug)]
+struct Statements {
+    /// Each idle connection, with when it was opened (on [`Losses`]' clock).
+    idle: std::sync::Mutex<Vec<(PgConnection, u64)>>,
+    /// One permit per connection in use or idle: at most half the pool's size again.
+    room: tokio::sync::Semaphore,
+}
 
 /// When a connection last died, so the pool can drop every connection opened before then at
 /// its next use instead of failing one request per dead connection. sqlx cannot evict idle
@@ -209,10 +224,13 @@ impl Db {
             .connect_with(options)
             .await?;
         let lanes = Lanes { conns: (0..LANES).map(|_| tokio::sync::Mutex::new(None)).collect(), next: Default::default() };
+        let room = usize::try_from(max_connections / 2).unwrap_or(1).max(1);
+        let statements = Statements { idle: Default::default(), room: tokio::sync::Semaphore::new(room) };
         Ok(Db {
             pool,
             losses,
             lanes: std::sync::Arc::new(lanes),
+            statements: std::sync::Arc::new(statements),
             epoch_batch: Default::default(),
             replica: Default::default(),
             ack_wait: Duration::from_millis(crate::config::ReplicaConfig::default().ack_wait_ms),
@@ -330,6 +348,44 @@ impl Db {
         async move { self.lane(work).await.inspect_err(|e| report::ended(operation, e)) }
     }
 
+    /// A connection of this replica's own, outside the pool, as [`APP_ROLE`] (in a session
+    /// pool), with when it was opened.
+    async fn own_connection(&self) -> Result<(PgConnection, u64)> {
+        let opened = self.losses.now_ns();
+        let connected = <PgConnection as sqlx::Connection>::connect_with(&*self.pool.connect_options()).await;
+        let mut conn = self.noted(connected)?;
+        if self.pooler == Pooler::Session {
+            self.noted(conn.execute("SET ROLE gatehouse_app").await)?;
+        }
+        Ok((conn, opened))
+    }
+
+    /// An idle statement connection not opened before the latest loss, else a new one; with
+    /// the permit it holds until it is [given back](Db::give_back_statement_connection) or
+    /// dropped.
+    async fn statement_connection(&self) -> Result<(PgConnection, u64, tokio::sync::SemaphorePermit<'_>)> {
+        let permit = self.statements.room.acquire().await.map_err(|e| Error::Internal(e.into()))?;
+        loop {
+            let kept = self.statements.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+            match kept {
+                Some((_, opened)) if self.losses.opened_before_loss(opened) => continue,
+                Some((conn, opened)) => return Ok((conn, opened, permit)),
+                None => {
+                    let (conn, opened) = self.own_connection().await?;
+                    return Ok((conn, opened, permit));
+                }
+            }
+        }
+    }
+
+    /// Keeps a statement connection whose statement was answered for the next one, unless
+    /// the replica is [closing](Db::close).
+    fn give_back_statement_connection(&self, conn: PgConnection, opened: u64) {
+        if !self.statements.room.is_closed() {
+            self.statements.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((conn, opened));
+        }
+    }
+
     async fn lane<T, F>(&self, mut work: F) -> Result<T>
     where
         F: for<'c> FnMut(&'c mut PgConnection) -> BoxFuture<'c, Result<T>>,
@@ -345,15 +401,7 @@ impl Db {
             }
             let conn = match &mut *slot {
                 Some((conn, _)) => conn,
-                empty => {
-                    let opened = self.losses.now_ns();
-                    let connected = <PgConnection as sqlx::Connection>::connect_with(&*self.pool.connect_options()).await;
-                    let mut conn = self.noted(connected)?;
-                    if self.pooler == Pooler::Session {
-                        self.noted(conn.execute("SET ROLE gatehouse_app").await)?;
-                    }
-                    &mut empty.insert((conn, opened)).0
-                }
+                empty => &mut empty.insert(self.own_connection().await?).0,
             };
             let result = match self.pooler {
                 Pooler::Session => work(conn).await,
@@ -388,6 +436,18 @@ impl Db {
     /// through [`Db::saw`].
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Closes the pool and this replica's idle statement connections, each with a goodbye to
+    /// its server; a statement connection in use is closed when its statement ends, and no
+    /// new one is opened.
+    pub async fn close(&self) {
+        self.statements.room.close();
+        self.pool.close().await;
+        let idle = std::mem::take(&mut *self.statements.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for (conn, _) in idle {
+            let _ = sqlx::Connection::close(conn).await;
+        }
     }
 
     /// Takes note of a database error: a lost connection condemns every pooled connection

@@ -247,16 +247,28 @@ impl Db {
     /// rolled the statement back (nothing was saved), so it may run again; a connection lost
     /// after the statement was sent leaves the outcome unknown.
     async fn attempt_statement<'a>(&self, work: &mut ErasedWork<'_, 'a>) -> Result<(), Failed> {
-        let mut conn = self.pool.acquire().await.map_err(|e| Failed::BeforeCommit(e.into()))?;
+        // Not from the pool, which would ping the connection on its way back: one round trip
+        // per decision instead of two. Dropped halfway, this future drops the connection too.
+        let (mut conn, opened, _permit) = self.statement_connection().await.map_err(Failed::BeforeCommit)?;
         match work(&mut conn, PhantomData).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.give_back_statement_connection(conn, opened);
+                Ok(())
+            }
             Err(e) if e.is_connection_loss() && e.sqlstate().as_deref() != Some(READ_ONLY) => {
-                conn.close_on_drop();
+                // The connection is dropped (closed) with this arm.
                 self.saw(&e);
                 tracing::warn!(error = %e, "connection lost during an autocommitted statement; outcome unknown");
                 Err(Failed::AtCommit(commit_unknown()))
             }
-            Err(e) => Err(Failed::BeforeCommit(e)),
+            // The server refused the statement and ended its implicit transaction: the
+            // connection is in a clean state. A connection lost on a read-only node is not kept.
+            Err(e) => {
+                if !e.is_connection_loss() {
+                    self.give_back_statement_connection(conn, opened);
+                }
+                Err(Failed::BeforeCommit(e))
+            }
         }
     }
 }
