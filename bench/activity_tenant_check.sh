@@ -22,7 +22,6 @@ per_statement="ALTER TABLE activity DROP CONSTRAINT activity_tenant_id_fkey;
     FOR EACH STATEMENT EXECUTE FUNCTION gatehouse_activity_tenants_exist();
   CREATE TRIGGER activity_tenant_on_update AFTER UPDATE ON activity REFERENCING NEW TABLE AS added
     FOR EACH STATEMENT EXECUTE FUNCTION gatehouse_activity_tenants_exist()"
-pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(ticks "$p" 2>/dev/null || echo 0))); done; echo $t; }
 # Busy and idle ticks of the whole machine.
 machine() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat; }
 round() {

@@ -11,8 +11,6 @@ duration=${1:-10s}
 source bench/lib.sh
 start_gateway 18393 9401
 rss() { awk '/VmRSS/ {print int($2/1024)}' "/proc/$pid/status"; }
-# CPU ticks of every postgres process so far.
-pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(ticks "$p" 2>/dev/null || echo 0))); done; echo $t; }
 # Epoch reads asked for by requests, and the statements that answered them (shared reads).
 epoch_reads() {
   curl -sf "http://127.0.0.1:18393/metrics" | awk '/^gatehouse_epoch_reads_total\{kind="request"\}/ {r=$2} /^gatehouse_epoch_reads_total\{kind="statement"\}/ {s=$2} END {print r, s}'

@@ -24,6 +24,8 @@ wrk_result() { bash "$shared/perf/wrk_mcp.sh" "$@" | grep WRK_RESULT; }
 requests_in() { sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$1" | head -1; }
 # CPU ticks (utime + stime) of process PID so far.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks of every postgres process so far.
+pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(ticks "$p" 2>/dev/null || echo 0))); done; echo $t; }
 # Milliseconds of CPU per call: ms_per_call TICKS CALLS.
 ms_per_call() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", t * 1000 / hz / n}'; }
 

@@ -252,19 +252,20 @@ async fn compare_and_set_is_one_statement_that_takes_and_drops_its_own_scope() {
     // Six compare-and-sets went through the function; closing the Db ends that backend, which
     // reports the calls it counted.
     db.close().await;
-    let mut gone = false;
-    for _ in 0..750 {
-        gone = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
-            .bind(backend)
-            .fetch_one(&mut owner)
-            .await
-            .unwrap()
-            == 0;
-        if gone {
-            break;
+    let url = t.url.clone();
+    let gone = eventually(Duration::from_secs(15), || {
+        let url = url.clone();
+        async move {
+            let mut conn = sqlx::PgConnection::connect(url.expose()).await.unwrap();
+            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
+                .bind(backend)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+            left == 0
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     assert!(gone, "closing the Db closed the statement connection");
     let mut seen = 0;
     for _ in 0..750 {
