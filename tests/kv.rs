@@ -282,6 +282,30 @@ async fn compare_and_set_is_one_statement_that_takes_and_drops_its_own_scope() {
     assert_eq!(seen, 6, "each compare-and-set is one call of gatehouse_kv_cas");
 }
 
+/// One-statement decisions run on the replica's own connections: a connection whose statement
+/// was answered is used again (no pool, no ping on its way back), and one whose statement was
+/// cancelled halfway (its future dropped) is closed, never handed to the next statement.
+#[tokio::test]
+async fn a_statement_connection_is_kept_when_answered_and_closed_when_cancelled() {
+    let (t, _) = setup().await;
+    // A pool of two: one statement connection.
+    let db = gatehouse::db::Db::connect(&t.url, 2).await.unwrap();
+    let backend = || {
+        db.one_statement(|conn, _| {
+            Box::pin(async move { Ok(sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()").fetch_one(conn).await?) })
+        })
+    };
+    let first = backend().await.unwrap();
+    assert_eq!(backend().await.unwrap(), first, "an answered statement's connection is kept");
+    let cancelled =
+        db.one_statement(|conn, _| Box::pin(async move { Ok(conn.execute("SELECT pg_sleep(30)").await.map(|_| ())?) }));
+    assert!(tokio::time::timeout(Duration::from_millis(300), cancelled).await.is_err(), "the sleep was cancelled");
+    let next = backend().await.unwrap();
+    assert_ne!(next, first, "the cancelled statement's connection was not reused");
+    assert_eq!(backend().await.unwrap(), next);
+    db.close().await;
+}
+
 /// A real write-skew conflict: each transaction reads the key the other writes. One of them
 /// must get SQLSTATE 40001 and succeed on a retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
