@@ -124,15 +124,16 @@ async fn main() {
     owner.execute("CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL)").await.unwrap();
     owner.execute("INSERT INTO bench_counter SELECT i, 0 FROM generate_series(1, 64) i").await.unwrap();
     // The floor of any compare-and-set that logs its win in the same transaction: the
-    // conditional UPDATE and the log row (same columns, indexes and tenant foreign key as
+    // conditional UPDATE and the log row (same columns, indexes and tenant check as
     // `admin_log`) as one autocommitted statement, without row-level security or the prune.
     owner
         .execute(
             "CREATE TABLE bench_kv (tenant_id uuid NOT NULL REFERENCES tenants (id), key text NOT NULL, value jsonb NOT NULL,
                                     updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tenant_id, key));
-             CREATE TABLE bench_log (LIKE admin_log INCLUDING DEFAULTS, PRIMARY KEY (id),
-                                     FOREIGN KEY (tenant_id) REFERENCES tenants (id));
-             CREATE INDEX ON bench_log (tenant_id, at, id)",
+             CREATE TABLE bench_log (LIKE admin_log INCLUDING DEFAULTS, PRIMARY KEY (id));
+             CREATE INDEX ON bench_log (tenant_id, at, id);
+             CREATE TRIGGER bench_log_tenant_check BEFORE INSERT ON bench_log
+                 FOR EACH ROW EXECUTE FUNCTION gatehouse_admin_log_tenant_exists()",
         )
         .await
         .unwrap();

@@ -112,19 +112,25 @@ async fn ttl_is_judged_by_the_database_clock_and_expired_rows_count_as_absent() 
 async fn expired_rows_are_pruned_on_write_in_bounded_batches() {
     let (t, tenant) = setup().await;
     let mut owner = t.owner_conn().await;
-    let mut tx = owner.begin().await.unwrap();
-    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
-    sqlx::query("INSERT INTO kv_entries (tenant_id, key, value, expires_at) SELECT $1, 'old/' || i, '1', now() - interval '1 hour' FROM generate_series(1, 250) i")
-        .bind(tenant)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    expire(&mut owner, tenant, 250).await;
     kv::set(&t.db, tenant, &Audit::cli(), &key("new"), &val(json!(1)), None).await.unwrap();
     assert_eq!(remaining(&mut owner).await, 250 - kv::PRUNE_BATCH);
     kv::set(&t.db, tenant, &Audit::cli(), &key("new"), &val(json!(2)), None).await.unwrap();
     kv::set(&t.db, tenant, &Audit::cli(), &key("new"), &val(json!(3)), None).await.unwrap();
     assert_eq!(remaining(&mut owner).await, 0);
+    // A compare-and-set prunes too, in both forms: its probe finds the expired rows of other
+    // keys, and its locking delete takes a batch of them.
+    let new = key("new");
+    for (form, n) in [(CasForm::Statement, 4), (CasForm::Transaction, 5)] {
+        expire(&mut owner, tenant, 150).await;
+        let (was, now) = (Expect::Value(val(json!(n - 1))), Next::Value(val(json!(n))));
+        assert!(kv::compare_and_set_as(&t.db, form, tenant, &Audit::cli(), &new, &was, &now, None).await.unwrap());
+        assert_eq!(remaining(&mut owner).await, 150 - kv::PRUNE_BATCH, "{form:?}");
+        let is = Expect::Value(val(json!(n)));
+        assert!(kv::compare_and_set_as(&t.db, form, tenant, &Audit::cli(), &new, &is, &Next::Delete, None).await.unwrap());
+        assert_eq!(remaining(&mut owner).await, 0, "{form:?}");
+        assert!(kv::compare_and_set_as(&t.db, form, tenant, &Audit::cli(), &new, &Expect::Absent, &now, None).await.unwrap());
+    }
     // The prune is served by the partial expiry index, not a scan of the tenant's keys.
     let mut tx = owner.begin().await.unwrap();
     tx.execute("SET LOCAL enable_seqscan = off").await.unwrap();
@@ -135,6 +141,19 @@ async fn expired_rows_are_pruned_on_write_in_bounded_batches() {
     .await
     .unwrap();
     assert!(plan.join("\n").contains("kv_entries_expiry"), "{plan:?}");
+}
+
+/// Adds `n` rows under `old/` that expired an hour ago.
+async fn expire(owner: &mut sqlx::PgConnection, tenant: TenantId, n: i64) {
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    sqlx::query("INSERT INTO kv_entries (tenant_id, key, value, expires_at) SELECT $1, 'old/' || i, '1', now() - interval '1 hour' FROM generate_series(1, $2) i")
+        .bind(tenant)
+        .bind(n)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
 }
 
 async fn remaining(owner: &mut sqlx::PgConnection) -> i64 {
@@ -280,6 +299,33 @@ async fn compare_and_set_is_one_statement_that_takes_and_drops_its_own_scope() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(seen, 6, "each compare-and-set is one call of gatehouse_kv_cas");
+}
+
+/// The function sets the application role only where the caller does not already run as it:
+/// a caller connected as the owner (here inside its own transaction) still decides as the
+/// application role, for that transaction only.
+#[tokio::test]
+async fn the_compare_and_set_function_runs_as_the_application_role() {
+    let (t, tenant) = setup().await;
+    let mut owner = t.owner_conn().await;
+    let user = "SELECT current_user::text";
+    let session: String = sqlx::query_scalar(user).fetch_one(&mut owner).await.unwrap();
+    assert_ne!(session, "gatehouse_app");
+    let mut tx = owner.begin().await.unwrap();
+    let won: bool = sqlx::query_scalar(
+        "SELECT gatehouse_kv_cas($1, 'k', 'insert', NULL, '1', NULL, 100, gen_random_uuid(), 'test', 'kv:k', NULL, '1', NULL)",
+    )
+    .bind(tenant.0)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert!(won);
+    let inside: String = sqlx::query_scalar(user).fetch_one(&mut *tx).await.unwrap();
+    assert_eq!(inside, "gatehouse_app", "the rest of the transaction runs as the application role");
+    tx.commit().await.unwrap();
+    let after: String = sqlx::query_scalar(user).fetch_one(&mut owner).await.unwrap();
+    assert_eq!(after, session, "the role ended with the transaction");
+    assert_eq!(kv::get(&t.db, tenant, &key("k")).await.unwrap().unwrap().value, json!(1));
 }
 
 /// One-statement decisions run on the replica's own connections: a connection whose statement

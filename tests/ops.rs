@@ -500,7 +500,7 @@ async fn a_lost_activity_batch_becomes_an_ops_failure() {
     assert_eq!(issue(&t, &fp).await.seen, 1);
 }
 
-/// The SQLSTATE of a statement that must fail by activity's tenant check.
+/// The SQLSTATE of a statement that must fail by a tenant check (activity's or the admin log's).
 async fn refused(conn: &mut PgConnection, sql: &str, tenant: Uuid) -> String {
     let e = sqlx::query(AssertSqlSafe(sql.to_owned())).bind(tenant).execute(conn).await.expect_err(sql);
     let e = e.as_database_error().expect("a database error");
@@ -542,6 +542,44 @@ async fn an_activity_row_names_a_tenant_that_exists() {
     sqlx::query("UPDATE tenants SET id = id WHERE id = $1").bind(tenant).execute(&mut admin).await.unwrap();
     let kept = "SELECT count(*) FROM activity WHERE actor_id = 'redacted'";
     assert_eq!(count(&mut conn, kept).await, 2, "every refusal left the rows as they were");
+}
+
+/// The admin log's tenant check (a row trigger, not a foreign key, so concurrent mutations of
+/// one tenant share no row lock on it) keeps the key's rule: a row naming a tenant that does
+/// not exist is refused and nothing is written, platform rows name none, and a tenant that
+/// admin-log rows name can be neither deleted nor re-keyed, even by a superuser.
+#[tokio::test]
+async fn an_admin_log_row_names_a_tenant_that_exists() {
+    let t = TestDb::new().await;
+    let tenant = tenants::create(&t.db, &Audit::cli(), "tenant-a", "A").await.unwrap().id.0;
+    let mut conn = platform_conn(&t).await;
+    let logged = "SELECT count(*) FROM admin_log WHERE action = 'test.row'";
+    let insert =
+        "INSERT INTO admin_log (id, tenant_id, actor, action, target) VALUES (gen_random_uuid(), $1, 'test', 'test.row', 't')";
+    let foreign_key_violation = "23503";
+    let stranger = Uuid::new_v4();
+    assert_eq!(refused(&mut conn, insert, stranger).await, foreign_key_violation);
+    let pair = "INSERT INTO admin_log (id, tenant_id, actor, action, target)
+                SELECT gen_random_uuid(), t, 'test', 'test.row', 't' FROM unnest(ARRAY[$1, gen_random_uuid()]) t";
+    assert_eq!(refused(&mut conn, pair, tenant).await, foreign_key_violation);
+    assert_eq!(count(&mut conn, logged).await, 0, "a refused statement writes none of its rows");
+    sqlx::query(insert).bind(tenant).execute(&mut conn).await.unwrap();
+    sqlx::query(insert).bind(None::<Uuid>).execute(&mut conn).await.unwrap();
+    assert_eq!(count(&mut conn, logged).await, 2, "a row of a tenant that exists, and a platform row");
+
+    let mut admin = t.admin_conn().await;
+    let kept = format!("SELECT count(*) FROM admin_log WHERE tenant_id = '{tenant}'");
+    let naming = count(&mut admin, &kept).await;
+    let moved = "UPDATE admin_log SET tenant_id = gen_random_uuid() WHERE tenant_id = $1";
+    assert_eq!(refused(&mut admin, moved, tenant).await, foreign_key_violation);
+    assert!(count(&mut admin, "SELECT count(*) FROM activity").await == 0, "no activity names the tenant");
+    let delete = "DELETE FROM tenants WHERE id = $1";
+    assert_eq!(refused(&mut admin, delete, tenant).await, foreign_key_violation);
+    let rekey = "UPDATE tenants SET id = gen_random_uuid() WHERE id = $1";
+    assert_eq!(refused(&mut admin, rekey, tenant).await, foreign_key_violation);
+    let e = sqlx::query(delete).bind(tenant).execute(&mut admin).await.expect_err("refused");
+    assert!(e.to_string().contains(r#"table "admin_log""#), "refused for the admin log's rows: {e}");
+    assert_eq!(count(&mut admin, &kept).await, naming, "every refusal left the rows as they were");
 }
 
 /// Keyset pages of platform issues (most recently seen first, ties by fingerprint) visit every
