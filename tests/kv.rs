@@ -352,6 +352,50 @@ async fn a_statement_connection_is_kept_when_answered_and_closed_when_cancelled(
     db.close().await;
 }
 
+/// A statement connection that sat idle while the replica saw a database loss elsewhere (here
+/// a pooled connection whose backend was terminated under it) is not used again: it may lead
+/// to a server that has gone. It is closed when next taken, and a new one takes its place.
+#[tokio::test]
+async fn an_idle_statement_connection_opened_before_a_loss_is_closed_not_used() {
+    let (t, _) = setup().await;
+    let db = gatehouse::db::Db::connect(&t.url, 2).await.unwrap();
+    let backend = || {
+        db.one_statement(|conn, _| {
+            Box::pin(async move { Ok(sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()").fetch_one(conn).await?) })
+        })
+    };
+    let first = backend().await.unwrap();
+    assert_eq!(backend().await.unwrap(), first, "an answered statement's connection is kept");
+
+    let mut pooled = db.pool().acquire().await.unwrap();
+    let victim: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *pooled).await.unwrap();
+    assert_ne!(victim, first);
+    let mut admin = t.admin_conn().await;
+    sqlx::query("SELECT pg_terminate_backend($1)").bind(victim).execute(&mut admin).await.unwrap();
+    let lost = db.noted(sqlx::query("SELECT 1").execute(&mut *pooled).await);
+    assert!(lost.as_ref().is_err_and(Error::is_connection_loss), "the pooled connection was lost: {lost:?}");
+    drop(pooled);
+
+    let next = backend().await.unwrap();
+    assert_ne!(next, first, "the connection opened before the loss was not used");
+    assert_eq!(backend().await.unwrap(), next, "its replacement is kept");
+    let closed = eventually(Duration::from_secs(15), || {
+        let url = t.url.clone();
+        async move {
+            let mut conn = sqlx::PgConnection::connect(url.expose()).await.unwrap();
+            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
+                .bind(first)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+            left == 0
+        }
+    })
+    .await;
+    assert!(closed, "the stale connection was closed, not left open");
+    db.close().await;
+}
+
 /// A real write-skew conflict: each transaction reads the key the other writes. One of them
 /// must get SQLSTATE 40001 and succeed on a retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
