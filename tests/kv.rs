@@ -88,6 +88,36 @@ async fn bad_input_is_refused_with_stable_codes_and_writes_nothing() {
     assert_eq!(log_count(&t, tenant).await, 0);
 }
 
+/// Behind the code's own check, the database holds every key to 1–512 bytes: a row written
+/// directly with a key out of bounds, or an UPDATE that sets one, fails with SQLSTATE 23514
+/// under `kv_entries_key_check` and writes nothing, in a statement with good rows too.
+#[tokio::test]
+async fn the_database_holds_every_key_to_its_length() {
+    let (t, tenant) = setup().await;
+    let mut owner = t.owner_conn().await;
+    owner.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
+    let insert = "INSERT INTO kv_entries (tenant_id, key, value) SELECT $1, k, '1' FROM unnest($2::text[]) k";
+    let refused = |e: sqlx::Error| {
+        let e = e.as_database_error().expect("a database error").to_owned();
+        (e.code().map(|c| c.into_owned()), e.constraint().map(str::to_owned))
+    };
+    let check = (Some("23514".to_owned()), Some("kv_entries_key_check".to_owned()));
+    for bad in [String::new(), "k".repeat(513), "é".repeat(257)] {
+        let keys = vec!["fine".to_owned(), bad.clone()];
+        let e = sqlx::query(insert).bind(tenant.0).bind(&keys).execute(&mut owner).await.expect_err("refused");
+        assert_eq!(refused(e), check, "a key of {} bytes", bad.len());
+    }
+    let count = "SELECT count(*) FROM kv_entries";
+    assert_eq!(sqlx::query_scalar::<_, i64>(count).fetch_one(&mut owner).await.unwrap(), 0, "a refused statement writes nothing");
+    let longest = "k".repeat(512);
+    sqlx::query(insert).bind(tenant.0).bind(vec!["k".to_owned(), longest.clone()]).execute(&mut owner).await.unwrap();
+    let e = sqlx::query("UPDATE kv_entries SET key = '' WHERE key = 'k'").execute(&mut owner).await.expect_err("refused");
+    assert_eq!(refused(e), check, "an UPDATE that sets the key");
+    sqlx::query("UPDATE kv_entries SET value = '2'").execute(&mut owner).await.unwrap();
+    let keys: Vec<String> = sqlx::query_scalar("SELECT key FROM kv_entries ORDER BY key").fetch_all(&mut owner).await.unwrap();
+    assert_eq!(keys, vec!["k".to_owned(), longest], "the refusal changed nothing");
+}
+
 #[tokio::test]
 async fn ttl_is_judged_by_the_database_clock_and_expired_rows_count_as_absent() {
     let (t, tenant) = setup().await;
