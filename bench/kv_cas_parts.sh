@@ -6,11 +6,15 @@
 #   fk        the admin log's tenant checked by its old foreign key instead of the row trigger
 #   lock      the prune's locking delete run on every call, without the probe before it
 #   role      `SET LOCAL ROLE` run on every call, also where the role is already the same
-#   before    all three at once: the function and the key of migration 20261216000001
+#   check     the key's length checked by its old CHECK constraint instead of the row trigger
+#   before    all four at once: the function, the key and the CHECK before migrations
+#             20261217000001 and 20261217000002
 # The clients run as the application role, as the replicas' connections do.
 #
 #   bash bench/kv_cas_parts.sh [SECONDS] [ROUNDS]    # defaults 5, 3; needs pgbench and psql
 #   PERF=FILE bash bench/kv_cas_parts.sh 5 1         # also perf-records the first `now` figure
+#   CALLGRIND=CALLS bash bench/kv_cas_parts.sh       # instructions per call instead, counted by
+#                                                    # valgrind in one single-user backend
 set -euo pipefail
 [[ -n ${TRACE:-} ]] && set -x
 cd "$(dirname "$0")/.."
@@ -39,7 +43,6 @@ variant() { # NAME, then the definition on stdin
 unprobed() { perl -0pe 's/    IF EXISTS \(SELECT 1 FROM kv_entries[^\n]*\n(.*?doomed\.key;\n)    END IF;\n/$1/s'; }
 unguarded() { perl -0pe 's/    IF current_user <> .gatehouse_app. THEN\n        (SET LOCAL ROLE gatehouse_app;)\n    END IF;/    $1/s'; }
 variant now <<<"$now"
-variant fk <<<"$now"
 variant lock < <(unprobed <<<"$now")
 variant role < <(unguarded <<<"$now")
 variant before < <(unprobed <<<"$now" | unguarded)
@@ -47,17 +50,65 @@ for v in lock role before; do
   # Each edit must have applied: the variant differs from the migrated function.
   [[ $(sql "SELECT pg_get_functiondef('gatehouse_kv_cas_$v'::regproc)" | sed "s/_$v(/(/") != "$now" ]] || { echo "variant $v unchanged" >&2; exit 1; }
 done
-foreign_key="DROP TRIGGER admin_log_tenant_check ON admin_log;
-  ALTER TABLE admin_log ADD CONSTRAINT admin_log_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id) NOT VALID"
-trigger="ALTER TABLE admin_log DROP CONSTRAINT admin_log_tenant_id_fkey;
-  CREATE TRIGGER admin_log_tenant_check BEFORE INSERT OR UPDATE OF tenant_id ON admin_log
-    FOR EACH ROW EXECUTE FUNCTION gatehouse_admin_log_tenant_exists()"
+# The tables' old checks, put back for a variant and taken away after it (one line each, for
+# the single-user backend).
+old_key="DROP TRIGGER admin_log_tenant_check ON admin_log; ALTER TABLE admin_log ADD CONSTRAINT admin_log_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id) NOT VALID"
+new_key="ALTER TABLE admin_log DROP CONSTRAINT admin_log_tenant_id_fkey; CREATE TRIGGER admin_log_tenant_check BEFORE INSERT OR UPDATE OF tenant_id ON admin_log FOR EACH ROW EXECUTE FUNCTION gatehouse_admin_log_tenant_exists()"
+old_check="DROP TRIGGER kv_entries_key_check ON kv_entries; ALTER TABLE kv_entries ADD CONSTRAINT kv_entries_key_check CHECK (octet_length(key) BETWEEN 1 AND 512) NOT VALID"
+new_check="ALTER TABLE kv_entries DROP CONSTRAINT kv_entries_key_check; CREATE TRIGGER kv_entries_key_check BEFORE INSERT OR UPDATE OF key ON kv_entries FOR EACH ROW EXECUTE FUNCTION gatehouse_kv_key_fits()"
+put_back() { case $1 in fk) echo "$old_key" ;; check) echo "$old_check" ;; before) echo "$old_key; $old_check" ;; esac; }
+take_away() { case $1 in fk) echo "$new_key" ;; check) echo "$new_check" ;; before) echo "$new_key; $new_check" ;; esac; }
+# The function each form calls.
+function_of() { case $1 in fk | check) echo now ;; *) echo "$1" ;; esac; }
+forms=(now fk lock role check before)
+
+if [[ -n ${CALLGRIND:-} ]]; then
+  # One backend in single-user mode under callgrind, the server stopped: each form's calls
+  # (a prepared statement executed CALLGRIND times, each its own transaction) less a run of
+  # one call, divided. Deterministic, unlike the rates below.
+  calls=$CALLGRIND
+  postgres=$(readlink "/proc/$(head -1 "$dir/pg/postmaster.pid")/exe")
+  kill -TERM "$pid"
+  wait "$pid" 2>/dev/null || true
+  while [[ -e $dir/pg/postmaster.pid ]]; do sleep 0.2; done
+  os_user=$(stat -c %U "$dir/pg")
+  work=$(mktemp -d)
+  chown "$os_user" "$work" # callgrind writes its counts there as the cluster's user
+  single() { # INPUT-FILE [OUT-FILE]: one single-user backend as the cluster's user, under callgrind with OUT-FILE
+    local tool=()
+    [[ -z ${2:-} ]] || tool=(valgrind --tool=callgrind "--callgrind-out-file=$2")
+    runuser -u "$os_user" -- "${tool[@]}" "$postgres" --single -D "$dir/pg" gatehouse <"$1" >"$work/out.log" 2>&1 || { cat "$work/out.log" >&2; exit 1; }
+    ! grep -q "ERROR" "$work/out.log" || { grep ERROR "$work/out.log" >&2; exit 1; }
+  }
+  per_call() { # PREPARE-STATEMENT: instructions per EXECUTE
+    local n total=()
+    for n in 1 $((calls + 1)); do
+      { echo "SET role gatehouse_app;"; echo "$1"; awk -v n="$n" 'BEGIN {for (i = 0; i < n; i++) print "EXECUTE step;"}'; } >"$work/in.sql"
+      chmod 644 "$work/in.sql"
+      single "$work/in.sql" "$work/cg.out"
+      total+=("$(awk '/^totals:/ {print $2}' "$work/cg.out")")
+    done
+    echo $(((total[1] - total[0]) / calls))
+  }
+  update=$(per_call "PREPARE step AS UPDATE bench_counter SET v = v + 1 WHERE id = 1;")
+  echo "| form | instructions per call | of the UPDATE's |"
+  echo "|---|---|---|"
+  echo "| UPDATE | $update | 1.00 |"
+  for v in "${forms[@]}"; do
+    if [[ -n $(put_back "$v") ]]; then echo "$(put_back "$v");" >"$work/ddl.sql"; single "$work/ddl.sql"; fi
+    n=$(per_call "PREPARE step AS SELECT gatehouse_kv_cas_$(function_of "$v")('$tenant', 'p1', 'update', '1', '1', NULL, 100, gen_random_uuid(), 'bench', 'kv-p', '{\"value\": 1}', '{\"value\": 1}', NULL);")
+    if [[ -n $(take_away "$v") ]]; then echo "$(take_away "$v");" >"$work/ddl.sql"; single "$work/ddl.sql"; fi
+    echo "| $v | $n | $(awk -v a="$n" -v b="$update" 'BEGIN {printf "%.2f", a / b}') |"
+  done
+  rm -rf "$work"
+  exit 0
+fi
 
 scripts=$(mktemp -d)
 echo 'UPDATE bench_counter SET v = v + 1 WHERE id = :client_id + 1;' >"$scripts/update.sql"
-for v in now fk lock role before; do
+for v in "${forms[@]}"; do
   printf '%s\n' '\set id :client_id + 1' \
-    "SELECT gatehouse_kv_cas_$v('$tenant', 'p' || :id, 'update', '1', '1', NULL, 100, gen_random_uuid(), 'bench', 'kv-p', '{\"value\": 1}', '{\"value\": 1}', NULL);" \
+    "SELECT gatehouse_kv_cas_$(function_of "$v")('$tenant', 'p' || :id, 'update', '1', '1', NULL, 100, gen_random_uuid(), 'bench', 'kv-p', '{\"value\": 1}', '{\"value\": 1}', NULL);" \
     >"$scripts/$v.sql"
 done
 tps() { # runs in a command substitution, so a recorder it starts is waited for here
@@ -71,16 +122,16 @@ tps() { # runs in a command substitution, so a recorder it starts is waited for 
     awk '/^tps = / {printf "%.0f", $3}'
   [[ -z $recorder ]] || wait "$recorder"
 }
-echo "| round | UPDATE tps | now | fk | lock | role | before |"
-echo "|---|---|---|---|---|---|---|"
+echo "| round | UPDATE tps | now | fk | lock | role | check | before |"
+echo "|---|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do
   row="| $r"
   update=$(tps update)
   row="$row | $update"
-  for v in now fk lock role before; do
-    [[ $v == fk || $v == before ]] && sql "$foreign_key"
+  for v in "${forms[@]}"; do
+    [[ -z $(put_back "$v") ]] || sql "$(put_back "$v")"
     t=$(tps "$v")
-    [[ $v == fk || $v == before ]] && sql "$trigger"
+    [[ -z $(take_away "$v") ]] || sql "$(take_away "$v")"
     row="$row | $t ($(awk -v a="$t" -v b="$update" 'BEGIN {printf "%.0f%%", a * 100 / b}'))"
   done
   echo "$row |"

@@ -4,7 +4,7 @@
 -- PostgreSQL 15 checks a table's CHECK constraints on every row an UPDATE writes, whichever
 -- columns it sets, and parses each constraint's stored expression again for every statement
 -- that does (`ExecConstraints` → `stringToNode`). A compare-and-set's decision is an UPDATE of
--- the value, so this check was 8% of the instructions of a `gatehouse_kv_cas` call
+-- the value, so this check was 10% of the instructions of a `gatehouse_kv_cas` call
 -- (callgrind, docs/benchmarks.md, "The compare-and-set's body"). A row trigger on INSERT and on
 -- an UPDATE that sets the key checks the same rule where a key can change. Nothing else
 -- writes a key: every row's key is still 1 to 512 bytes.
