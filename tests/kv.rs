@@ -301,21 +301,7 @@ async fn compare_and_set_is_one_statement_that_takes_and_drops_its_own_scope() {
     // Six compare-and-sets went through the function; closing the Db ends that backend, which
     // reports the calls it counted.
     db.close().await;
-    let url = t.url.clone();
-    let gone = eventually(Duration::from_secs(15), || {
-        let url = url.clone();
-        async move {
-            let mut conn = sqlx::PgConnection::connect(url.expose()).await.unwrap();
-            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
-                .bind(backend)
-                .fetch_one(&mut conn)
-                .await
-                .unwrap();
-            left == 0
-        }
-    })
-    .await;
-    assert!(gone, "closing the Db closed the statement connection");
+    assert!(backend_ends(&t, backend).await, "closing the Db closed the statement connection");
     let mut seen = 0;
     for _ in 0..750 {
         seen = sqlx::query_scalar::<_, i64>("SELECT calls FROM pg_stat_user_functions WHERE funcname = 'gatehouse_kv_cas'")
@@ -409,21 +395,25 @@ async fn an_idle_statement_connection_opened_before_a_loss_is_closed_not_used() 
     let next = backend().await.unwrap();
     assert_ne!(next, first, "the connection opened before the loss was not used");
     assert_eq!(backend().await.unwrap(), next, "its replacement is kept");
-    let closed = eventually(Duration::from_secs(15), || {
+    assert!(backend_ends(&t, first).await, "the stale connection was closed, not left open");
+    db.close().await;
+}
+
+/// Whether the backend `pid` leaves `pg_stat_activity` within 15 seconds.
+async fn backend_ends(t: &TestDb, pid: i32) -> bool {
+    eventually(Duration::from_secs(15), || {
         let url = t.url.clone();
         async move {
             let mut conn = sqlx::PgConnection::connect(url.expose()).await.unwrap();
             let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
-                .bind(first)
+                .bind(pid)
                 .fetch_one(&mut conn)
                 .await
                 .unwrap();
             left == 0
         }
     })
-    .await;
-    assert!(closed, "the stale connection was closed, not left open");
-    db.close().await;
+    .await
 }
 
 /// A real write-skew conflict: each transaction reads the key the other writes. One of them
