@@ -352,11 +352,7 @@ async fn a_statement_connection_is_kept_when_answered_and_closed_when_cancelled(
     let (t, _) = setup().await;
     // A pool of two: one statement connection.
     let db = gatehouse::db::Db::connect(&t.url, 2).await.unwrap();
-    let backend = || {
-        db.one_statement(|conn, _| {
-            Box::pin(async move { Ok(sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()").fetch_one(conn).await?) })
-        })
-    };
+    let backend = || statement_backend(&db);
     let first = backend().await.unwrap();
     assert_eq!(backend().await.unwrap(), first, "an answered statement's connection is kept");
     let cancelled =
@@ -375,11 +371,7 @@ async fn a_statement_connection_is_kept_when_answered_and_closed_when_cancelled(
 async fn an_idle_statement_connection_opened_before_a_loss_is_closed_not_used() {
     let (t, _) = setup().await;
     let db = gatehouse::db::Db::connect(&t.url, 2).await.unwrap();
-    let backend = || {
-        db.one_statement(|conn, _| {
-            Box::pin(async move { Ok(sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()").fetch_one(conn).await?) })
-        })
-    };
+    let backend = || statement_backend(&db);
     let first = backend().await.unwrap();
     assert_eq!(backend().await.unwrap(), first, "an answered statement's connection is kept");
 
@@ -397,6 +389,14 @@ async fn an_idle_statement_connection_opened_before_a_loss_is_closed_not_used() 
     assert_eq!(backend().await.unwrap(), next, "its replacement is kept");
     assert!(backend_ends(&t, first).await, "the stale connection was closed, not left open");
     db.close().await;
+}
+
+/// The backend pid of the statement connection a one-statement decision runs on.
+async fn statement_backend(db: &gatehouse::db::Db) -> gatehouse::error::Result<i32> {
+    db.one_statement(|conn, _| {
+        Box::pin(async move { Ok(sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()").fetch_one(conn).await?) })
+    })
+    .await
 }
 
 /// Whether the backend `pid` leaves `pg_stat_activity` within 15 seconds.
