@@ -12,9 +12,7 @@ cd "$(dirname "$0")/.."
 duration=${1:-8s} rounds=${2:-3}
 source bench/lib.sh
 start_gateway 18811 9811
-port=$(sed -n 4p "$dir/pg/postmaster.pid")
-# The embedded cluster's administrator, whose password serve wrote into pg-secret.
-sql() { PGPASSWORD=$(cat "$dir/pg-secret") psql -q -h 127.0.0.1 -p "$port" -U gatehouse_admin -d gatehouse -Atc "$1" >/dev/null; }
+use_embedded_admin
 per_row="DROP TRIGGER activity_tenant_on_insert ON activity; DROP TRIGGER activity_tenant_on_update ON activity;
   ALTER TABLE activity ADD CONSTRAINT activity_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id) NOT VALID"
 per_statement="ALTER TABLE activity DROP CONSTRAINT activity_tenant_id_fkey;
@@ -36,7 +34,7 @@ round() {
 }
 for r in $(seq "$rounds"); do
   round per_statement "$r"
-  sql "$per_row"
+  admin_sql "$per_row" >/dev/null
   round per_row "$r"
-  sql "$per_statement"
+  admin_sql "$per_statement" >/dev/null
 done

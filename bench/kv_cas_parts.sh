@@ -16,29 +16,26 @@
 #   CALLGRIND=CALLS bash bench/kv_cas_parts.sh       # instructions per call instead, counted by
 #                                                    # valgrind in one single-user backend
 set -euo pipefail
-[[ -n ${TRACE:-} ]] && set -x
 cd "$(dirname "$0")/.."
 seconds=${1:-5} rounds=${2:-3} clients=16
 source bench/lib.sh
 start_serve 18821
-port=$(sed -n 4p "$dir/pg/postmaster.pid")
 bindir=$(dirname "$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench | tail -1)")
-export PGPASSWORD=$(cat "$dir/pg-secret") PGHOST=127.0.0.1 PGPORT=$port PGUSER=gatehouse_admin PGDATABASE=gatehouse
-sql() { psql -q -v ON_ERROR_STOP=1 -Atc "$1"; }
+use_embedded_admin
 
 # A tenant with one live key per client, and the counter table of the UPDATE.
-tenant=$(sql "SELECT gen_random_uuid()")
-sql "INSERT INTO tenants (id, slug, name) VALUES ('$tenant', 'bench-parts', 'Bench');
+tenant=$(admin_sql "SELECT gen_random_uuid()")
+admin_sql "INSERT INTO tenants (id, slug, name) VALUES ('$tenant', 'bench-parts', 'Bench');
      INSERT INTO kv_entries (tenant_id, key, value) SELECT '$tenant', 'p' || i, '1' FROM generate_series(1, $clients) i;
      CREATE TABLE bench_counter (id int PRIMARY KEY, v bigint NOT NULL);
      INSERT INTO bench_counter SELECT i, 0 FROM generate_series(1, $clients) i;
      GRANT UPDATE, SELECT ON bench_counter TO gatehouse_app"
 
 # The function's forms, each a copy of the migrated definition with one part put back.
-now=$(sql "SELECT pg_get_functiondef('gatehouse_kv_cas'::regproc)")
+now=$(admin_sql "SELECT pg_get_functiondef('gatehouse_kv_cas'::regproc)")
 variant() { # NAME, then the definition on stdin
-  sql "$(sed "s/public\.gatehouse_kv_cas(/public.gatehouse_kv_cas_$1(/")"
-  sql "GRANT EXECUTE ON FUNCTION gatehouse_kv_cas_$1 TO gatehouse_app"
+  admin_sql "$(sed "s/public\.gatehouse_kv_cas(/public.gatehouse_kv_cas_$1(/")"
+  admin_sql "GRANT EXECUTE ON FUNCTION gatehouse_kv_cas_$1 TO gatehouse_app"
 }
 unprobed() { perl -0pe 's/    IF EXISTS \(SELECT 1 FROM kv_entries[^\n]*\n(.*?doomed\.key;\n)    END IF;\n/$1/s'; }
 unguarded() { perl -0pe 's/    IF current_user <> .gatehouse_app. THEN\n        (SET LOCAL ROLE gatehouse_app;)\n    END IF;/    $1/s'; }
@@ -48,7 +45,7 @@ variant role < <(unguarded <<<"$now")
 variant before < <(unprobed <<<"$now" | unguarded)
 for v in lock role before; do
   # Each edit must have applied: the variant differs from the migrated function.
-  [[ $(sql "SELECT pg_get_functiondef('gatehouse_kv_cas_$v'::regproc)" | sed "s/_$v(/(/") != "$now" ]] || { echo "variant $v unchanged" >&2; exit 1; }
+  [[ $(admin_sql "SELECT pg_get_functiondef('gatehouse_kv_cas_$v'::regproc)" | sed "s/_$v(/(/") != "$now" ]] || { echo "variant $v unchanged" >&2; exit 1; }
 done
 # The tables' old checks, put back for a variant and taken away after it (one line each, for
 # the single-user backend).
@@ -129,9 +126,9 @@ for r in $(seq "$rounds"); do
   update=$(tps update)
   row="$row | $update"
   for v in "${forms[@]}"; do
-    [[ -z $(put_back "$v") ]] || sql "$(put_back "$v")"
+    [[ -z $(put_back "$v") ]] || admin_sql "$(put_back "$v")"
     t=$(tps "$v")
-    [[ -z $(take_away "$v") ]] || sql "$(take_away "$v")"
+    [[ -z $(take_away "$v") ]] || admin_sql "$(take_away "$v")"
     row="$row | $t ($(awk -v a="$t" -v b="$update" 'BEGIN {printf "%.0f%%", a * 100 / b}'))"
   done
   echo "$row |"

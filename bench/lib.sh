@@ -26,6 +26,14 @@ requests_in() { sed -n 's/.*requests=\([0-9]*\).*/\1/p' <<<"$1" | head -1; }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # CPU ticks of every postgres process so far.
 pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(ticks "$p" 2>/dev/null || echo 0))); done; echo $t; }
+# After start_serve (or start_gateway): psql and pgbench reach its embedded cluster as the
+# administrator, whose password serve wrote into pg-secret.
+use_embedded_admin() {
+  export PGPASSWORD=$(cat "$dir/pg-secret") PGHOST=127.0.0.1 PGPORT=$(sed -n 4p "$dir/pg/postmaster.pid")
+  export PGUSER=gatehouse_admin PGDATABASE=gatehouse
+}
+# Runs SQL there and prints its rows, unaligned; an error fails the caller.
+admin_sql() { psql -q -v ON_ERROR_STOP=1 -Atc "$1"; }
 # Milliseconds of CPU per call: ms_per_call TICKS CALLS.
 ms_per_call() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", t * 1000 / hz / n}'; }
 

@@ -572,7 +572,7 @@ async fn an_admin_log_row_names_a_tenant_that_exists() {
     let naming = count(&mut admin, &kept).await;
     let moved = "UPDATE admin_log SET tenant_id = gen_random_uuid() WHERE tenant_id = $1";
     assert_eq!(refused(&mut admin, moved, tenant).await, foreign_key_violation);
-    assert!(count(&mut admin, "SELECT count(*) FROM activity").await == 0, "no activity names the tenant");
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM activity").await, 0, "no activity names the tenant");
     let delete = "DELETE FROM tenants WHERE id = $1";
     assert_eq!(refused(&mut admin, delete, tenant).await, foreign_key_violation);
     let rekey = "UPDATE tenants SET id = gen_random_uuid() WHERE id = $1";
