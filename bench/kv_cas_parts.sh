@@ -2,19 +2,25 @@
 # What each part of the kv compare-and-set's body costs: pgbench at 16 clients drives
 # `gatehouse_kv_cas` (one swap of a client's own key per statement, as `cargo bench --bench cas`
 # does) in several forms, next to pgbench's single-row UPDATE, rounds alternated, one database.
-#   now       the function and the admin log as migrated (migration 20261217000001)
-#   fk        the admin log's tenant checked by its old foreign key instead of the row trigger
-#   lock      the prune's locking delete run on every call, without the probe before it
+#   now       the function and the tables as migrated; a prune is due on one call in 16, drawn
+#             at random per call, as the replicas draw it (`kv::PRUNE_EVERY`)
+#   every     the same, with a prune due on every call (the cadence before migration
+#             20261218000001)
+#   lock      a prune due on every call, and its locking delete run without the probe before it
 #   role      `SET LOCAL ROLE` run on every call, also where the role is already the same
+#   fk        the admin log's tenant checked by its old foreign key instead of the row trigger
 #   check     the key's length checked by its old CHECK constraint instead of the row trigger
-#   before    all four at once: the function, the key and the CHECK before migrations
-#             20261217000001 and 20261217000002
+#   before    the function of migration 20261216000001 (prune on every call, no probe, role set
+#             on every call) with the foreign key and the CHECK: the body before migrations
+#             20261217000001, 20261217000002 and 20261218000001
 # The clients run as the application role, as the replicas' connections do.
 #
 #   bash bench/kv_cas_parts.sh [SECONDS] [ROUNDS]    # defaults 5, 3; needs pgbench and psql
 #   PERF=FILE bash bench/kv_cas_parts.sh 5 1         # also perf-records the first `now` figure
 #   CALLGRIND=CALLS bash bench/kv_cas_parts.sh       # instructions per call instead, counted by
 #                                                    # valgrind in one single-user backend
+#   MULTIXACT=SECONDS bash bench/kv_cas_parts.sh     # after the rounds, the multixacts each form
+#                                                    # creates per decision, one run each
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-5} rounds=${2:-3} clients=16
@@ -31,23 +37,24 @@ admin_sql "INSERT INTO tenants (id, slug, name) VALUES ('$tenant', 'bench-parts'
      INSERT INTO bench_counter SELECT i, 0 FROM generate_series(1, $clients) i;
      GRANT UPDATE, SELECT ON bench_counter TO gatehouse_app"
 
-# The function's forms, each a copy of the migrated definition with one part put back.
+# The function's forms, each a copy of the migrated definition with one part put back, or
+# (before) the definition of migration 20261216000001.
 now=$(admin_sql "SELECT pg_get_functiondef('gatehouse_kv_cas'::regproc)")
 variant() { # NAME, then the definition on stdin
-  admin_sql "$(sed "s/public\.gatehouse_kv_cas(/public.gatehouse_kv_cas_$1(/")"
+  admin_sql "$(sed -E "s/(public\.)?gatehouse_kv_cas\(/public.gatehouse_kv_cas_$1(/")"
   admin_sql "GRANT EXECUTE ON FUNCTION gatehouse_kv_cas_$1 TO gatehouse_app"
 }
-unprobed() { perl -0pe 's/    IF EXISTS \(SELECT 1 FROM kv_entries[^\n]*\n(.*?doomed\.key;\n)    END IF;\n/$1/s'; }
+unprobed() { perl -0pe 's/        PERFORM FROM kv_entries[^\n]*\n        IF FOUND THEN\n(.*?doomed\.key;\n)        END IF;\n/$1/s'; }
 unguarded() { perl -0pe 's/    IF current_user <> .gatehouse_app. THEN\n        (SET LOCAL ROLE gatehouse_app;)\n    END IF;/    $1/s'; }
 variant now <<<"$now"
 variant lock < <(unprobed <<<"$now")
 variant role < <(unguarded <<<"$now")
-variant before < <(unprobed <<<"$now" | unguarded)
+variant before < <(awk '/^CREATE FUNCTION gatehouse_kv_cas\(/ {p = 1} p {print} p && /^\$\$;/ {p = 0}' migrations/20261216000001_kv_cas_statement.sql)
 for v in lock role before; do
   # Each edit must have applied: the variant differs from the migrated function.
   [[ $(admin_sql "SELECT pg_get_functiondef('gatehouse_kv_cas_$v'::regproc)" | sed "s/_$v(/(/") != "$now" ]] || { echo "variant $v unchanged" >&2; exit 1; }
 done
-# The tables' old checks, put back for a variant and taken away after it (one line each, for
+# The tables' old checks, put back for a form and taken away after it (one line each, for
 # the single-user backend).
 old_key="DROP TRIGGER admin_log_tenant_check ON admin_log; ALTER TABLE admin_log ADD CONSTRAINT admin_log_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id) NOT VALID"
 new_key="ALTER TABLE admin_log DROP CONSTRAINT admin_log_tenant_id_fkey; CREATE TRIGGER admin_log_tenant_check BEFORE INSERT OR UPDATE OF tenant_id ON admin_log FOR EACH ROW EXECUTE FUNCTION gatehouse_admin_log_tenant_exists()"
@@ -55,9 +62,15 @@ old_check="DROP TRIGGER kv_entries_key_check ON kv_entries; ALTER TABLE kv_entri
 new_check="ALTER TABLE kv_entries DROP CONSTRAINT kv_entries_key_check; CREATE TRIGGER kv_entries_key_check BEFORE INSERT OR UPDATE OF key ON kv_entries FOR EACH ROW EXECUTE FUNCTION gatehouse_kv_key_fits()"
 put_back() { case $1 in fk) echo "$old_key" ;; check) echo "$old_check" ;; before) echo "$old_key; $old_check" ;; esac; }
 take_away() { case $1 in fk) echo "$new_key" ;; check) echo "$new_check" ;; before) echo "$new_key; $new_check" ;; esac; }
-# The function each form calls.
-function_of() { case $1 in fk | check) echo now ;; *) echo "$1" ;; esac; }
-forms=(now fk lock role check before)
+# The function each form calls, and whether its calls prune at the replicas' cadence (else a
+# prune is due on every call).
+function_of() { case $1 in every | fk | check) echo now ;; *) echo "$1" ;; esac; }
+at_cadence() { case $1 in now | role | fk | check) true ;; *) false ;; esac; }
+every=16 # kv::PRUNE_EVERY
+forms=(now every lock role fk check before)
+call() { # FORM PRUNE-ARGUMENT: the statement a client runs
+  echo "SELECT gatehouse_kv_cas_$(function_of "$1")('$tenant', 'p' || $3, 'update', '1', '1', NULL, $2, gen_random_uuid(), 'bench', 'kv-p', '{\"value\": 1}', '{\"value\": 1}', NULL);"
+}
 
 if [[ -n ${CALLGRIND:-} ]]; then
   # One backend in single-user mode under callgrind, the server stopped: each form's calls
@@ -88,14 +101,21 @@ if [[ -n ${CALLGRIND:-} ]]; then
     echo $(((total[1] - total[0]) / calls))
   }
   update=$(per_call "PREPARE step AS UPDATE bench_counter SET v = v + 1 WHERE id = 1;")
-  echo "| form | instructions per call | of the UPDATE's |"
-  echo "|---|---|---|"
-  echo "| UPDATE | $update | 1.00 |"
+  # A form at the cadence: its calls with no prune due and with one due, weighted 15 to 1.
+  echo "| form | no prune due | a prune due | per call | of the UPDATE's |"
+  echo "|---|---|---|---|---|"
+  echo "| UPDATE | | | $update | 1.00 |"
   for v in "${forms[@]}"; do
     if [[ -n $(put_back "$v") ]]; then echo "$(put_back "$v");" >"$work/ddl.sql"; single "$work/ddl.sql"; fi
-    n=$(per_call "PREPARE step AS SELECT gatehouse_kv_cas_$(function_of "$v")('$tenant', 'p1', 'update', '1', '1', NULL, 100, gen_random_uuid(), 'bench', 'kv-p', '{\"value\": 1}', '{\"value\": 1}', NULL);")
+    due=$(per_call "PREPARE step AS $(call "$v" 100 1)")
+    if at_cadence "$v"; then
+      idle=$(per_call "PREPARE step AS $(call "$v" 0 1)")
+      n=$(((idle * (every - 1) + due) / every))
+    else
+      idle="" n=$due
+    fi
     if [[ -n $(take_away "$v") ]]; then echo "$(take_away "$v");" >"$work/ddl.sql"; single "$work/ddl.sql"; fi
-    echo "| $v | $n | $(awk -v a="$n" -v b="$update" 'BEGIN {printf "%.2f", a / b}') |"
+    echo "| $v | $idle | $due | $n | $(awk -v a="$n" -v b="$update" 'BEGIN {printf "%.2f", a / b}') |"
   done
   rm -rf "$work"
   exit 0
@@ -104,9 +124,11 @@ fi
 scripts=$(mktemp -d)
 echo 'UPDATE bench_counter SET v = v + 1 WHERE id = :client_id + 1;' >"$scripts/update.sql"
 for v in "${forms[@]}"; do
-  printf '%s\n' '\set id :client_id + 1' \
-    "SELECT gatehouse_kv_cas_$(function_of "$v")('$tenant', 'p' || :id, 'update', '1', '1', NULL, 100, gen_random_uuid(), 'bench', 'kv-p', '{\"value\": 1}', '{\"value\": 1}', NULL);" \
-    >"$scripts/$v.sql"
+  if at_cadence "$v"; then
+    printf '%s\n' '\set id :client_id + 1' "\\set prune case when random(1, $every) = 1 then 100 else 0 end" "$(call "$v" :prune :id)"
+  else
+    printf '%s\n' '\set id :client_id + 1' "$(call "$v" 100 :id)"
+  fi >"$scripts/$v.sql"
 done
 tps() { # runs in a command substitution, so a recorder it starts is waited for here
   local recorder=
@@ -119,8 +141,10 @@ tps() { # runs in a command substitution, so a recorder it starts is waited for 
     awk '/^tps = / {printf "%.0f", $3}'
   [[ -z $recorder ]] || wait "$recorder"
 }
-echo "| round | UPDATE tps | now | fk | lock | role | check | before |"
-echo "|---|---|---|---|---|---|---|---|"
+head="| round | UPDATE tps" rule="|---|---"
+for v in "${forms[@]}"; do head="$head | $v" rule="$rule|---"; done
+echo "$head |"
+echo "$rule|"
 for r in $(seq "$rounds"); do
   row="| $r"
   update=$(tps update)
@@ -133,4 +157,23 @@ for r in $(seq "$rounds"); do
   done
   echo "$row |"
 done
+if [[ -n ${MULTIXACT:-} ]]; then
+  # PostgreSQL's next multixact id, read from the control file after a checkpoint, before and
+  # after one run of each form: every shared row lock held by two transactions at once takes
+  # a new one. Checkpoints are kept out of the rounds above (their full-page writes would
+  # slow the next figure).
+  next_multixact() { admin_sql "CHECKPOINT" && admin_sql "SELECT next_multixact_id::text FROM pg_control_checkpoint()"; }
+  echo
+  echo "| form | decisions | multixacts | per decision |"
+  echo "|---|---|---|---|"
+  for v in "${forms[@]}"; do
+    [[ -z $(put_back "$v") ]] || admin_sql "$(put_back "$v")"
+    m0=$(next_multixact)
+    n=$(PGOPTIONS="-c role=gatehouse_app" "$bindir/pgbench" -n -M prepared -c "$clients" -j 2 -T "$MULTIXACT" -f "$scripts/$v.sql" 2>&1 |
+      awk '/actually processed/ {print $NF}')
+    m1=$(next_multixact)
+    [[ -z $(take_away "$v") ]] || admin_sql "$(take_away "$v")"
+    echo "| $v | $n | $((m1 - m0)) | $(awk -v m=$((m1 - m0)) -v n="$n" 'BEGIN {printf "%.3f", m / n}') |"
+  done
+fi
 rm -rf "$scripts"

@@ -5,7 +5,7 @@
 //!   DATABASE_URL=postgres://… cargo bench --bench cas
 //!
 //! Each CAS client owns one key and swaps n → n+1 in a loop, so the figure is the cost of
-//! the whole decision (tenant scope, prune, conditional UPDATE, admin-log row, commit: one
+//! the whole decision (tenant scope, a prune on one call in 16, conditional UPDATE, admin-log row, commit: one
 //! autocommitted statement on a direct connection), not of contention. In the same rounds
 //! pgbench drives that statement itself (no Rust client), and the floor of any
 //! compare-and-set that logs its win in the same transaction (the conditional UPDATE and a
@@ -160,7 +160,8 @@ async fn main() {
         ),
     );
     // The whole compare-and-set statement (scope, prune, decision, log row) with pgbench as
-    // the client: what the Rust client's own cost adds shows as the difference.
+    // the client: what the Rust client's own cost adds shows as the difference. A prune is
+    // due on one call in `kv::PRUNE_EVERY`, drawn per call, as the library draws it.
     owner.execute(sqlx::AssertSqlSafe(format!("SET gatehouse.tenant_id = '{}'", tenant.0))).await.unwrap();
     sqlx::query("INSERT INTO kv_entries (tenant_id, key, value) SELECT $1, 'p' || i, '1' FROM generate_series(1, 64) i")
         .bind(tenant.0)
@@ -172,9 +173,12 @@ async fn main() {
         "statement",
         format!(
             "\\set id :client_id + 1\n\
-             SELECT gatehouse_kv_cas('{tenant}', 'p' || :id, 'update', '1', '1', NULL, 100, gen_random_uuid(), 'bench', \
+             \\set prune case when random(1, {every}) = 1 then {batch} else 0 end\n\
+             SELECT gatehouse_kv_cas('{tenant}', 'p' || :id, 'update', '1', '1', NULL, :prune, gen_random_uuid(), 'bench', \
              'kv-p', '1', '1', NULL);\n",
-            tenant = tenant.0
+            tenant = tenant.0,
+            every = kv::PRUNE_EVERY,
+            batch = kv::PRUNE_BATCH,
         ),
     );
 

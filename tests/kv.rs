@@ -142,24 +142,36 @@ async fn ttl_is_judged_by_the_database_clock_and_expired_rows_count_as_absent() 
 async fn expired_rows_are_pruned_on_write_in_bounded_batches() {
     let (t, tenant) = setup().await;
     let mut owner = t.owner_conn().await;
+    let audit = Audit::cli();
+    // A set: 250 expired rows take three due writes, each deleting one batch at most.
     expire(&mut owner, tenant, 250).await;
-    kv::set(&t.db, tenant, &Audit::cli(), &key("new"), &val(json!(1)), None).await.unwrap();
-    assert_eq!(remaining(&mut owner).await, 250 - kv::PRUNE_BATCH);
-    kv::set(&t.db, tenant, &Audit::cli(), &key("new"), &val(json!(2)), None).await.unwrap();
-    kv::set(&t.db, tenant, &Audit::cli(), &key("new"), &val(json!(3)), None).await.unwrap();
-    assert_eq!(remaining(&mut owner).await, 0);
-    // A compare-and-set prunes too, in both forms: its probe finds the expired rows of other
-    // keys, and its locking delete takes a batch of them.
+    let pruned = drain(&mut owner, async |i| {
+        kv::set(&t.db, tenant, &audit, &key("new"), &val(json!(i)), None).await.unwrap();
+    })
+    .await;
+    assert_eq!(pruned, 3);
+    // A delete prunes too, also one that finds nothing to delete.
+    expire(&mut owner, tenant, 150).await;
+    let pruned = drain(&mut owner, async |_| {
+        kv::delete(&t.db, tenant, &audit, &key("absent")).await.unwrap();
+    })
+    .await;
+    assert_eq!(pruned, 2);
+    // A compare-and-set prunes too, in both forms: on a due write its probe finds the expired
+    // rows of other keys, and its locking delete takes a batch of them. Each write here swaps
+    // the key's value, so every one of them is a decision that won.
     let new = key("new");
-    for (form, n) in [(CasForm::Statement, 4), (CasForm::Transaction, 5)] {
+    for form in [CasForm::Statement, CasForm::Transaction] {
         expire(&mut owner, tenant, 150).await;
-        let (was, now) = (Expect::Value(val(json!(n - 1))), Next::Value(val(json!(n))));
-        assert!(kv::compare_and_set_as(&t.db, form, tenant, &Audit::cli(), &new, &was, &now, None).await.unwrap());
-        assert_eq!(remaining(&mut owner).await, 150 - kv::PRUNE_BATCH, "{form:?}");
-        let is = Expect::Value(val(json!(n)));
-        assert!(kv::compare_and_set_as(&t.db, form, tenant, &Audit::cli(), &new, &is, &Next::Delete, None).await.unwrap());
-        assert_eq!(remaining(&mut owner).await, 0, "{form:?}");
-        assert!(kv::compare_and_set_as(&t.db, form, tenant, &Audit::cli(), &new, &Expect::Absent, &now, None).await.unwrap());
+        let mut current = kv::get(&t.db, tenant, &new).await.unwrap().unwrap().value;
+        let pruned = drain(&mut owner, async |_| {
+            let next = json!(current.as_i64().unwrap() + 1);
+            let (was, now) = (Expect::Value(val(current.clone())), Next::Value(val(next.clone())));
+            assert!(kv::compare_and_set_as(&t.db, form, tenant, &audit, &new, &was, &now, None).await.unwrap());
+            current = next;
+        })
+        .await;
+        assert_eq!(pruned, 2, "{form:?}");
     }
     // The prune is served by the partial expiry index, not a scan of the tenant's keys.
     let mut tx = owner.begin().await.unwrap();
@@ -184,6 +196,28 @@ async fn expire(owner: &mut sqlx::PgConnection, tenant: TenantId, n: i64) {
         .await
         .unwrap();
     tx.commit().await.unwrap();
+}
+
+/// Runs `write` (given its number) until no expired row is left, checking after each write
+/// that it deleted none of them or one batch (or the rest); returns how many writes pruned.
+/// A write prunes with probability 1/`kv::PRUNE_EVERY`, so the cap of 100 times that many
+/// writes is reached with a probability below 10^-30.
+async fn drain(owner: &mut sqlx::PgConnection, mut write: impl AsyncFnMut(i64)) -> usize {
+    let mut left = remaining(owner).await;
+    let mut pruned = 0;
+    for i in 0..i64::from(kv::PRUNE_EVERY) * 100 {
+        write(i).await;
+        let now = remaining(owner).await;
+        if now != left {
+            assert_eq!(now, (left - kv::PRUNE_BATCH).max(0), "a write deletes one batch at most");
+            pruned += 1;
+            left = now;
+        }
+        if left == 0 {
+            return pruned;
+        }
+    }
+    panic!("{left} expired rows left after {} writes", i64::from(kv::PRUNE_EVERY) * 100);
 }
 
 async fn remaining(owner: &mut sqlx::PgConnection) -> i64 {

@@ -29,6 +29,24 @@ pub const MAX_TTL_MS: u64 = 365 * 24 * 3600 * 1000;
 pub const MAX_PAGE: u32 = 1000;
 /// Expired rows one write deletes at most.
 pub const PRUNE_BATCH: i64 = 100;
+/// One write in this many prunes, drawn at random per write. Each write leaves at most one
+/// row that can expire, and a due write deletes up to [`PRUNE_BATCH`] of them, so a backlog
+/// still shrinks by several rows a write on average (`docs/decisions.md`, "The prune's
+/// cadence").
+pub const PRUNE_EVERY: u32 = 16;
+
+/// Whether this write prunes: true once in [`PRUNE_EVERY`] draws.
+fn prune_due(rng: &mut impl rand::Rng) -> bool {
+    rng.random_ratio(1, PRUNE_EVERY)
+}
+
+/// The expired rows of `tenant` that this write deletes first, if it is due.
+async fn prune_if_due(conn: &mut sqlx::PgConnection, tenant: TenantId) -> Result<()> {
+    if prune_due(&mut rand::rng()) {
+        store::prune(conn, tenant).await?;
+    }
+    Ok(())
+}
 
 /// A key that passed validation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,7 +142,7 @@ pub async fn set(
 ) -> Result<Entry> {
     db.serializable(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            store::prune(&mut *conn, tenant).await?;
+            prune_if_due(&mut *conn, tenant).await?;
             let (entry, before) = store::upsert(&mut *conn, tenant, key.as_str(), &value.0, ttl_ms).await?;
             log(
                 conn,
@@ -146,7 +164,7 @@ pub async fn set(
 pub async fn delete(db: &Db, tenant: TenantId, audit: &Audit, key: &Key) -> Result<bool> {
     db.single_decision(Scope::Tenant(tenant), |conn, _| {
         Box::pin(async move {
-            store::prune(&mut *conn, tenant).await?;
+            prune_if_due(&mut *conn, tenant).await?;
             let Some(before) = store::delete(&mut *conn, tenant, key.as_str(), None).await? else { return Ok(false) };
             log(conn, tenant, audit, "kv.delete", key, Some(before), None).await?;
             Ok(true)
@@ -228,13 +246,14 @@ pub async fn compare_and_set_as(
             return db
                 .single_decision(Scope::Tenant(tenant), |conn, _| {
                     Box::pin(async move {
-                        store::prune(&mut *conn, tenant).await?;
+                        prune_if_due(&mut *conn, tenant).await?;
                         Ok(store::get(&mut *conn, tenant, k).await?.is_none())
                     })
                 })
                 .await;
         }
     };
+    let prune = if prune_due(&mut rand::rng()) { PRUNE_BATCH } else { 0 };
     let logged = || store::Logged {
         id: uuid::Uuid::now_v7(),
         audit,
@@ -243,10 +262,12 @@ pub async fn compare_and_set_as(
         after: after.map(|v| json!({ "value": v })),
     };
     if alone {
-        db.one_statement(|conn, _| Box::pin(store::compare_and_set(conn, tenant, k, decision, logged()))).await
+        db.one_statement(|conn, _| Box::pin(store::compare_and_set(conn, tenant, k, decision, prune, logged()))).await
     } else {
-        db.single_decision(Scope::Tenant(tenant), |conn, _| Box::pin(store::compare_and_set(conn, tenant, k, decision, logged())))
-            .await
+        db.single_decision(Scope::Tenant(tenant), |conn, _| {
+            Box::pin(store::compare_and_set(conn, tenant, k, decision, prune, logged()))
+        })
+        .await
     }
 }
 
@@ -288,6 +309,16 @@ pub fn prefix_upper_bound(prefix: &str) -> Option<String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn one_write_in_sixteen_prunes() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(20);
+        let draws = 16_000;
+        let due = (0..draws).filter(|_| prune_due(&mut rng)).count();
+        // 1,000 expected, standard deviation 31.
+        assert!((850..1150).contains(&due), "{due} of {draws} draws were due");
+    }
 
     #[test]
     fn keys_are_validated() {

@@ -84,8 +84,9 @@ pub enum Decision<'a> {
     DeleteIfEqual { expected: &'a Value },
 }
 
-/// Prunes, decides and logs a win in one statement (the `gatehouse_kv_cas` function, which
-/// takes its own scope first); true when this call won. Run it alone through
+/// Prunes up to `prune` expired rows of other keys (none when 0), decides and logs a win in
+/// one statement (the `gatehouse_kv_cas` function, which takes its own scope first); true when
+/// this call won. Run it alone through
 /// [`crate::db::Db::one_statement`] (one round trip), or inside a transaction already scoped to
 /// `tenant`, where the settings it takes change nothing.
 pub async fn compare_and_set(
@@ -93,6 +94,7 @@ pub async fn compare_and_set(
     tenant: TenantId,
     key: &str,
     decision: Decision<'_>,
+    prune: i64,
     log: Logged<'_>,
 ) -> Result<bool> {
     let (kind, expected, next, ttl_ms) = match decision {
@@ -108,7 +110,7 @@ pub async fn compare_and_set(
         expected,
         next,
         ttl_ms,
-        PRUNE_BATCH,
+        prune,
         log.id,
         &log.audit.actor,
         &log.target,
