@@ -13,6 +13,10 @@
 #   before    the function of migration 20261216000001 (prune on every call, no probe, role set
 #             on every call) with the foreign key and the CHECK: the body before migrations
 #             20261217000001, 20261217000002 and 20261218000001
+# and three forms that take a required part away, to show what each costs (at the cadence):
+#   nolog     no admin-log row
+#   untenanted  the admin-log row's tenant not checked (no trigger, no foreign key)
+#   norls     no row-level security on kv_entries and admin_log
 # The clients run as the application role, as the replicas' connections do.
 #
 #   bash bench/kv_cas_parts.sh [SECONDS] [ROUNDS]    # defaults 5, 3; needs pgbench and psql
@@ -45,12 +49,14 @@ variant() { # NAME, then the definition on stdin
   admin_sql "GRANT EXECUTE ON FUNCTION gatehouse_kv_cas_$1 TO gatehouse_app"
 }
 unprobed() { perl -0pe 's/        PERFORM FROM kv_entries[^\n]*\n        IF FOUND THEN\n(.*?doomed\.key;\n)        END IF;\n/$1/s'; }
+unlogged() { perl -0pe 's/    IF won THEN\n.*?    END IF;\n//s'; }
 unguarded() { perl -0pe 's/    IF current_user <> .gatehouse_app. THEN\n        (SET LOCAL ROLE gatehouse_app;)\n    END IF;/    $1/s'; }
 variant now <<<"$now"
 variant lock < <(unprobed <<<"$now")
 variant role < <(unguarded <<<"$now")
+variant nolog < <(unlogged <<<"$now")
 variant before < <(awk '/^CREATE FUNCTION gatehouse_kv_cas\(/ {p = 1} p {print} p && /^\$\$;/ {p = 0}' migrations/20261216000001_kv_cas_statement.sql)
-for v in lock role before; do
+for v in lock role nolog before; do
   # Each edit must have applied: the variant differs from the migrated function.
   [[ $(admin_sql "SELECT pg_get_functiondef('gatehouse_kv_cas_$v'::regproc)" | sed "s/_$v(/(/") != "$now" ]] || { echo "variant $v unchanged" >&2; exit 1; }
 done
@@ -60,14 +66,18 @@ old_key="DROP TRIGGER admin_log_tenant_check ON admin_log; ALTER TABLE admin_log
 new_key="ALTER TABLE admin_log DROP CONSTRAINT admin_log_tenant_id_fkey; CREATE TRIGGER admin_log_tenant_check BEFORE INSERT OR UPDATE OF tenant_id ON admin_log FOR EACH ROW EXECUTE FUNCTION gatehouse_admin_log_tenant_exists()"
 old_check="DROP TRIGGER kv_entries_key_check ON kv_entries; ALTER TABLE kv_entries ADD CONSTRAINT kv_entries_key_check CHECK (octet_length(key) BETWEEN 1 AND 512) NOT VALID"
 new_check="ALTER TABLE kv_entries DROP CONSTRAINT kv_entries_key_check; CREATE TRIGGER kv_entries_key_check BEFORE INSERT OR UPDATE OF key ON kv_entries FOR EACH ROW EXECUTE FUNCTION gatehouse_kv_key_fits()"
-put_back() { case $1 in fk) echo "$old_key" ;; check) echo "$old_check" ;; before) echo "$old_key; $old_check" ;; esac; }
-take_away() { case $1 in fk) echo "$new_key" ;; check) echo "$new_check" ;; before) echo "$new_key; $new_check" ;; esac; }
+no_rls="ALTER TABLE kv_entries NO FORCE ROW LEVEL SECURITY; ALTER TABLE kv_entries DISABLE ROW LEVEL SECURITY; ALTER TABLE admin_log NO FORCE ROW LEVEL SECURITY; ALTER TABLE admin_log DISABLE ROW LEVEL SECURITY"
+rls="ALTER TABLE kv_entries ENABLE ROW LEVEL SECURITY; ALTER TABLE kv_entries FORCE ROW LEVEL SECURITY; ALTER TABLE admin_log ENABLE ROW LEVEL SECURITY; ALTER TABLE admin_log FORCE ROW LEVEL SECURITY"
+no_key="DROP TRIGGER admin_log_tenant_check ON admin_log"
+key="CREATE TRIGGER admin_log_tenant_check BEFORE INSERT OR UPDATE OF tenant_id ON admin_log FOR EACH ROW EXECUTE FUNCTION gatehouse_admin_log_tenant_exists()"
+put_back() { case $1 in fk) echo "$old_key" ;; check) echo "$old_check" ;; before) echo "$old_key; $old_check" ;; untenanted) echo "$no_key" ;; norls) echo "$no_rls" ;; esac; }
+take_away() { case $1 in fk) echo "$new_key" ;; check) echo "$new_check" ;; before) echo "$new_key; $new_check" ;; untenanted) echo "$key" ;; norls) echo "$rls" ;; esac; }
 # The function each form calls, and whether its calls prune at the replicas' cadence (else a
 # prune is due on every call).
-function_of() { case $1 in every | fk | check) echo now ;; *) echo "$1" ;; esac; }
-at_cadence() { case $1 in now | role | fk | check) true ;; *) false ;; esac; }
+function_of() { case $1 in every | fk | check | untenanted | norls) echo now ;; *) echo "$1" ;; esac; }
+at_cadence() { case $1 in now | role | fk | check | nolog | untenanted | norls) true ;; *) false ;; esac; }
 every=16 # kv::PRUNE_EVERY
-forms=(now every lock role fk check before)
+forms=(now every lock role fk check before nolog untenanted norls)
 call() { # FORM PRUNE-ARGUMENT: the statement a client runs
   echo "SELECT gatehouse_kv_cas_$(function_of "$1")('$tenant', 'p' || $3, 'update', '1', '1', NULL, $2, gen_random_uuid(), 'bench', 'kv-p', '{\"value\": 1}', '{\"value\": 1}', NULL);"
 }
