@@ -31,8 +31,8 @@ pub const MAX_PAGE: u32 = 1000;
 pub const PRUNE_BATCH: i64 = 100;
 /// One write in this many prunes, drawn at random per write. Each write leaves at most one
 /// row that can expire, and a due write deletes up to [`PRUNE_BATCH`] of them, so a backlog
-/// still shrinks by several rows a write on average (`docs/decisions.md`, "The prune's
-/// cadence").
+/// still shrinks by several rows a write on average (`docs/decisions.md`, "The key-value
+/// prune's cadence: one write in 16").
 pub const PRUNE_EVERY: u32 = 16;
 
 /// Whether this write prunes: true once in [`PRUNE_EVERY`] draws.
