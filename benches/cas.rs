@@ -6,10 +6,10 @@
 //!
 //! Each CAS client owns one key and swaps n → n+1 in a loop, so the figure is the cost of
 //! the whole decision (tenant scope, a prune on one call in 16, conditional UPDATE, admin-log
-//! row, commit: one autocommitted statement on a direct connection), not of contention. In the same rounds
-//! pgbench drives that statement itself (no Rust client), and the floor of any
-//! compare-and-set that logs its win in the same transaction (the conditional UPDATE and a
-//! log row, no row-level security, no prune). A contended run (16 clients, one key) is
+//! row, commit: one autocommitted statement on a direct connection), not of contention. In
+//! the same rounds pgbench drives that statement itself (no Rust client), and the floor of
+//! any compare-and-set that logs its win in the same transaction (the conditional UPDATE and
+//! a log row, no row-level security, no prune). A contended run (16 clients, one key) is
 //! reported too. Environment: BENCH_SECONDS (default 10).
 
 use std::{
