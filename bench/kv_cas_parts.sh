@@ -62,21 +62,24 @@ for v in lock role nolog before; do
 done
 # The tables' old checks, put back for a form and taken away after it (one line each, for
 # the single-user backend).
-old_key="DROP TRIGGER admin_log_tenant_check ON admin_log; ALTER TABLE admin_log ADD CONSTRAINT admin_log_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id) NOT VALID"
-new_key="ALTER TABLE admin_log DROP CONSTRAINT admin_log_tenant_id_fkey; CREATE TRIGGER admin_log_tenant_check BEFORE INSERT OR UPDATE OF tenant_id ON admin_log FOR EACH ROW EXECUTE FUNCTION gatehouse_admin_log_tenant_exists()"
+no_key="DROP TRIGGER admin_log_tenant_check ON admin_log"
+key="CREATE TRIGGER admin_log_tenant_check BEFORE INSERT OR UPDATE OF tenant_id ON admin_log FOR EACH ROW EXECUTE FUNCTION gatehouse_admin_log_tenant_exists()"
+old_key="$no_key; ALTER TABLE admin_log ADD CONSTRAINT admin_log_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id) NOT VALID"
+new_key="ALTER TABLE admin_log DROP CONSTRAINT admin_log_tenant_id_fkey; $key"
 old_check="DROP TRIGGER kv_entries_key_check ON kv_entries; ALTER TABLE kv_entries ADD CONSTRAINT kv_entries_key_check CHECK (octet_length(key) BETWEEN 1 AND 512) NOT VALID"
 new_check="ALTER TABLE kv_entries DROP CONSTRAINT kv_entries_key_check; CREATE TRIGGER kv_entries_key_check BEFORE INSERT OR UPDATE OF key ON kv_entries FOR EACH ROW EXECUTE FUNCTION gatehouse_kv_key_fits()"
 no_rls="ALTER TABLE kv_entries NO FORCE ROW LEVEL SECURITY; ALTER TABLE kv_entries DISABLE ROW LEVEL SECURITY; ALTER TABLE admin_log NO FORCE ROW LEVEL SECURITY; ALTER TABLE admin_log DISABLE ROW LEVEL SECURITY"
 rls="ALTER TABLE kv_entries ENABLE ROW LEVEL SECURITY; ALTER TABLE kv_entries FORCE ROW LEVEL SECURITY; ALTER TABLE admin_log ENABLE ROW LEVEL SECURITY; ALTER TABLE admin_log FORCE ROW LEVEL SECURITY"
-no_key="DROP TRIGGER admin_log_tenant_check ON admin_log"
-key="CREATE TRIGGER admin_log_tenant_check BEFORE INSERT OR UPDATE OF tenant_id ON admin_log FOR EACH ROW EXECUTE FUNCTION gatehouse_admin_log_tenant_exists()"
 put_back() { case $1 in fk) echo "$old_key" ;; check) echo "$old_check" ;; before) echo "$old_key; $old_check" ;; untenanted) echo "$no_key" ;; norls) echo "$no_rls" ;; esac; }
 take_away() { case $1 in fk) echo "$new_key" ;; check) echo "$new_check" ;; before) echo "$new_key; $new_check" ;; untenanted) echo "$key" ;; norls) echo "$rls" ;; esac; }
+# Into a form's tables and out again, on the running server.
+enter() { [[ -z $(put_back "$1") ]] || admin_sql "$(put_back "$1")" >/dev/null; }
+leave() { [[ -z $(take_away "$1") ]] || admin_sql "$(take_away "$1")" >/dev/null; }
 # The function each form calls, and whether its calls prune at the replicas' cadence (else a
 # prune is due on every call).
 function_of() { case $1 in every | fk | check | untenanted | norls) echo now ;; *) echo "$1" ;; esac; }
 at_cadence() { case $1 in now | role | fk | check | nolog | untenanted | norls) true ;; *) false ;; esac; }
-every=16 # kv::PRUNE_EVERY
+every=16 batch=100 # kv::PRUNE_EVERY, kv::PRUNE_BATCH
 forms=(now every lock role fk check before nolog untenanted norls)
 call() { # FORM PRUNE-ARGUMENT: the statement a client runs
   echo "SELECT gatehouse_kv_cas_$(function_of "$1")('$tenant', 'p' || $3, 'update', '1', '1', NULL, $2, gen_random_uuid(), 'bench', 'kv-p', '{\"value\": 1}', '{\"value\": 1}', NULL);"
@@ -117,7 +120,7 @@ if [[ -n ${CALLGRIND:-} ]]; then
   echo "| UPDATE | | | $update | 1.00 |"
   for v in "${forms[@]}"; do
     if [[ -n $(put_back "$v") ]]; then echo "$(put_back "$v");" >"$work/ddl.sql"; single "$work/ddl.sql"; fi
-    due=$(per_call "PREPARE step AS $(call "$v" 100 1)")
+    due=$(per_call "PREPARE step AS $(call "$v" "$batch" 1)")
     if at_cadence "$v"; then
       idle=$(per_call "PREPARE step AS $(call "$v" 0 1)")
       n=$(((idle * (every - 1) + due) / every))
@@ -135,11 +138,13 @@ scripts=$(mktemp -d)
 echo 'UPDATE bench_counter SET v = v + 1 WHERE id = :client_id + 1;' >"$scripts/update.sql"
 for v in "${forms[@]}"; do
   if at_cadence "$v"; then
-    printf '%s\n' '\set id :client_id + 1' "\\set prune case when random(1, $every) = 1 then 100 else 0 end" "$(call "$v" :prune :id)"
+    printf '%s\n' '\set id :client_id + 1' "\\set prune case when random(1, $every) = 1 then $batch else 0 end" "$(call "$v" :prune :id)"
   else
-    printf '%s\n' '\set id :client_id + 1' "$(call "$v" 100 :id)"
+    printf '%s\n' '\set id :client_id + 1' "$(call "$v" "$batch" :id)"
   fi >"$scripts/$v.sql"
 done
+# pgbench at 16 clients running a form's script (or update's): run FORM SECONDS.
+run() { PGOPTIONS="-c role=gatehouse_app" "$bindir/pgbench" -n -M prepared -c "$clients" -j 2 -T "$2" -f "$scripts/$1.sql" 2>&1; }
 tps() { # runs in a command substitution, so a recorder it starts is waited for here
   local recorder=
   if [[ $1 == now && -n ${PERF:-} && ! -e $PERF ]]; then
@@ -147,8 +152,7 @@ tps() { # runs in a command substitution, so a recorder it starts is waited for 
     perf record -F 1999 -g -a -o "$PERF" -D 1000 -- sleep $((seconds - 1)) >/dev/null 2>&1 &
     recorder=$!
   fi
-  PGOPTIONS="-c role=gatehouse_app" "$bindir/pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" -f "$scripts/$1.sql" 2>&1 |
-    awk '/^tps = / {printf "%.0f", $3}'
+  run "$1" "$seconds" | awk '/^tps = / {printf "%.0f", $3}'
   [[ -z $recorder ]] || wait "$recorder"
 }
 head="| round | UPDATE tps" rule="|---|---"
@@ -160,9 +164,9 @@ for r in $(seq "$rounds"); do
   update=$(tps update)
   row="$row | $update"
   for v in "${forms[@]}"; do
-    [[ -z $(put_back "$v") ]] || admin_sql "$(put_back "$v")"
+    enter "$v"
     t=$(tps "$v")
-    [[ -z $(take_away "$v") ]] || admin_sql "$(take_away "$v")"
+    leave "$v"
     row="$row | $t ($(awk -v a="$t" -v b="$update" 'BEGIN {printf "%.0f%%", a * 100 / b}'))"
   done
   echo "$row |"
@@ -177,12 +181,11 @@ if [[ -n ${MULTIXACT:-} ]]; then
   echo "| form | decisions | multixacts | per decision |"
   echo "|---|---|---|---|"
   for v in "${forms[@]}"; do
-    [[ -z $(put_back "$v") ]] || admin_sql "$(put_back "$v")"
+    enter "$v"
     m0=$(next_multixact)
-    n=$(PGOPTIONS="-c role=gatehouse_app" "$bindir/pgbench" -n -M prepared -c "$clients" -j 2 -T "$MULTIXACT" -f "$scripts/$v.sql" 2>&1 |
-      awk '/actually processed/ {print $NF}')
+    n=$(run "$v" "$MULTIXACT" | awk '/actually processed/ {print $NF}')
     m1=$(next_multixact)
-    [[ -z $(take_away "$v") ]] || admin_sql "$(take_away "$v")"
+    leave "$v"
     echo "| $v | $n | $((m1 - m0)) | $(awk -v m=$((m1 - m0)) -v n="$n" 'BEGIN {printf "%.3f", m / n}') |"
   done
 fi

@@ -157,18 +157,21 @@ async fn expired_rows_are_pruned_on_write_in_bounded_batches() {
     })
     .await;
     assert_eq!(pruned, 2);
-    // A compare-and-set prunes too, in both forms: on a due write its probe finds the expired
-    // rows of other keys, and its locking delete takes a batch of them. Each write here swaps
-    // the key's value, so every one of them is a decision that won.
+    // A compare-and-set prunes too, in both forms and each kind: on a due write its probe
+    // finds the expired rows of other keys, and its locking delete takes a batch of them. The
+    // writes here insert the key, swap its value and delete it in turn, so every one of them
+    // is a decision that won.
     let new = key("new");
     for form in [CasForm::Statement, CasForm::Transaction] {
+        kv::delete(&t.db, tenant, &audit, &new).await.unwrap();
         expire(&mut owner, tenant, 150).await;
-        let mut current = kv::get(&t.db, tenant, &new).await.unwrap().unwrap().value;
-        let pruned = drain(&mut owner, async |_| {
-            let next = json!(current.as_i64().unwrap() + 1);
-            let (was, now) = (Expect::Value(val(current.clone())), Next::Value(val(next.clone())));
+        let pruned = drain(&mut owner, async |i| {
+            let (was, now) = match i % 3 {
+                0 => (Expect::Absent, Next::Value(val(json!(0)))),
+                1 => (Expect::Value(val(json!(0))), Next::Value(val(json!(1)))),
+                _ => (Expect::Value(val(json!(1))), Next::Delete),
+            };
             assert!(kv::compare_and_set_as(&t.db, form, tenant, &audit, &new, &was, &now, None).await.unwrap());
-            current = next;
         })
         .await;
         assert_eq!(pruned, 2, "{form:?}");
@@ -203,9 +206,10 @@ async fn expire(owner: &mut sqlx::PgConnection, tenant: TenantId, n: i64) {
 /// A write prunes with probability 1/`kv::PRUNE_EVERY`, so the cap of 100 times that many
 /// writes is reached with a probability below 10^-30.
 async fn drain(owner: &mut sqlx::PgConnection, mut write: impl AsyncFnMut(i64)) -> usize {
+    let cap = i64::from(kv::PRUNE_EVERY) * 100;
     let mut left = remaining(owner).await;
     let mut pruned = 0;
-    for i in 0..i64::from(kv::PRUNE_EVERY) * 100 {
+    for i in 0..cap {
         write(i).await;
         let now = remaining(owner).await;
         if now != left {
@@ -217,7 +221,7 @@ async fn drain(owner: &mut sqlx::PgConnection, mut write: impl AsyncFnMut(i64)) 
             return pruned;
         }
     }
-    panic!("{left} expired rows left after {} writes", i64::from(kv::PRUNE_EVERY) * 100);
+    panic!("{left} expired rows left after {cap} writes");
 }
 
 async fn remaining(owner: &mut sqlx::PgConnection) -> i64 {
