@@ -7,10 +7,10 @@ use axum::{
     body::Body,
     extract::{MatchedPath, Request, State},
     http::{StatusCode, header},
-    middleware,
     response::{IntoResponse, Response},
     routing::get,
 };
+use futures::{FutureExt, future::Either};
 use serde_json::json;
 use tower::ServiceBuilder;
 use tower_http::{
@@ -53,7 +53,7 @@ pub fn service(
         .layer(PropagateRequestIdLayer::x_request_id())
         // 4. Errors produced by the layers below (413, 408, 405 …) become problem+json,
         //    or SCIM errors under /scim/ (a directory reads only those).
-        .layer(middleware::from_fn(bare_errors))
+        .layer(tower::layer::layer_fn(BareErrors))
         // 5. A panic answers a bare 500 instead of dropping the connection.
         .layer(CatchPanicLayer::custom(|_| problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error", None)))
         // 6. Whole-request deadline.
@@ -95,16 +95,15 @@ fn router(state: AppState) -> Router {
             .layer(RequestBodyLimitLayer::new(body_limit))
             // 3. Compressed responses for clients that ask.
             .layer(CompressionLayer::new())
-            // The middleware function below takes axum's own body; the limit wraps it.
+            // The service below takes axum's own body; the limit wraps it.
             .map_request(|r: Request<_>| r.map(Body::new))
-            // 4. Around the handlers only, in one middleware function (each costs every
-            //    request a clone of the routes below it and a boxed future):
+            // 4. Around the handlers only, in one service ([`Innermost`]):
             //    a. before any handler or the idempotency store reads the URI, an encoded NUL
             //       is refused (400), since no path segment or query value may hold one;
             //    b. a mutating API call's Idempotency-Key (its answer stored, or a stored one
             //       replayed). Below the body limit and the deadline, so the body it reads is
             //       bounded and a replay waits no longer than any request.
-            .layer(middleware::from_fn_with_state(db, innermost)),
+            .layer(tower::layer::layer_fn(move |inner| Innermost { db: db.clone(), inner })),
     )
 }
 
@@ -117,11 +116,49 @@ fn record_route<B>(req: Request<B>) -> Request<B> {
     req
 }
 
-/// The innermost middleware: [`crate::extract::nul_refusal`], then [`crate::idempotency::layer`].
-async fn innermost(db: State<std::sync::Arc<crate::db::Db>>, req: Request, next: middleware::Next) -> Response {
-    match crate::extract::nul_refusal(req.uri()) {
-        Some(refusal) => refusal,
-        None => crate::idempotency::layer(db, req, next).await,
+/// The innermost middleware: [`crate::extract::nul_refusal`], then the idempotency key
+/// ([`crate::idempotency::key_of`]).
+///
+/// A plain service rather than `middleware::from_fn`, which costs every request a clone of
+/// the routes below it, boxed, and two boxed futures: here a request without a key goes
+/// straight to the route, and only a keyed one is boxed.
+#[derive(Clone)]
+struct Innermost<S> {
+    db: std::sync::Arc<crate::db::Db>,
+    inner: S,
+}
+
+type Answer = std::future::Ready<Result<Response, Infallible>>;
+type KeyedFuture = futures::future::BoxFuture<'static, Result<Response, Infallible>>;
+
+impl<S> tower::Service<Request> for Innermost<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<Answer, Either<S::Future, KeyedFuture>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        if let Some(refusal) = crate::extract::nul_refusal(req.uri()) {
+            return Either::Left(std::future::ready(Ok(refusal)));
+        }
+        match crate::idempotency::key_of(&req) {
+            crate::idempotency::Keyed::Pass => Either::Right(Either::Left(self.inner.call(req))),
+            crate::idempotency::Keyed::Refused(refusal) => Either::Left(std::future::ready(Ok(refusal))),
+            crate::idempotency::Keyed::Key(key) => {
+                // The ready service goes with the request; this one keeps a fresh clone.
+                let fresh = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, fresh);
+                let db = self.db.clone();
+                Either::Right(Either::Right(Box::pin(async move { Ok(crate::idempotency::keyed(db, key, req, ready).await) })))
+            }
+        }
     }
 }
 
@@ -152,13 +189,43 @@ impl<B> OnResponse<B> for LogResponse {
     }
 }
 
-async fn bare_errors(req: Request, next: middleware::Next) -> Response {
-    let scim = req.uri().path().starts_with(crate::scim::http::PREFIX);
-    let response = next.run(req).await;
-    if scim { crate::scim::http::scim_for_bare_errors(response) } else { problem_for_bare_errors(response).await }
+/// Errors produced by the framework's layers become problem documents
+/// ([`problem_for_bare_errors`]), or SCIM errors under /scim/.
+///
+/// A plain service rather than `middleware::from_fn`: the answer is mapped as it comes back,
+/// with no clone of the services below and no boxed future.
+#[derive(Clone)]
+struct BareErrors<S>(S);
+
+/// How [`BareErrors`] maps an answer: one of two functions, chosen by the request's path.
+type MapAnswer<B, E> = fn(Result<axum::http::Response<B>, E>) -> Result<Response, E>;
+
+impl<S, B> tower::Service<Request> for BareErrors<S>
+where
+    S: tower::Service<Request, Response = axum::http::Response<B>>,
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = futures::future::Map<S::Future, MapAnswer<B, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let scim = req.uri().path().starts_with(crate::scim::http::PREFIX);
+        let answer: MapAnswer<B, S::Error> = if scim {
+            |r| r.map(|response| crate::scim::http::scim_for_bare_errors(response.map(Body::new)))
+        } else {
+            |r| r.map(problem_for_bare_errors)
+        };
+        self.0.call(req).map(answer)
+    }
 }
 
-async fn problem_for_bare_errors<B>(response: axum::http::Response<B>) -> Response
+fn problem_for_bare_errors<B>(response: axum::http::Response<B>) -> Response
 where
     B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
     B::Error: Into<axum::BoxError>,

@@ -8,16 +8,19 @@
 
 mod store;
 
-use std::time::{Duration, Instant};
+use std::{
+    convert::Infallible,
+    time::{Duration, Instant},
+};
 
 use axum::{
     body::Body,
-    extract::{Request, State},
+    extract::Request,
     http::{HeaderName, HeaderValue, Method, StatusCode, header},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 use sha2::Digest;
+use tower::{Service, ServiceExt};
 
 use crate::{
     db::{
@@ -38,28 +41,39 @@ const WAIT: Duration = Duration::from_secs(10);
 /// The largest answer stored (API answers are small JSON documents).
 const MAX_ANSWER_BYTES: usize = 1 << 20;
 
-/// The middleware: reads the key and the body, runs the request with the key in scope, then
-/// stores the answer (first request), or replays the stored one (duplicates).
-pub async fn layer(State(db): State<std::sync::Arc<Db>>, req: Request, next: Next) -> Response {
+/// What the middleware (`crate::http`'s innermost service) does with a request.
+pub enum Keyed {
+    /// Not a mutating tenant API request with the header: it goes through untouched.
+    Pass,
+    /// A well-formed key: [`keyed`] carries the request out.
+    Key(String),
+    /// A malformed key, refused before anything runs.
+    Refused(Response),
+}
+
+/// Reads the request's key, if it is a mutating tenant API request that carries one.
+pub fn key_of(req: &Request) -> Keyed {
     let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
     let raw = match req.headers().get(HEADER) {
         Some(raw) if mutating && req.uri().path().starts_with("/api/v1/tenants/") => raw,
-        _ => return next.run(req).await,
+        _ => return Keyed::Pass,
     };
-    let key = match raw.to_str() {
-        Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => k.to_owned(),
-        _ => {
-            return Error::invalid("invalid_idempotency_key", None, "Idempotency-Key must be 1 to 255 visible ASCII characters")
-                .into_response();
-        }
-    };
-    // Boxed: every request passes this layer, and only a keyed one needs the state below
-    // (kilobytes of database futures, which axum would otherwise move on every request).
-    Box::pin(keyed(db, key, req, next)).await
+    match raw.to_str() {
+        Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => Keyed::Key(k.to_owned()),
+        _ => Keyed::Refused(
+            Error::invalid("invalid_idempotency_key", None, "Idempotency-Key must be 1 to 255 visible ASCII characters")
+                .into_response(),
+        ),
+    }
 }
 
-/// [`layer`] for a mutating tenant API request that carries a well-formed Idempotency-Key.
-async fn keyed(db: std::sync::Arc<Db>, key: String, req: Request, next: Next) -> Response {
+/// A keyed request: reads the body, runs the request through `inner` (the services below the
+/// middleware) with the key in scope, then stores the answer (first request), or replays the
+/// stored one (duplicates).
+pub async fn keyed<S>(db: std::sync::Arc<Db>, key: String, req: Request, inner: S) -> Response
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
     let (parts, body) = req.into_parts();
     // The body limit layer above bounds this.
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else { return Error::PayloadTooLarge.into_response() };
@@ -70,7 +84,11 @@ async fn keyed(db: std::sync::Arc<Db>, key: String, req: Request, next: Next) ->
     h.update([0]);
     h.update(&bytes);
     let pending = Pending::new(key, h.finalize().to_vec());
-    let response = hook::scope(pending.clone(), next.run(Request::from_parts(parts, Body::from(bytes)))).await;
+    let run = inner.oneshot(Request::from_parts(parts, Body::from(bytes)));
+    let response = match hook::scope(pending.clone(), run).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    };
     match pending.phase() {
         // Not a tenant request, refused before the key was checked, or the COMMIT carrying
         // the key got no answer (a retry with the key finds out what happened).
