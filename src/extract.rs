@@ -60,3 +60,132 @@ pub fn no_store(mut response: Response) -> Response {
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
+
+/// The MCP endpoint's path (`/t/{tenant}/w/{workspace}/mcp`, or `…/mcp/{pool}`), when a request
+/// is sent to the endpoint without axum's router (`crate::http`): the router's matching, its
+/// parameters and its boxed route cost the endpoint's every call a few thousand instructions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointPath {
+    pub tenant: String,
+    pub workspace: String,
+    pub pool: Option<String>,
+}
+
+impl EndpointPath {
+    /// The route templates, as the router would have matched them (for the request span).
+    pub const ROUTE: &'static str = "/t/{tenant}/w/{workspace}/mcp";
+    pub const POOL_ROUTE: &'static str = "/t/{tenant}/w/{workspace}/mcp/{pool}";
+
+    /// `path` parsed, when it is exactly the endpoint's with non-empty segments. A path with a
+    /// percent sign is left to the router, which decodes its parameters, as for every route.
+    pub fn parse(path: &str) -> Option<EndpointPath> {
+        if path.contains('%') {
+            return None;
+        }
+        let mut segments = path.strip_prefix("/t/")?.split('/');
+        let (tenant, w, workspace, mcp) = (segments.next()?, segments.next()?, segments.next()?, segments.next()?);
+        let pool = segments.next();
+        let fits = w == "w" && mcp == "mcp" && !tenant.is_empty() && !workspace.is_empty() && pool != Some("");
+        (fits && segments.next().is_none()).then(|| EndpointPath {
+            tenant: tenant.to_owned(),
+            workspace: workspace.to_owned(),
+            pool: pool.map(str::to_owned),
+        })
+    }
+
+    /// The template of the route this path stands for.
+    pub fn route(&self) -> &'static str {
+        if self.pool.is_some() { Self::POOL_ROUTE } else { Self::ROUTE }
+    }
+
+    fn get(&self, name: &str) -> Option<String> {
+        match name {
+            "tenant" => Some(self.tenant.clone()),
+            "workspace" => Some(self.workspace.clone()),
+            "pool" => self.pool.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// The named path parameters of a request, each `None` where the route has no such
+/// parameter: from its [`EndpointPath`] if it has one, else from the parameters axum's router
+/// matched. `None` when those cannot be read (a segment that decodes to invalid UTF-8).
+pub async fn path_params<const N: usize>(
+    parts: &mut axum::http::request::Parts,
+    names: [&str; N],
+) -> Option<[Option<String>; N]> {
+    if let Some(path) = parts.extensions.get::<EndpointPath>() {
+        return Some(names.map(|name| path.get(name)));
+    }
+    let params =
+        <axum::extract::RawPathParams as axum::extract::FromRequestParts<()>>::from_request_parts(parts, &()).await.ok()?;
+    Some(names.map(|name| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_owned())))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::EndpointPath;
+
+    /// A path segment as a client may send one: anything but a slash, a percent sign sometimes.
+    fn segment() -> impl Strategy<Value = String> {
+        "[^/]{0,12}"
+    }
+
+    proptest! {
+        /// Exactly the endpoint's paths with non-empty, undecoded segments parse, to their
+        /// segments; every other path is left to the router.
+        #[test]
+        fn only_the_endpoints_own_paths_parse(
+            tenant in segment(), w in prop_oneof![Just("w".to_owned()), segment()],
+            workspace in segment(), mcp in prop_oneof![Just("mcp".to_owned()), segment()],
+            rest in prop::collection::vec(segment(), 0..3),
+        ) {
+            let mut path = format!("/t/{tenant}/{w}/{workspace}/{mcp}");
+            for r in &rest {
+                path.push('/');
+                path.push_str(r);
+            }
+            let pool = rest.first().cloned();
+            let fits = w == "w" && mcp == "mcp" && !tenant.is_empty() && !workspace.is_empty() && rest.len() <= 1
+                && pool.as_deref() != Some("") && !path.contains('%');
+            let expected = fits.then(|| EndpointPath { tenant: tenant.clone(), workspace: workspace.clone(), pool: pool.clone() });
+            prop_assert_eq!(EndpointPath::parse(&path), expected);
+        }
+
+        /// Whatever else a path is, it never parses unless it has the endpoint's shape.
+        #[test]
+        fn arbitrary_paths_parse_only_to_their_own_segments(path in "\\PC{0,40}") {
+            if let Some(p) = EndpointPath::parse(&path) {
+                let rebuilt = match &p.pool {
+                    Some(pool) => format!("/t/{}/w/{}/mcp/{pool}", p.tenant, p.workspace),
+                    None => format!("/t/{}/w/{}/mcp", p.tenant, p.workspace),
+                };
+                prop_assert_eq!(rebuilt, path);
+            }
+        }
+    }
+
+    #[test]
+    fn the_templates_routes_and_edges() {
+        let p = EndpointPath::parse("/t/acme/w/main/mcp").unwrap();
+        assert_eq!(
+            (p.tenant.as_str(), p.workspace.as_str(), p.pool.as_deref(), p.route()),
+            ("acme", "main", None, EndpointPath::ROUTE)
+        );
+        let p = EndpointPath::parse("/t/acme/w/main/mcp/reads").unwrap();
+        assert_eq!((p.pool.as_deref(), p.route()), (Some("reads"), EndpointPath::POOL_ROUTE));
+        for refused in [
+            "/t/acme/w/main/mcp/",
+            "/t/acme/w/main/mcp/a/b",
+            "/t//w/main/mcp",
+            "/t/acme/w/ma%69n/mcp",
+            "/t/acme/x/main/mcp",
+            "/t/acme/w/main",
+        ] {
+            assert_eq!(EndpointPath::parse(refused), None, "{refused}");
+        }
+    }
+}

@@ -39,7 +39,14 @@ pub fn service(
     state: AppState,
 ) -> impl tower::Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + 'static {
     let deadline = Duration::from_millis(state.config.request_timeout_ms);
-    let routes = router(state);
+    let endpoint = {
+        let db = std::sync::Arc::new(state.db.clone());
+        ServiceBuilder::new()
+            .map_response(|r: axum::http::Response<_>| r.map(Body::new))
+            .layer(route_layers!(state.config.body_limit_bytes, db))
+            .service(crate::gateway::endpoint(&state))
+    };
+    let routes = Split { endpoint, routes: router(state) };
     // Outermost first:
     ServiceBuilder::new()
         .map_response(|r: axum::http::Response<_>| r.map(Body::new))
@@ -88,23 +95,70 @@ fn router(state: AppState) -> Router {
     // again for every request.
     app.fallback(not_found).with_state(state).layer(
         ServiceBuilder::new()
-            // 1. The route's template into the request span, first, so that every answer
-            //    below (a 413 too) is logged with it.
+            // The route's template into the request span, first, so that every answer below
+            // (a 413 too) is logged with it.
             .map_request(record_route)
-            // 2. Bounded request bodies (checked against Content-Length and while streaming).
-            .layer(RequestBodyLimitLayer::new(body_limit))
-            // 3. Compressed responses for clients that ask.
+            .layer(route_layers!(body_limit, db)),
+    )
+}
+
+/// The middleware that runs after routing, outermost first, as a `ServiceBuilder`: around
+/// every route of [`router`], and around the MCP endpoint that [`Split`] sends past it.
+macro_rules! route_layers {
+    ($body_limit:expr, $db:expr) => {{
+        let db = $db;
+        ServiceBuilder::new()
+            // 1. Bounded request bodies (checked against Content-Length and while streaming).
+            .layer(RequestBodyLimitLayer::new($body_limit))
+            // 2. Compressed responses for clients that ask.
             .layer(CompressionLayer::new())
             // The service below takes axum's own body; the limit wraps it.
             .map_request(|r: Request<_>| r.map(Body::new))
-            // 4. Around the handlers only, in one service ([`Innermost`]):
+            // 3. Around the handlers only, in one service ([`Innermost`]):
             //    a. before any handler or the idempotency store reads the URI, an encoded NUL
             //       is refused (400), since no path segment or query value may hold one;
             //    b. a mutating API call's Idempotency-Key (its answer stored, or a stored one
             //       replayed). Below the body limit and the deadline, so the body it reads is
             //       bounded and a replay waits no longer than any request.
-            .layer(tower::layer::layer_fn(move |inner| Innermost { db: db.clone(), inner })),
-    )
+            .layer(tower::layer::layer_fn(move |inner| Innermost { db: db.clone(), inner }))
+    }};
+}
+use route_layers;
+
+/// The routed services: a request for the MCP endpoint (a path that
+/// [`crate::extract::EndpointPath`] parses) goes to it directly, every other one to axum's
+/// router. The endpoint's calls are the gateway's hot path, and the router's matching, its
+/// parameters and its boxed route were a few thousand instructions of each.
+#[derive(Clone)]
+struct Split<E, R> {
+    endpoint: E,
+    routes: R,
+}
+
+impl<E, R> tower::Service<Request> for Split<E, R>
+where
+    E: tower::Service<Request, Response = Response, Error = Infallible>,
+    R: tower::Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<E::Future, R::Future>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::ready!(self.endpoint.poll_ready(cx))?;
+        self.routes.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        match crate::extract::EndpointPath::parse(req.uri().path()) {
+            Some(path) => {
+                tracing::Span::current().record("http.route", path.route());
+                req.extensions_mut().insert(path);
+                Either::Left(self.endpoint.call(req))
+            }
+            None => Either::Right(self.routes.call(req)),
+        }
+    }
 }
 
 /// Records the matched route's template in the request span (made before routing, so

@@ -628,6 +628,18 @@ async fn pools_narrow_and_native_pools_serve_original_tools() {
     assert_eq!(names, ["echo"]);
     let (status, _) = rpc(&format!("{base}/nope"), &s.machine, "tools/list", json!({})).await;
     assert_eq!(status, 404);
+
+    // A path with a percent sign takes axum's router, which decodes it, to the same endpoint;
+    // one with a segment too many or an empty one is no endpoint's.
+    let encoded = format!("{}/t/ac%6De/w/m%61in/mcp/re%61ds", served.base);
+    let (_, found) = tool(&encoded, &s.machine, "search_tools", json!({ "limit": 100 })).await;
+    let (_, plain) = tool(&format!("{base}/reads"), &s.machine, "search_tools", json!({ "limit": 100 })).await;
+    assert_eq!(found["total"], 1, "the pool narrowed by the grants: {found}");
+    assert_eq!(found, plain);
+    for path in [format!("{base}/reads/more"), format!("{base}/"), format!("{}/t/acme/w//mcp", served.base)] {
+        let (status, _) = rpc(&path, &s.machine, "tools/list", json!({})).await;
+        assert_eq!(status, 404, "{path}");
+    }
     assert_eq!(served.terminate().await, 0);
 }
 

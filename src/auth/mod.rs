@@ -10,7 +10,7 @@
 //! - Another tenant's path answers 404, exactly like a missing tenant.
 
 use axum::{
-    extract::{FromRequestParts, RawPathParams},
+    extract::FromRequestParts,
     http::{HeaderMap, HeaderName, Method, header, request::Parts},
 };
 use serde::Serialize;
@@ -307,9 +307,8 @@ impl FromRequestParts<AppState> for TenantCtx {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
-        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| Error::NotFound { what: "tenant" })?;
-        let slug =
-            params.iter().find(|(k, _)| *k == "tenant").map(|(_, v)| v.to_owned()).ok_or(Error::NotFound { what: "tenant" })?;
+        let [slug] = crate::extract::path_params(parts, ["tenant"]).await.ok_or(Error::NotFound { what: "tenant" })?;
+        let slug = slug.ok_or(Error::NotFound { what: "tenant" })?;
         let request_id = crate::extract::request_id(&parts.headers);
 
         let ctx = if has_machine_credentials(&parts.headers) {

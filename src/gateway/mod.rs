@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use axum::{
     Router,
-    extract::{FromRequestParts, RawPathParams, Request, State},
+    extract::{FromRequestParts, Request},
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -43,6 +43,7 @@ use crate::{
     AppState,
     auth::{Actor, TenantCtx, TenantRef},
     error::{Error, problem},
+    extract::EndpointPath,
     members::Permission,
     workspaces::{self, Bound},
 };
@@ -97,8 +98,17 @@ impl GatewayCtx {
     }
 }
 
-/// The endpoint's routes, authenticated by [`authenticate`].
+/// The endpoint's routes, authenticated by [`authenticate`]: for a path with a percent sign,
+/// which axum's router decodes. `crate::http` sends every other request for the endpoint to
+/// [`endpoint`] directly.
 pub fn router(state: &AppState) -> Router<AppState> {
+    let endpoint = endpoint(state);
+    Router::new().route_service(EndpointPath::ROUTE, endpoint.clone()).route_service(EndpointPath::POOL_ROUTE, endpoint)
+}
+
+/// The endpoint as a service: every method, authenticated by [`authenticate`], answered by
+/// [`direct::endpoint`] (or by rmcp, for what that does not answer itself).
+pub fn endpoint(state: &AppState) -> Endpoint {
     let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
     if let Ok(u) = url::Url::parse(&state.config.public_url)
         && let Some(host) = u.host_str()
@@ -114,19 +124,36 @@ pub fn router(state: &AppState) -> Router<AppState> {
         config,
     );
     // Cloned only for a request that goes to rmcp: its clone copies the configuration.
-    let service = Arc::new(service);
-    // Authenticated in the handler rather than by a route layer: a layer would cost every
-    // request a clone of the route and a boxed future.
-    let endpoint = axum::routing::any(move |State(state): State<AppState>, request: Request| {
-        let service = service.clone();
-        async move {
-            match authenticate(&state, request).await {
-                Ok(request) => direct::endpoint(state, move || (*service).clone(), request).await,
+    Endpoint { state: state.clone(), rmcp: Arc::new(service) }
+}
+
+/// See [`endpoint`].
+#[derive(Clone)]
+pub struct Endpoint {
+    state: AppState,
+    rmcp: Arc<StreamableHttpService<Gateway, NeverSessionManager>>,
+}
+
+impl tower::Service<Request> for Endpoint {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Response, std::convert::Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let (state, rmcp) = (self.state.clone(), self.rmcp.clone());
+        // Authenticated here rather than by a layer: a layer would cost every request a clone
+        // of the service below it and a boxed future.
+        Box::pin(async move {
+            Ok(match authenticate(&state, request).await {
+                Ok(request) => direct::endpoint(state, move || (*rmcp).clone(), request).await,
                 Err(refusal) => refusal,
-            }
-        }
-    });
-    Router::new().route("/t/{tenant}/w/{workspace}/mcp", endpoint.clone()).route("/t/{tenant}/w/{workspace}/mcp/{pool}", endpoint)
+            })
+        })
+    }
 }
 
 /// Origin check (DNS-rebinding protection), machine authentication, the caller's
@@ -190,12 +217,9 @@ async fn admit(state: &AppState, mut parts: axum::http::request::Parts) -> Resul
     if let Err(e) = ctx.require(Permission::ConnectorAccess) {
         return Err(e.into_response());
     }
-    let (slug, pool_name) = match RawPathParams::from_request_parts(&mut parts, state).await {
-        Ok(params) => {
-            let get = |name: &str| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_owned());
-            (get("workspace").unwrap_or_default(), get("pool"))
-        }
-        Err(_) => return Err(Error::NotFound { what: "workspace" }.into_response()),
+    let (slug, pool_name) = match crate::extract::path_params(&mut parts, ["workspace", "pool"]).await {
+        Some([workspace, pool]) => (workspace.unwrap_or_default(), pool),
+        None => return Err(Error::NotFound { what: "workspace" }.into_response()),
     };
     let bound = match bound(state, &ctx, slug).await {
         Ok(bound) => bound,

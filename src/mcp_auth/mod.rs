@@ -21,7 +21,6 @@ mod store;
 pub mod token;
 
 use axum::{
-    extract::{FromRequestParts, RawPathParams},
     http::{HeaderMap, HeaderValue, header, request::Parts},
     response::{IntoResponse, Response},
 };
@@ -168,9 +167,9 @@ pub struct Checked {
 /// because every change that could end the token bumps the epoch in its own transaction.
 #[tracing::instrument(name = "mcp_auth::authenticate", skip_all, fields(tenant), err(level = "debug"))]
 pub async fn authenticate(state: &AppState, parts: &mut Parts, token: &str) -> Result<TenantCtx> {
-    let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| Error::NotFound { what: "tenant" })?;
-    let get = |name: &str| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_owned());
-    let (slug, workspace, pool) = (get("tenant").unwrap_or_default(), get("workspace").unwrap_or_default(), get("pool"));
+    let [slug, workspace, pool] =
+        crate::extract::path_params(parts, ["tenant", "workspace", "pool"]).await.ok_or(Error::NotFound { what: "tenant" })?;
+    let (slug, workspace) = (slug.unwrap_or_default(), workspace.unwrap_or_default());
     tracing::Span::current().record("tenant", slug.as_str());
     if !secrets::well_formed(token, ACCESS_PREFIX, SECRET_CHARS) {
         return Err(Error::Unauthorized);
