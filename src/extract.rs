@@ -79,10 +79,11 @@ impl EndpointPath {
     /// `path` parsed, when it is exactly the endpoint's with non-empty segments. A path with a
     /// percent sign is left to the router, which decodes its parameters, as for every route.
     pub fn parse(path: &str) -> Option<EndpointPath> {
-        if path.contains('%') {
+        let rest = path.strip_prefix("/t/")?;
+        if rest.contains('%') {
             return None;
         }
-        let mut segments = path.strip_prefix("/t/")?.split('/');
+        let mut segments = rest.split('/');
         let (tenant, w, workspace, mcp) = (segments.next()?, segments.next()?, segments.next()?, segments.next()?);
         let pool = segments.next();
         let fits = w == "w" && mcp == "mcp" && !tenant.is_empty() && !workspace.is_empty() && pool != Some("");
