@@ -9,8 +9,20 @@
 #
 #   bash bench/symbol_order.sh BIN [DURATION] [OUT]     # defaults 6s, build/symbol-order.txt
 # Rebuild the release binary after writing it; any binary of the same source will do as BIN.
+#
+#   bash bench/symbol_order.sh --check BIN [LIST]        # LIST defaults to build/symbol-order.txt
+# How stale the list is for BIN (a release build of the current source): the listed names BIN
+# no longer defines, which the linker skips silently. Exits 1 when more than 1% are gone, the
+# sign that a change renamed code the gateway runs and the list wants writing again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ ${1:-} == --check ]]; then
+  bin_path=${2:?BIN} list=${3:-build/symbol-order.txt}
+  listed=$(wc -l <"$list")
+  gone=$(comm -23 <(sort -u "$list") <(nm --defined-only "$bin_path" | awk 'NF == 3 {print $3}' | sort -u) | wc -l)
+  echo "$gone of $listed names in $list are not defined by $bin_path"
+  exit $((gone * 100 > listed))
+fi
 bin_path=$(realpath "${1:?BIN}") duration=${2:-6s} out=${3:-build/symbol-order.txt}
 profile=$(mktemp /tmp/gatehouse-order-XXXXXX)
 source bench/lib.sh
