@@ -39,14 +39,16 @@ pub fn service(
     state: AppState,
 ) -> impl tower::Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + 'static {
     let deadline = Duration::from_millis(state.config.request_timeout_ms);
-    let endpoint = {
-        let db = std::sync::Arc::new(state.db.clone());
-        ServiceBuilder::new()
-            .map_response(|r: axum::http::Response<_>| r.map(Body::new))
-            .layer(route_layers!(state.config.body_limit_bytes, db))
-            .service(crate::gateway::endpoint(&state))
-    };
-    let routes = Split { endpoint, routes: router(state) };
+    // Behind one `Arc`: axum clones a layer's state (and the route holding it) on every
+    // request, and a `Db` is six reference counts that every request would bump and drop.
+    let db = std::sync::Arc::new(state.db.clone());
+    // One endpoint, reached past the router and, for a percent-encoded path, through it.
+    let endpoint = crate::gateway::endpoint(&state);
+    let past_router = ServiceBuilder::new()
+        .map_response(|r: axum::http::Response<_>| r.map(Body::new))
+        .layer(route_layers!(state.config.body_limit_bytes, db.clone()))
+        .service(endpoint.clone());
+    let routes = Split { endpoint: past_router, routes: router(state, db, endpoint) };
     // Outermost first:
     ServiceBuilder::new()
         .map_response(|r: axum::http::Response<_>| r.map(Body::new))
@@ -70,10 +72,10 @@ pub fn service(
 
 /// The routes, each wrapped in the middleware that runs after routing ([`service`] holds the
 /// rest).
-fn router(state: AppState) -> Router {
+fn router(state: AppState, db: std::sync::Arc<crate::db::Db>, endpoint: crate::gateway::Endpoint) -> Router {
     let body_limit = state.config.body_limit_bytes;
     let dev_idp = state.dev_idp.is_some();
-    let gateway = crate::gateway::router(&state);
+    let gateway = crate::gateway::router(endpoint);
     // The JSON API (and the pages that live beside it): one registry with its document.
     let (nouns, _) = crate::openapi::routes().split_for_parts();
     let mut app = Router::new()
@@ -88,9 +90,6 @@ fn router(state: AppState) -> Router {
     if dev_idp {
         app = app.merge(crate::dev_idp::http::router());
     }
-    // Behind one `Arc`: axum clones a layer's state (and the route holding it) on every
-    // request, and a `Db` is six reference counts that every request would bump and drop.
-    let db = std::sync::Arc::new(state.db.clone());
     // One `layer` call: axum boxes a route's service once per call, and clones and boxes it
     // again for every request.
     app.fallback(not_found).with_state(state).layer(

@@ -98,11 +98,9 @@ impl GatewayCtx {
     }
 }
 
-/// The endpoint's routes, authenticated by [`authenticate`]: for a path with a percent sign,
-/// which axum's router decodes. `crate::http` sends every other request for the endpoint to
-/// [`endpoint`] directly.
-pub fn router(state: &AppState) -> Router<AppState> {
-    let endpoint = endpoint(state);
+/// The endpoint's routes, for a path with a percent sign, which axum's router decodes:
+/// `crate::http` sends every other request for the endpoint to the same service directly.
+pub fn router(endpoint: Endpoint) -> Router<AppState> {
     Router::new().route_service(EndpointPath::ROUTE, endpoint.clone()).route_service(EndpointPath::POOL_ROUTE, endpoint)
 }
 

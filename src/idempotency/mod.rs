@@ -85,10 +85,7 @@ where
     h.update(&bytes);
     let pending = Pending::new(key, h.finalize().to_vec());
     let run = inner.oneshot(Request::from_parts(parts, Body::from(bytes)));
-    let response = match hook::scope(pending.clone(), run).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    };
+    let response = hook::scope(pending.clone(), run).await.unwrap_or_else(|never| match never {});
     match pending.phase() {
         // Not a tenant request, refused before the key was checked, or the COMMIT carrying
         // the key got no answer (a retry with the key finds out what happened).
