@@ -47,6 +47,12 @@ use crate::{
 /// parses the name on every request).
 const PROTOCOL_VERSION: axum::http::HeaderName = axum::http::HeaderName::from_static("mcp-protocol-version");
 
+/// What rmcp reports as a stateless request's client: its default implementation (made once).
+static STATELESS_CLIENT: std::sync::LazyLock<Arc<(String, String)>> = std::sync::LazyLock::new(|| {
+    let client = rmcp::model::Implementation::default();
+    Arc::new((client.name, client.version))
+});
+
 /// POSTs answered by this path, and by rmcp (for `/metrics`).
 pub static DIRECT: AtomicU64 = AtomicU64::new(0);
 pub static RMCP: AtomicU64 = AtomicU64::new(0);
@@ -336,9 +342,7 @@ async fn answer(state: AppState, mut parts: Parts, id: Value, progress: Option<P
     let Some(mut ctx) = parts.extensions.remove::<GatewayCtx>() else {
         return Error::Internal(anyhow::anyhow!("request not authenticated")).into_response();
     };
-    // What rmcp reports as a stateless request's client: its default implementation.
-    let client = rmcp::model::Implementation::default();
-    ctx.client = Some((client.name, client.version));
+    ctx.client = Some(STATELESS_CLIENT.clone());
     // The downstream's notifications and requests for this call wait here until written to
     // the agent.
     let queue = Arc::new(Queue::default());

@@ -278,7 +278,7 @@ impl ServerHandler for Gateway {
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let mut ctx = gateway_ctx(&cx)?;
-        ctx.client = cx.client_info().map(|c| (c.name.clone(), c.version.clone()));
+        ctx.client = cx.client_info().map(|c| Arc::new((c.name.clone(), c.version.clone())));
         // One downstream call's notifications are relayed: a native tool's, call_tool's and
         // call_destructive_tool's (execute_code's host calls would interleave several).
         let native = ctx.pool.as_ref().is_some_and(|(_, p)| p.native);

@@ -63,8 +63,9 @@ pub struct GatewayCtx {
     pub caller: workspaces::config::Caller,
     /// The pool this request came through (`…/mcp/{pool}`), if any.
     pub pool: Option<(String, workspaces::config::Pool)>,
-    /// The MCP client's name and version, once the call's request is parsed.
-    pub client: Option<(String, String)>,
+    /// The MCP client's name and version, once the call's request is parsed (shared, so the
+    /// activity row takes it without a copy).
+    pub client: Option<Arc<(String, String)>>,
     /// The workspaces this call came through by peer connectors, outermost first (empty for
     /// a call made at this workspace's own endpoint): bounds the depth and refuses cycles.
     pub peer_path: Vec<uuid::Uuid>,

@@ -37,7 +37,10 @@ pub(super) struct Direct {
     /// The origin-form request target (`/mcp?x=1`).
     pub(super) path: Uri,
     pub(super) host: HeaderValue,
-    idle: Mutex<Vec<Conn>>,
+    /// Boxed: a connection is hundreds of bytes, moved out of and back into this list, and
+    /// into each response, on every request.
+    #[allow(clippy::vec_box)]
+    idle: Mutex<Vec<Box<Conn>>>,
 }
 
 /// One kept-alive HTTP/1 connection: the sender of its requests and the connection itself,
@@ -139,14 +142,14 @@ impl Direct {
     }
 
     /// A new connection to the downstream, its HTTP/1 handshake done.
-    async fn connect(&self, connector: &HttpConnector) -> Result<Conn, Error> {
+    async fn connect(&self, connector: &HttpConnector) -> Result<Box<Conn>, Error> {
         let io = connector.clone().call(self.uri.clone()).await.map_err(|e| described(&e))?;
         let (sender, conn) = http1::handshake(io).await.map_err(|e| described(&e))?;
-        Ok(Conn { sender, conn, ended: false, idle_since: Instant::now() })
+        Ok(Box::new(Conn { sender, conn, ended: false, idle_since: Instant::now() }))
     }
 
     /// A usable idle connection, newest first; those found unusable are closed.
-    async fn checkout(&self) -> Option<Conn> {
+    async fn checkout(&self) -> Option<Box<Conn>> {
         loop {
             let mut conn = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop()?;
             if std::future::poll_fn(|cx| Poll::Ready(conn.usable(cx))).await {
@@ -166,7 +169,7 @@ impl Direct {
     }
 
     /// Keeps `conn` for the next request, if it is still open and there is room.
-    fn check_in(&self, mut conn: Conn) {
+    fn check_in(&self, mut conn: Box<Conn>) {
         if conn.ended || conn.sender.is_closed() {
             return;
         }
@@ -187,7 +190,7 @@ pub struct DirectResponse {
     head: axum::http::response::Parts,
     /// Taken when the response is dropped, so the connection can drain the rest.
     body: Option<Incoming>,
-    conn: Option<Conn>,
+    conn: Option<Box<Conn>>,
     direct: Arc<Direct>,
 }
 

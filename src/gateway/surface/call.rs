@@ -175,12 +175,13 @@ async fn call_granted(
             Ok(hits) => out.redactions = hits,
             Err(detector) => out = blocked(&detector, "result"),
         }
-        if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
+        if (out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error"))
+            && ctx.peer_path.is_empty()
+            && serialized_len(&out.result) > stash::INLINE_CAP_BYTES
+        {
             let body = serde_json::to_string(&out.result).unwrap_or_default();
-            if ctx.peer_path.is_empty() && body.len() > stash::INLINE_CAP_BYTES {
-                out.result = Box::pin(stashed(state, ctx, address, &body)).await;
-                out.stashed = !out.result.is_error.unwrap_or(false);
-            }
+            out.result = Box::pin(stashed(state, ctx, address, &body)).await;
+            out.stashed = !out.result.is_error.unwrap_or(false);
         }
         let mut out = out.about(id, name);
         out.classification = Some(class_name(class));
@@ -247,11 +248,17 @@ async fn call_granted(
         Ok(Err(detector)) => blocked(&detector, "result"),
         Ok(Ok((masked, result))) => {
             hits = masked;
-            let body = serde_json::to_string(&result).unwrap_or_default();
+            // Measured without being written out: only a large result is serialized, to stash.
+            let bytes = serialized_len(&result);
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
             // Through a peer, the outermost workspace stashes (its caller pages it there).
-            let large = body.len() > stash::INLINE_CAP_BYTES && ctx.peer_path.is_empty();
-            let result = if large { Box::pin(stashed(state, ctx, address, &body)).await } else { result };
+            let large = bytes > stash::INLINE_CAP_BYTES && ctx.peer_path.is_empty();
+            let result = if large {
+                let body = serde_json::to_string(&result).unwrap_or_default();
+                Box::pin(stashed(state, ctx, address, &body)).await
+            } else {
+                result
+            };
             Outcome {
                 error_code,
                 stashed: large && !result.is_error.unwrap_or(false),
@@ -259,7 +266,7 @@ async fn call_granted(
                 connector: None,
                 tool: None,
                 classification: None,
-                result_bytes: body.len().min(i32::MAX as usize) as i32,
+                result_bytes: bytes.min(i32::MAX as usize) as i32,
                 jsonrpc: None,
                 interim: None,
                 redactions: 0,
@@ -402,14 +409,35 @@ pub async fn result_page_within(state: &AppState, ctx: &GatewayCtx, args: &JsonO
     )
 }
 
+/// The length of `value`'s JSON text, counted as it is serialized, never held (0 if it
+/// cannot be serialized, as an empty text would be).
+fn serialized_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
+}
+
 /// JSON-RPC's code for a refusal by rate limit (2026-07-28).
 const RATE_LIMITED: i32 = -32029;
 
 /// The tenant's quotas for this call: the permit it holds while it runs, or the refusal.
 async fn admitted(state: &AppState, ctx: &GatewayCtx, (id, name): (&str, &str), class: Class) -> Result<quotas::Permit, Outcome> {
-    let token = format!("{}:{}", ctx.actor_kind, ctx.actor_id);
-    let call =
-        quotas::Call { connector: id, tool: name, write: class == Class::Write, token: &token, member: ctx.caller.member_id };
+    let call = quotas::Call {
+        connector: id,
+        tool: name,
+        write: class == Class::Write,
+        token: (ctx.actor_kind, &ctx.actor_id),
+        member: ctx.caller.member_id,
+    };
     state.quotas.admit(ctx.tenant.id, ctx.bound.epoch, &call).await.map_err(|r| refused(ctx, r))
 }
 
@@ -428,4 +456,23 @@ fn refused(ctx: &GatewayCtx, r: quotas::Refusal) -> Outcome {
     };
     out.quota = Some(r.limit).filter(|l| !l.is_empty());
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use rmcp::model::{CallToolResult, ContentBlock};
+
+    use super::serialized_len;
+
+    proptest! {
+        /// The counted length is the serialized text's, escapes and multi-byte characters
+        /// included: the stash threshold and the activity row's `result_bytes` depend on it.
+        #[test]
+        fn counts_what_serializing_writes(texts in prop::collection::vec("\\PC{0,40}|[\"\\\\\\n\\t\\u{0}-\\u{1f}]{0,8}", 0..4), error in any::<bool>()) {
+            let blocks = texts.into_iter().map(ContentBlock::text).collect::<Vec<_>>();
+            let result = if error { CallToolResult::error(blocks) } else { CallToolResult::success(blocks) };
+            prop_assert_eq!(serialized_len(&result), serde_json::to_string(&result).unwrap().len());
+        }
+    }
 }

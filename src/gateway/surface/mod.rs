@@ -206,7 +206,10 @@ fn failure(f: Failure) -> Outcome {
 
 /// The read/write classification of a downstream tool, fail-closed.
 pub fn classify(document: &Document, connector: &str, tool: &Tool) -> Class {
-    if let Some(class) = document.classification.get(&format!("{connector}.{}", tool.name)) {
+    // Most workspaces classify no tool by hand: no address is formatted for them.
+    if !document.classification.is_empty()
+        && let Some(class) = document.classification.get(&format!("{connector}.{}", tool.name))
+    {
         return *class;
     }
     let annotations = tool.annotations.as_ref();

@@ -69,8 +69,9 @@ pub struct Call<'a> {
     pub connector: &'a str,
     pub tool: &'a str,
     pub write: bool,
-    /// The token's (or credential's) stable key.
-    pub token: &'a str,
+    /// The token's (or credential's) stable key: its kind and id, joined with `:` only when a
+    /// limit counts per token (most calls meet no such limit).
+    pub token: (&'a str, &'a str),
     pub member: Option<Uuid>,
 }
 
@@ -153,7 +154,7 @@ fn subject(per: Per, call: &Call<'_>) -> String {
     match (per, call.member) {
         (Per::Tenant, _) => "tenant".to_owned(),
         (Per::Member, Some(m)) => format!("member:{m}"),
-        (Per::Member | Per::Token, _) => format!("token:{}", call.token),
+        (Per::Member | Per::Token, _) => format!("token:{}:{}", call.token.0, call.token.1),
     }
 }
 
@@ -304,11 +305,11 @@ mod tests {
     #[test]
     fn subjects() {
         let m = Uuid::nil();
-        let call = Call { connector: "c", tool: "t", write: false, token: "tok", member: Some(m) };
+        let call = Call { connector: "c", tool: "t", write: false, token: ("token", "tok"), member: Some(m) };
         assert_eq!(subject(Per::Tenant, &call), "tenant");
         assert_eq!(subject(Per::Member, &call), format!("member:{m}"));
-        assert_eq!(subject(Per::Token, &call), "token:tok");
+        assert_eq!(subject(Per::Token, &call), "token:token:tok");
         let machine = Call { member: None, ..call };
-        assert_eq!(subject(Per::Member, &machine), "token:tok");
+        assert_eq!(subject(Per::Member, &machine), "token:token:tok");
     }
 }
