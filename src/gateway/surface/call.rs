@@ -175,13 +175,9 @@ async fn call_granted(
             Ok(hits) => out.redactions = hits,
             Err(detector) => out = blocked(&detector, "result"),
         }
-        if (out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error"))
-            && ctx.peer_path.is_empty()
-            && serialized_len(&out.result) > stash::INLINE_CAP_BYTES
-        {
-            let body = serde_json::to_string(&out.result).unwrap_or_default();
-            out.result = Box::pin(stashed(state, ctx, address, &body)).await;
-            out.stashed = !out.result.is_error.unwrap_or(false);
+        if out.error_code.is_none() || out.error_code.as_deref() == Some("tool_error") {
+            let bytes = serialized_len(&out.result);
+            out.stashed = stash_if_large(state, ctx, address, &mut out.result, bytes).await;
         }
         let mut out = out.about(id, name);
         out.classification = Some(class_name(class));
@@ -248,20 +244,13 @@ async fn call_granted(
         Ok(Err(detector)) => blocked(&detector, "result"),
         Ok(Ok((masked, result))) => {
             hits = masked;
-            // Measured without being written out: only a large result is serialized, to stash.
             let bytes = serialized_len(&result);
             let error_code = result.is_error.unwrap_or(false).then(|| "tool_error".to_owned());
-            // Through a peer, the outermost workspace stashes (its caller pages it there).
-            let large = bytes > stash::INLINE_CAP_BYTES && ctx.peer_path.is_empty();
-            let result = if large {
-                let body = serde_json::to_string(&result).unwrap_or_default();
-                Box::pin(stashed(state, ctx, address, &body)).await
-            } else {
-                result
-            };
+            let mut result = result;
+            let stashed = stash_if_large(state, ctx, address, &mut result, bytes).await;
             Outcome {
                 error_code,
-                stashed: large && !result.is_error.unwrap_or(false),
+                stashed,
                 result,
                 connector: None,
                 tool: None,
@@ -353,6 +342,19 @@ fn approval_required(address: &str, tool_args: &JsonObject) -> Outcome {
     );
     out.classification = Some("write");
     out
+}
+
+/// Replaces `result` (`bytes` long as JSON, [`serialized_len`]) by how to page it when it is
+/// over the inline cap: only such a result is serialized, to stash. Through a peer, the
+/// outermost workspace stashes (its caller pages it there). `true`: it was stashed.
+async fn stash_if_large(state: &AppState, ctx: &GatewayCtx, address: &str, result: &mut CallToolResult, bytes: usize) -> bool {
+    if bytes <= stash::INLINE_CAP_BYTES || !ctx.peer_path.is_empty() {
+        return false;
+    }
+    let body = serde_json::to_string(result).unwrap_or_default();
+    // Boxed: the stash's future stays out of every call's.
+    *result = Box::pin(stashed(state, ctx, address, &body)).await;
+    !result.is_error.unwrap_or(false)
 }
 
 /// Stashes a result over the inline cap and answers with how to page it. If it cannot be
