@@ -139,6 +139,45 @@ async fn resolution_explicit_bindings_and_invalidation_without_fallback() {
     .await;
     assert!(recorded, "one activity row in the target");
 
+    // A result over the inline cap, through the peer: the workspace the agent called stashes
+    // it, and its pages there add up to the whole result. The target never stashes.
+    let url = format!("{base}/t/acme/w/front/mcp");
+    let message = "é".repeat(20_000); // 40,000 bytes of UTF-8
+    let (err, first, _) =
+        mcp_tool(&url, &m, "call_tool", json!({ "address": "crm.everything.echo", "args": { "message": message } })).await;
+    assert!(!err, "{first}");
+    let id = first["stashed"]["id"].as_str().expect("stashed by the calling workspace").to_owned();
+    let mut body = String::new();
+    let mut offset = Some(0u64);
+    while let Some(o) = offset {
+        let args = json!({ "address": "gatehouse.result", "args": { "id": id, "offset": o } });
+        let (err, page, _) = mcp_tool(&url, &m, "call_tool", args).await;
+        assert!(!err, "{page}");
+        body.push_str(page["chunk"].as_str().unwrap());
+        offset = page["next_offset"].as_u64();
+    }
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["content"][0]["text"], format!("Echo: {message}"), "the pages add up to the whole result");
+    let crm_a = format!("{base}/t/acme/w/crm-a/mcp");
+    let (err, page, _) = mcp_tool(&crm_a, &m, "call_tool", json!({ "address": "gatehouse.result", "args": { "id": id } })).await;
+    assert!(err && page["error"]["code"] == "unknown_result", "the stash belongs to the calling workspace: {page}");
+    let sizes = || async {
+        let mut owner = t.owner_conn().await;
+        let mut tx = owner.begin().await.unwrap();
+        tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+        sqlx::query_as::<_, (String, i32)>(
+            "SELECT w.slug, a.result_bytes FROM activity a JOIN workspaces w ON w.id = a.workspace_id
+              WHERE a.result_bytes > 40000 ORDER BY w.slug",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap()
+    };
+    assert!(eventually(Duration::from_secs(30), || async { sizes().await.len() == 2 }).await, "{:?}", sizes().await);
+    let sizes = sizes().await;
+    assert_eq!((sizes[0].0.as_str(), sizes[1].0.as_str()), ("crm-a", "front"), "{sizes:?}");
+    assert_eq!(sizes[0].1, sizes[1].1, "both workspaces record the whole result's size: {sizes:?}");
+
     // Two active primaries: ambiguous, never guessed. A suspended one is no candidate.
     bind_blueprint(&t, "acme", "crm-b", "crm").await;
     assert_eq!(echo(&base, &m, "front", "crm.everything.echo").await, (true, "ambiguous".into()));

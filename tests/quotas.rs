@@ -253,6 +253,14 @@ async fn writes_have_their_own_budget_refused_as_rate_limited_and_as_32029_on_20
     )
     .await;
     assert_eq!(usage, [("reads".to_owned(), 11, 0), ("writes".to_owned(), 5, 4)]);
+    // A per-token window's subject names the caller as its activity rows do: the token's kind
+    // and id (the text is made only when a limit counts per token).
+    let subjects: Vec<(String,)> = platform_rows(&s.t, "SELECT DISTINCT subject FROM quota_windows").await;
+    let callers: Vec<(String,)> =
+        platform_rows(&s.t, "SELECT DISTINCT 'token:' || actor_kind || ':' || actor_id FROM activity").await;
+    assert_eq!(subjects, callers);
+    assert_eq!(subjects.len(), 1, "{subjects:?}");
+    assert!(subjects[0].0.starts_with("token:") && subjects[0].0.ends_with(&s.m.token_id), "{subjects:?}");
 }
 
 #[tokio::test]
