@@ -13,6 +13,24 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
 /// chromedriver on a free loopback port, and one headless Chromium session with a fresh profile.
+/// Chromium's focus emulation, a DevTools command sent through chromedriver: the page behaves
+/// as if its window had the system's focus. Under chromedriver, headless Chromium 148 gives
+/// the page no focus, so no `:focus` rule matches and the audit could not see a focus
+/// indicator.
+#[derive(Debug)]
+struct FocusEmulation;
+
+impl fantoccini::wd::WebDriverCompatibleCommand for FocusEmulation {
+    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/goog/cdp/execute", session.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
+        let body = json!({ "cmd": "Emulation.setFocusEmulationEnabled", "params": { "enabled": true } });
+        (axum::http::Method::POST, Some(body.to_string()))
+    }
+}
+
 pub struct Chrome {
     _driver: Child,
     _profile: PathBuf,
@@ -83,6 +101,7 @@ impl Chrome {
         std::fs::write(self.shots.join(format!("{}-{n:02}-{name}.png", self.prefix)), png).unwrap();
         let url = self.url().await;
         if url::Url::parse(&url).is_ok_and(|u| u.path().starts_with("/console")) {
+            self.client.issue_cmd(FocusEmulation).await.expect("focus emulation");
             let problems = self.client.execute(include_str!("a11y.js"), vec![]).await.expect("the accessibility audit runs");
             let problems: Vec<String> = serde_json::from_value(problems).expect("a list of problems");
             assert!(problems.is_empty(), "{name} ({url}) fails the accessibility audit:\n{}", problems.join("\n"));
