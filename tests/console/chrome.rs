@@ -97,7 +97,21 @@ impl Chrome {
     pub async fn shot(&self, name: &str) {
         let n = self.count.get() + 1;
         self.count.set(n);
-        let png = self.client.screenshot().await.expect("screenshot");
+        // A click that submitted a form may still be navigating. Chromium 148 then refuses
+        // the screenshot ("aborted by navigation: Not attached to an active page"), and it
+        // is taken again once the new page is there.
+        let mut attempt = 0;
+        let png = loop {
+            match self.client.screenshot().await {
+                Ok(png) => break png,
+                Err(e) if attempt < 3 => {
+                    attempt += 1;
+                    eprintln!("screenshot {name}, attempt {attempt}: {e}");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("screenshot {name}: {e}"),
+            }
+        };
         std::fs::write(self.shots.join(format!("{}-{n:02}-{name}.png", self.prefix)), png).unwrap();
         let url = self.url().await;
         if url::Url::parse(&url).is_ok_and(|u| u.path().starts_with("/console")) {
