@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::downstream::{as_owner, count};
+use common::downstream::{as_owner, count, platform_rows};
 use common::{
     Everything, Machine, Served, TestDb, add_remote_mcp, admin_log_text, cli, dev_sign_in, eventually, gatehouse, mcp_tool,
     provision,
@@ -161,17 +161,12 @@ async fn resolution_explicit_bindings_and_invalidation_without_fallback() {
     let crm_a = format!("{base}/t/acme/w/crm-a/mcp");
     let (err, page, _) = mcp_tool(&crm_a, &m, "call_tool", json!({ "address": "gatehouse.result", "args": { "id": id } })).await;
     assert!(err && page["error"]["code"] == "unknown_result", "the stash belongs to the calling workspace: {page}");
-    let sizes = || async {
-        let mut owner = t.owner_conn().await;
-        let mut tx = owner.begin().await.unwrap();
-        tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
-        sqlx::query_as::<_, (String, i32)>(
+    let sizes = || {
+        platform_rows::<(String, i32)>(
+            &t,
             "SELECT w.slug, a.result_bytes FROM activity a JOIN workspaces w ON w.id = a.workspace_id
               WHERE a.result_bytes > 40000 ORDER BY w.slug",
         )
-        .fetch_all(&mut *tx)
-        .await
-        .unwrap()
     };
     assert!(eventually(Duration::from_secs(30), || async { sizes().await.len() == 2 }).await, "{:?}", sizes().await);
     let sizes = sizes().await;

@@ -20,6 +20,7 @@ use std::{
     time::Duration,
 };
 
+use common::downstream::platform_rows;
 use common::{DbGate, Machine, Served, TestDb, cli, gatehouse, mcp_tool_with, provision};
 use gatehouse::config::Secret;
 use serde_json::{Value, json};
@@ -122,15 +123,6 @@ async fn call_with(client: &reqwest::Client, url: &str, m: &Machine, tool: &str)
     let name = if tool == "put" { "call_destructive_tool" } else { "call_tool" };
     let (err, body, _) = mcp_tool_with(client, url, m, name, json!({ "address": format!("api.{tool}"), "args": {} })).await;
     if err { Err(body["error"].clone()) } else { Ok(()) }
-}
-
-async fn platform_rows<T>(t: &TestDb, sql: &str) -> Vec<T>
-where
-    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-{
-    let mut conn = t.owner_conn().await;
-    conn.execute("SELECT set_config('gatehouse.platform', 'on', false)").await.unwrap();
-    sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned())).fetch_all(&mut conn).await.unwrap()
 }
 
 fn assert_rate_limited(error: &Value, limit: &str) {

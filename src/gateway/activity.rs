@@ -196,11 +196,11 @@ async fn write(db: &Db, rows: &[Row], prune: bool) -> crate::error::Result<()> {
             // Activity is telemetry: a crash may lose the last moment of it, like a full
             // queue would, so its commits need not wait for the WAL flush.
             sqlx::query!("SET LOCAL synchronous_commit = off").execute(&mut *conn).await?;
-            // Borrowed columns: the rows' strings are encoded from where they are.
             // The arrays are unnested in the select list, where PostgreSQL hands each row on
             // as it is made; `SELECT * FROM unnest(…)` first copies every row into a tuplestore
             // (docs/benchmarks.md, "The activity batch without a tuplestore"). The arrays have
             // one length, so the two forms insert the same rows.
+            // Borrowed columns: the rows' strings are encoded from where they are.
             let text = |f: fn(&Row) -> &str| rows.iter().map(f).collect::<Vec<_>>();
             let optional = |f: fn(&Row) -> Option<&str>| rows.iter().map(f).collect::<Vec<_>>();
             sqlx::query!(

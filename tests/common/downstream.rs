@@ -38,6 +38,17 @@ pub async fn as_owner(t: &TestDb, sql: &str) {
     tx.commit().await.unwrap();
 }
 
+/// The rows of `sql`, run as the schema owner in platform context.
+pub async fn platform_rows<T>(t: &TestDb, sql: &str) -> Vec<T>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    let mut owner = t.owner_conn().await;
+    let mut tx = owner.begin().await.unwrap();
+    tx.execute("SELECT set_config('gatehouse.platform', 'on', true)").await.unwrap();
+    sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned())).fetch_all(&mut *tx).await.unwrap()
+}
+
 /// One number from `sql` (run as the schema owner in platform context).
 pub async fn count(t: &TestDb, sql: &str) -> i64 {
     let mut owner = t.owner_conn().await;

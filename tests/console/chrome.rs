@@ -12,7 +12,6 @@ use crate::common::{free_port, listening};
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
-/// chromedriver on a free loopback port, and one headless Chromium session with a fresh profile.
 /// Chromium's focus emulation, a DevTools command sent through chromedriver: the page behaves
 /// as if its window had the system's focus. Under chromedriver, headless Chromium 148 gives
 /// the page no focus, so no `:focus` rule matches and the audit could not see a focus
@@ -31,6 +30,7 @@ impl fantoccini::wd::WebDriverCompatibleCommand for FocusEmulation {
     }
 }
 
+/// chromedriver on a free loopback port, and one headless Chromium session with a fresh profile.
 pub struct Chrome {
     _driver: Child,
     _profile: PathBuf,
